@@ -1,0 +1,73 @@
+"""The Typer application and the error guard shared by every command module."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+import typer
+from rich.console import Console
+
+from ..errors import BoundcalcError
+
+app = typer.Typer(
+    name="boundcalc",
+    help=(
+        "Turn published generalization bounds for Transformers into honest numbers for one "
+        "trained model.\n\nEvery number is labelled: [bold]certified[/] (a valid bound with "
+        "probability ≥ 1−δ under the listed assumptions), [bold]rate[/] (an O(·) statement "
+        "with its hidden constant set by you) or [bold]proxy[/] (a complexity measure, not a bound)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one line on stderr and exit with ``code``."""
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def guarded(fn: Callable[[], Any]) -> Any:
+    """Run ``fn``; turn a :class:`BoundcalcError` (and a few OS errors) into one line + exit code."""
+    try:
+        return fn()
+    except BoundcalcError as exc:
+        fail(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__, exc.exit_code)
+    except FileNotFoundError as exc:
+        fail(f"{exc.filename}: no such file", 2)
+    except (IsADirectoryError, PermissionError) as exc:
+        fail(f"{exc.filename}: {exc.strerror}", 2)
+
+
+def emit_json(obj: Any) -> None:
+    """Write ``obj`` as JSON to stdout (finite numbers only; infinities become strings)."""
+    sys.stdout.write(json.dumps(_clean(obj), indent=2, sort_keys=False) + "\n")
+
+
+def _clean(obj: Any) -> Any:
+    import math
+
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _clean(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        x = float(obj)
+        return x if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj

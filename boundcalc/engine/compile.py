@@ -1,0 +1,301 @@
+"""Compile a SymPy expression into a vectorised signed-log evaluator with named axes.
+
+Every index variable (l, h, k, ...) and every parameter minimised by ``GridMin`` owns one numpy
+axis. A sub-expression evaluates to one array broadcast over the axes it depends on, so
+``Sum(x[l, h], (h, 0, A - 1))`` is a masked reduction along h's axis and the value of a node
+never depends on where it is used: each node is evaluated once per call (memoised).
+
+The compiled form is built once per entry and cached; calling it costs a few numpy operations
+per node, independent of the number of layers and heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import sympy as sp
+
+from ..errors import DomainError
+from . import logspace as ls
+from .functions import Cases, GridMin, kl, kl_bernoulli, kl_inv, kl_inv_upper
+from .logspace import LV
+
+Fn = Callable[["Context"], LV]
+
+
+@dataclass
+class Context:
+    """Values for one evaluation.
+
+    ``scalars``: symbol name -> LV (0-d); ``arrays``: indexed symbol name -> (s, a) arrays in
+    declared index order; ``sizes``: index name -> length; ``grids``: GridMin parameter ->
+    grid values; ``selected``: filled with each GridMin parameter's arg-min grid values.
+    """
+
+    scalars: dict[str, LV]
+    arrays: dict[str, LV]
+    sizes: dict[str, int]
+    grids: dict[str, np.ndarray] = field(default_factory=dict)
+    selected: dict[str, np.ndarray] = field(default_factory=dict)
+    memo: dict = field(default_factory=dict)
+
+
+class Compiled:
+    """A compiled expression. ``axes`` maps each index/grid name to its numpy axis."""
+
+    def __init__(self, axes: dict[str, int], index_of_symbol: dict[str, tuple[str, ...]],
+                 grid_params: set[str]):
+        self.axes = axes
+        self.ndim = len(axes)
+        self.index_of_symbol = index_of_symbol  # indexed symbol -> its declared index names
+        self.grid_params = grid_params
+        self._cache: dict[sp.Basic, Fn] = {}
+
+    # ---- public --------------------------------------------------------------------------
+    def compile(self, expr: sp.Basic) -> Fn:
+        fn = self._cache.get(expr)
+        if fn is None:
+            fn = self._build(expr)
+            self._cache[expr] = fn
+        return fn
+
+    def shape_axis(self, values: np.ndarray, axis: int) -> np.ndarray:
+        shape = [1] * self.ndim
+        shape[axis] = values.shape[0]
+        return values.reshape(shape)
+
+    # ---- builders ------------------------------------------------------------------------
+    def _build(self, e: sp.Basic) -> Fn:
+        inner = self._build_inner(e)
+
+        def memoised(ctx: Context, _e=e, _f=inner) -> LV:
+            hit = ctx.memo.get(_e)
+            if hit is None:
+                hit = _f(ctx)
+                ctx.memo[_e] = hit
+            return hit
+
+        return memoised
+
+    def _build_inner(self, e: sp.Basic) -> Fn:  # noqa: C901 - a dispatcher
+        if e.is_Number or e in (sp.pi, sp.E):
+            val = ls.from_float(float(e))
+            return lambda ctx, v=val: v
+        if isinstance(e, sp.Symbol):
+            name = e.name
+            if name in self.axes and name not in self.grid_params:
+                axis = self.axes[name]
+                return lambda ctx: ls.from_float(self.shape_axis(
+                    np.arange(ctx.sizes[name], dtype=np.float64), axis))
+            if name in self.grid_params:
+                axis = self.axes[name]
+                return lambda ctx: ls.from_float(self.shape_axis(ctx.grids[name], axis))
+            return lambda ctx: _scalar(ctx, name)
+        if isinstance(e, sp.Indexed):
+            return self._indexed(e)
+        if isinstance(e, sp.Add):
+            special = self._one_minus_exp(e)
+            if special is not None:
+                return special
+            parts = [self.compile(a) for a in e.args]
+            return lambda ctx: ls.add([p(ctx) for p in parts])
+        if isinstance(e, sp.Mul):
+            parts = [self.compile(a) for a in e.args]
+
+            def mul(ctx):
+                out = parts[0](ctx)
+                for p in parts[1:]:
+                    out = ls.mul(out, p(ctx))
+                return out
+            return mul
+        if isinstance(e, sp.Pow):
+            base = self.compile(e.args[0])
+            expo = self.compile(e.args[1])
+            return lambda ctx: ls.power(base(ctx), expo(ctx).to_float())
+        if isinstance(e, sp.exp):
+            arg = self.compile(e.args[0])
+            return lambda ctx: ls.exp(arg(ctx))
+        if isinstance(e, sp.log):
+            arg = self.compile(e.args[0])
+            return lambda ctx: ls.log(arg(ctx))
+        if isinstance(e, sp.Abs):
+            arg = self.compile(e.args[0])
+            return lambda ctx: ls.absolute(arg(ctx))
+        if isinstance(e, (sp.Min, sp.Max)):
+            parts = [self.compile(a) for a in e.args]
+            op = ls.minimum if isinstance(e, sp.Min) else ls.maximum
+
+            def minmax(ctx):
+                out = parts[0](ctx)
+                for p in parts[1:]:
+                    out = op(out, p(ctx))
+                return out
+            return minmax
+        if isinstance(e, (sp.ceiling, sp.floor)):
+            arg = self.compile(e.args[0])
+            f = np.ceil if isinstance(e, sp.ceiling) else np.floor
+            return lambda ctx: ls.from_float(f(arg(ctx).to_float()))
+        if isinstance(e, kl_inv):
+            q, c = (self.compile(a) for a in e.args)
+            return lambda ctx: ls.from_float(_kl_inv_vec(q(ctx).to_float(), c(ctx).to_float()))
+        if isinstance(e, kl):
+            q, p = (self.compile(a) for a in e.args)
+            return lambda ctx: ls.from_float(_kl_vec(q(ctx).to_float(), p(ctx).to_float()))
+        if isinstance(e, sp.Piecewise):
+            return self._piecewise([(v, c) for v, c in e.args])
+        if isinstance(e, Cases):
+            a = e.args
+            return self._piecewise([(a[i], a[i + 1]) for i in range(0, len(a) - 1, 2)]
+                                   + [(a[-1], sp.true)])
+        if isinstance(e, (sp.Sum, sp.Product)):
+            return self._reduction(e)
+        if isinstance(e, GridMin):
+            return self._gridmin(e)
+        raise DomainError(f"cannot evaluate {type(e).__name__} in '{str(e)[:80]}'")
+
+    def _one_minus_exp(self, e: sp.Add) -> Fn | None:
+        # 1 - exp(y)  ->  -expm1(y): keeps full precision when y is tiny (Catoni, kl^{-1}(0,c)).
+        if len(e.args) != 2 or sp.S.One not in e.args:
+            return None
+        other = e.args[0] if e.args[1] == sp.S.One else e.args[1]
+        coeff, rest = other.as_coeff_Mul()
+        if coeff == -1 and isinstance(rest, sp.exp):
+            y = self.compile(rest.args[0])
+            return lambda ctx: ls.expm1_neg(y(ctx))
+        return None
+
+    def _indexed(self, e: sp.Indexed) -> Fn:
+        name = e.base.label.name
+        idx_fns = [self.compile(i) for i in e.indices]
+
+        def gather(ctx):
+            arr = ctx.arrays[name]
+            s_full, a_full = arr.s, arr.a
+            idx = [np.rint(f(ctx).to_float()) for f in idx_fns]
+            idx = np.broadcast_arrays(*idx) if len(idx) > 1 else idx
+            inside = np.ones(idx[0].shape, dtype=bool)
+            clipped = []
+            for dim, ix in enumerate(idx):
+                n = s_full.shape[dim]
+                inside &= (ix >= 0) & (ix < n)
+                clipped.append(np.clip(np.nan_to_num(ix), 0, n - 1).astype(np.int64))
+            s = np.where(inside, s_full[tuple(clipped)], np.nan)
+            a = np.where(inside, a_full[tuple(clipped)], np.nan)
+            return LV(s, a)
+        return gather
+
+    def _piecewise(self, pairs: list[tuple[sp.Basic, sp.Basic]]) -> Fn:
+        branches = [(self.compile(v), self._condition(c)) for v, c in pairs]
+
+        def pw(ctx):
+            out = branches[-1][0](ctx)
+            for val, cond in reversed(branches[:-1]):
+                out = ls.where(cond(ctx), val(ctx), out)
+            return out
+        return pw
+
+    def _condition(self, c: sp.Basic) -> Callable[[Context], np.ndarray]:
+        if c is sp.true:
+            return lambda ctx: np.bool_(True)
+        if c is sp.false:
+            return lambda ctx: np.bool_(False)
+        if isinstance(c, sp.core.relational.Relational):
+            lhs, rhs = self.compile(c.lhs), self.compile(c.rhs)
+            ops = {
+                sp.StrictLessThan: lambda x, y: ls.less(x, y),
+                sp.LessThan: lambda x, y: ~ls.less(y, x),
+                sp.StrictGreaterThan: lambda x, y: ls.less(y, x),
+                sp.GreaterThan: lambda x, y: ~ls.less(x, y),
+                sp.Equality: ls.equal,
+                sp.Unequality: lambda x, y: ~ls.equal(x, y),
+            }
+            op = ops[type(c)]
+            return lambda ctx: op(lhs(ctx), rhs(ctx))
+        if isinstance(c, (sp.And, sp.Or)):
+            parts = [self._condition(a) for a in c.args]
+            red = np.logical_and if isinstance(c, sp.And) else np.logical_or
+
+            def combined(ctx):
+                out = parts[0](ctx)
+                for p in parts[1:]:
+                    out = red(out, p(ctx))
+                return out
+            return combined
+        raise DomainError(f"cannot evaluate condition '{c}'")
+
+    def _reduction(self, e: sp.Sum | sp.Product) -> Fn:
+        body = self.compile(e.function)
+        limits = [(v.name, self.compile(lo), self.compile(hi)) for v, lo, hi in e.limits]
+        is_sum = isinstance(e, sp.Sum)
+
+        def reduce(ctx):
+            out = body(ctx)
+            for name, lo_f, hi_f in limits:
+                axis = self.axes[name]
+                rng = self.shape_axis(np.arange(ctx.sizes[name], dtype=np.float64), axis)
+                lo, hi = lo_f(ctx).to_float(), hi_f(ctx).to_float()
+                mask = (rng >= lo) & (rng <= hi)
+                shape = np.broadcast_shapes(out.shape, mask.shape)
+                s = np.broadcast_to(out.s, shape)
+                a = np.broadcast_to(out.a, shape)
+                if is_sum:
+                    masked = LV(np.where(mask, s, 0.0), np.where(mask, a, -np.inf))
+                    out = ls.reduce_add(masked, axis)
+                else:
+                    masked = LV(np.where(mask, s, 1.0), np.where(mask, a, 0.0))
+                    out = ls.reduce_mul(masked, axis)
+            return out
+        return reduce
+
+    def _gridmin(self, e: GridMin) -> Fn:
+        body = self.compile(e.args[0])
+        name = e.args[1].name
+        axis = self.axes[name]
+
+        def gridmin(ctx):
+            val = body(ctx)
+            shape = list(np.broadcast_shapes(val.shape, (1,) * self.ndim))
+            shape[axis] = len(ctx.grids[name])
+            full = LV(np.broadcast_to(val.s, shape), np.broadcast_to(val.a, shape))
+            idx = ls.argmin(full, axis)
+            ctx.selected[name] = np.take_along_axis(
+                np.broadcast_to(self.shape_axis(ctx.grids[name], axis), shape), idx, axis=axis)
+            return ls.take(full, idx, axis)
+        return gridmin
+
+
+def _scalar(ctx: Context, name: str) -> LV:
+    try:
+        return ctx.scalars[name]
+    except KeyError:
+        raise DomainError(f"no value for '{name}'") from None
+
+
+def _kl_inv_vec(q: np.ndarray, c: np.ndarray) -> np.ndarray:
+    q, c = np.broadcast_arrays(np.asarray(q, float), np.asarray(c, float))
+    out = np.empty(q.shape)
+    for i in np.ndindex(q.shape):
+        if np.isnan(q[i]) or np.isnan(c[i]) or not 0 <= q[i] <= 1 or c[i] < 0:
+            out[i] = np.nan
+        else:
+            out[i] = kl_inv_upper(q[i], c[i])
+    return out
+
+
+def _kl_vec(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+    q, p = np.broadcast_arrays(np.asarray(q, float), np.asarray(p, float))
+    out = np.empty(q.shape)
+    for i in np.ndindex(q.shape):
+        try:
+            out[i] = kl_bernoulli(q[i], p[i])
+        except ValueError:
+            out[i] = np.nan
+    return out
+
+
+def axes_for(index_names: list[str], grid_params: list[str]) -> dict[str, int]:
+    """Assign one axis per index variable and per GridMin parameter."""
+    names = list(dict.fromkeys([*index_names, *grid_params]))
+    return {n: i for i, n in enumerate(names)}

@@ -1,0 +1,135 @@
+"""Special functions available to formula files, each with a numeric kernel and a SymPy face.
+
+``kl_inv(q, c)`` is the upper inverse of the binary kl divergence,
+sup{p ∈ [q, 1] : kl(q‖p) ≤ c}. The numeric kernel rounds outward: it returns the upper end
+of a bisection bracket whose lower end is feasible and whose upper end is not, so the value is
+never below the true root.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+
+_BISECTION_STEPS = 200  # enough for the bracket to collapse to adjacent doubles
+
+
+def kl_bernoulli(q: float, p: float) -> float:
+    """kl(q‖p) = q ln(q/p) + (1−q) ln((1−q)/(1−p)) with the conventions 0 ln 0 = 0."""
+    if not (0.0 <= q <= 1.0 and 0.0 <= p <= 1.0):
+        raise ValueError("kl arguments must lie in [0, 1]")
+    out = 0.0
+    if q > 0:
+        out += math.inf if p == 0 else q * math.log(q / p)
+    if q < 1:
+        out += math.inf if p == 1 else (1 - q) * math.log((1 - q) / (1 - p))
+    return out
+
+
+def kl_inv_upper(q: float, c: float) -> float:
+    """Upper kl inverse: the smallest double ``p ≥ q`` certified to satisfy ``kl(q‖p) ≥ c``.
+
+    Returns 1.0 when no p < 1 has kl(q‖p) > c (saturation). For q = 0 the exact value is
+    1 − e^{−c}; it is computed by the same bisection (so rounding is outward there too).
+    """
+    q = float(q)
+    c = float(c)
+    if math.isnan(q) or math.isnan(c):
+        raise ValueError("kl_inv got NaN")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"kl_inv: q must lie in [0, 1], got {q}")
+    if c < 0:
+        raise ValueError(f"kl_inv: c must be non-negative, got {c}")
+    if q >= 1.0 or c == math.inf:
+        return 1.0
+    if c == 0.0:
+        return q
+    lo, hi = q, 1.0  # kl(q||lo) = 0 <= c ; kl(q||1) = inf > c
+    for _ in range(_BISECTION_STEPS):
+        mid = lo + (hi - lo) / 2
+        if mid <= lo or mid >= hi:
+            break
+        if _kl_le(q, mid, c):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _kl_le(q: float, p: float, c: float) -> bool:
+    # Evaluate kl with log1p where it matters so the comparison is accurate near p = q.
+    val = 0.0
+    if q > 0:
+        val += q * math.log(q / p)
+    if q < 1:
+        val += (1 - q) * (math.log1p(-q) - math.log1p(-p))
+    return val <= c
+
+
+kl_inv_upper_vec = np.vectorize(kl_inv_upper, otypes=[np.float64])
+
+
+class kl_inv(sp.Function):  # noqa: N801  (SymPy naming convention for functions)
+    """SymPy function ``kl_inv(q, c)``: upper inverse of the binary kl divergence."""
+
+    nargs = 2
+
+    def _eval_evalf(self, prec):
+        q, c = self.args
+        if q.is_Number and c.is_Number:
+            return sp.Float(kl_inv_upper(float(q), float(c)), 17)._eval_evalf(prec)
+        return None
+
+    def _latex(self, printer):
+        q, c = (printer._print(a) for a in self.args)
+        return r"\mathrm{kl}^{-1}\!\left(%s,\, %s\right)" % (q, c)
+
+
+class kl(sp.Function):  # noqa: N801
+    """SymPy function ``kl(q, p)``: binary kl divergence."""
+
+    nargs = 2
+
+    def _eval_evalf(self, prec):
+        q, p = self.args
+        if q.is_Number and p.is_Number:
+            return sp.Float(kl_bernoulli(float(q), float(p)), 17)._eval_evalf(prec)
+        return None
+
+    def _latex(self, printer):
+        q, p = (printer._print(a) for a in self.args)
+        return r"\mathrm{kl}\!\left(%s \,\middle\|\, %s\right)" % (q, p)
+
+
+class GridMin(sp.Function):  # noqa: N801
+    """``GridMin(expr, p)``: minimum of ``expr`` over the declared grid of free parameter ``p``.
+
+    It is how a formula says "choose p post hoc, separately for each matrix": inside a Sum over
+    matrices the minimum is taken per matrix. The evaluator records the arg-min of every
+    instance, and the union-bound cost of the grid, per instance.
+    """
+
+    nargs = 2
+
+    def _latex(self, printer):
+        body, p = self.args
+        return r"\min_{%s \in \mathcal{P}_{%s}} %s" % (
+            printer._print(p), printer._print(p), printer.parenthesize(body, 1000))
+
+
+class Cases(sp.Function):  # noqa: N801
+    """``Piecewise`` as written in formula files: ``Cases(v1, c1, v2, c2, ..., v_else)``.
+
+    SymPy's own Piecewise is folded outwards through powers and products, which would move a
+    condition on a grid parameter outside its ``GridMin``; this opaque form stays where it is
+    written.
+    """
+
+    def _latex(self, printer):
+        a = self.args
+        rows = [r"%s & \text{if } %s" % (printer._print(a[i]), printer._print(a[i + 1]))
+                for i in range(0, len(a) - 1, 2)]
+        rows.append(r"%s & \text{otherwise}" % printer._print(a[-1]))
+        return r"\begin{cases} %s \end{cases}" % r" \\ ".join(rows)

@@ -1,0 +1,62 @@
+"""Error types. Every error boundcalc raises on bad input is a :class:`BoundcalcError`.
+
+The CLI prints ``str(error)`` as one line on stderr and exits with ``error.exit_code``;
+no traceback is shown. Messages name the culprit (file, entry, symbol, field) and say
+what was expected.
+"""
+
+from __future__ import annotations
+
+
+class BoundcalcError(Exception):
+    """Base class: a problem with the user's input, reported without a traceback."""
+
+    exit_code = 2
+
+
+class FormulaError(BoundcalcError):
+    """A formula file is malformed, unsafe, or inconsistent."""
+
+    exit_code = 3
+
+
+class DomainError(BoundcalcError):
+    """A value lies outside its declared domain (negative norm, delta outside (0,1), NaN, ...)."""
+
+    exit_code = 4
+
+
+class MissingValueError(BoundcalcError):
+    """A symbol needed for evaluation has no value."""
+
+    exit_code = 4
+
+
+class StatsError(BoundcalcError):
+    """A statistics file is unreadable or does not follow the schema."""
+
+    exit_code = 5
+
+
+class CheckpointError(BoundcalcError):
+    """A model checkpoint cannot be read, or its architecture is not understood."""
+
+    exit_code = 6
+
+
+class OptimizationError(BoundcalcError):
+    """An optimizer failed to converge; no point is returned."""
+
+    exit_code = 7
+
+
+def where(file: str | None = None, entry: str | None = None, symbol: str | None = None) -> str:
+    """Format a location prefix such as ``pac_bayes.toml: entry 'mcallester': symbol 'n': ``."""
+    parts = []
+    if file:
+        parts.append(str(file))
+    if entry:
+        parts.append(f"entry '{entry}'")
+    if symbol:
+        parts.append(f"symbol '{symbol}'")
+    return (": ".join(parts) + ": ") if parts else ""

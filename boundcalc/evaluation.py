@@ -1,0 +1,509 @@
+"""Evaluate a registry entry on concrete values: validation, δ accounting, terms, assumptions.
+
+``evaluate(entry, values)`` is the one-call API. Optimizers use :class:`Prepared` directly:
+validate once, then call :meth:`Prepared.value` many times with different free parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import sympy as sp
+
+from .engine import logspace as ls
+from .engine.compile import Compiled, Context, axes_for
+from .engine.functions import GridMin
+from .errors import DomainError, MissingValueError
+from .registry.schema import Entry, ParameterSpec, PriorSpec
+
+LN10 = math.log(10.0)
+
+
+@dataclass
+class Result:
+    """The outcome of evaluating (or optimizing) one entry. See :meth:`to_json`."""
+
+    id: str
+    title: str
+    family: str
+    kind: str
+    variant: str | None
+    value: float
+    log10_value: float
+    estimated: bool
+    estimated_inputs: list[str]
+    parameters: dict[str, Any]
+    parameter_choice: dict[str, str]
+    terms: dict[str, float]
+    delta: float | None
+    delta_effective: float | None
+    union_bound_cost: dict[str, float]
+    assumptions: list[dict[str, Any]]
+    hidden_constants: dict[str, float]
+    inputs: dict[str, Any]
+    source: str = ""
+    provenance: str = ""
+    method: str = "evaluate"
+    notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed_assumptions(self) -> list[str]:
+        return [a["text"] for a in self.assumptions if a["status"] == "fails"]
+
+    @property
+    def is_bound(self) -> bool:
+        """True only for a certified entry with no estimated input and no failed assumption."""
+        return self.kind == "certified" and not self.estimated and not self.failed_assumptions
+
+    @property
+    def label(self) -> str:
+        """How this number may be called: 'certified bound', 'estimated', 'rate', 'proxy'."""
+        if self.kind == "proxy":
+            return "proxy (complexity measure, not a bound)"
+        if self.kind == "rate":
+            consts = ", ".join(f"{k}={v:g}" for k, v in self.hidden_constants.items())
+            return f"rate (O(·) with hidden constant {consts})"
+        if self.failed_assumptions:
+            return "not a bound: an assumption fails"
+        if self.estimated:
+            return "estimated (uses a stochastic estimate without its confidence term)"
+        return "certified bound"
+
+    @property
+    def vacuous(self) -> bool | None:
+        """For a certified bound on a [0,1] risk: is it ≥ 1? None for rates and proxies."""
+        return (self.value >= 1.0) if self.is_bound else None
+
+    def value_text(self, digits: int = 6) -> str:
+        if math.isfinite(self.value):
+            return f"{self.value:.{digits}g}"
+        if math.isfinite(self.log10_value):
+            exp = math.floor(self.log10_value)
+            return f"{10 ** (self.log10_value - exp):.{min(digits, 4)}f}e+{exp}"
+        return str(self.value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "title": self.title, "family": self.family, "kind": self.kind,
+            "variant": self.variant, "label": self.label, "is_bound": self.is_bound,
+            "value": self.value if math.isfinite(self.value) else None,
+            "value_text": self.value_text(), "log10_value": self.log10_value,
+            "vacuous": self.vacuous, "estimated": self.estimated,
+            "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
+            "parameter_choice": self.parameter_choice, "terms": self.terms,
+            "delta": self.delta, "delta_effective": self.delta_effective,
+            "union_bound_cost": self.union_bound_cost,
+            "union_bound_cost_total": float(sum(self.union_bound_cost.values())),
+            "assumptions": self.assumptions, "hidden_constants": self.hidden_constants,
+            "inputs": _jsonable(self.inputs), "source": self.source,
+            "provenance": self.provenance, "method": self.method, "notes": self.notes,
+            **_jsonable(self.extra),
+        }
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+# ---- compiled-entry cache ---------------------------------------------------------------------
+
+def gridmin_params(entry: Entry) -> list[str]:
+    """Names of grid parameters that the expression minimises with GridMin."""
+    return sorted({g.args[1].name for g in entry.expression.atoms(GridMin)})
+
+
+def compiled_for(entry: Entry) -> Compiled:
+    comp = getattr(entry, "_compiled", None)
+    if comp is None:
+        axes = axes_for(list(entry.indices), gridmin_params(entry))
+        comp = Compiled(axes, {n: s.indices for n, s in entry.symbols.items() if s.indexed},
+                        set(gridmin_params(entry)))
+        entry._compiled = comp  # type: ignore[attr-defined]
+    return comp
+
+
+def confidence_symbol(entry: Entry) -> str | None:
+    """The δ to which union-bound costs are charged: ``delta`` if declared, else the first."""
+    conf = [s.name for s in entry.symbols.values() if s.role == "confidence"]
+    if "delta" in conf:
+        return "delta"
+    return conf[0] if conf else None
+
+
+# ---- preparation -----------------------------------------------------------------------------
+
+class Prepared:
+    """An entry with validated values, ready to be evaluated for many parameter choices."""
+
+    def __init__(self, entry: Entry, values: Mapping[str, Any],
+                 estimated: Mapping[str, str] | None = None):
+        self.entry = entry
+        self.compiled = compiled_for(entry)
+        self.estimated = dict(estimated or {})
+        self.raw: dict[str, Any] = {}
+        self.scalars: dict[str, float] = {}
+        self.arrays: dict[str, np.ndarray] = {}
+        self._validate(values)
+        self.sizes = self._sizes()
+        self._ctx_scalars = {k: ls.from_float(v) for k, v in self.scalars.items()}
+        self._ctx_arrays = {}
+        for k, arr in self.arrays.items():
+            lv = ls.from_float(arr)
+            self._ctx_arrays[k] = lv
+        self.grids: dict[str, np.ndarray] = {}
+        self.grids = self._grids()
+        self.gridmin_cost = self._gridmin_costs()
+
+    # ---- validation ----------------------------------------------------------------------
+    def _validate(self, values: Mapping[str, Any]) -> None:
+        e = self.entry
+        known = set(e.symbols) | set(e.parameters)
+        unknown = [k for k in values if k not in known]
+        if unknown:
+            raise DomainError(f"entry '{e.id}': unknown symbol '{unknown[0]}' "
+                              f"(declared: {', '.join(sorted(known))})")
+        missing = []
+        for name, spec in e.symbols.items():
+            if name in values:
+                raw = values[name]
+            elif spec.default is not None:
+                raw = spec.default
+            elif spec.role == "size":
+                continue  # inferred from array shapes below
+            else:
+                missing.append(name)
+                continue
+            self.raw[name] = raw
+            if spec.indexed:
+                arr = _as_array(raw, e.id, name)
+                if arr.ndim != len(spec.indices):
+                    raise DomainError(f"entry '{e.id}': symbol '{name}': expected an array with "
+                                      f"{len(spec.indices)} indices {list(spec.indices)}, got "
+                                      f"shape {arr.shape}")
+                self._check_domain(name, arr)
+                self.arrays[name] = arr
+            else:
+                x = _as_scalar(raw, e.id, name)
+                self._check_domain(name, np.asarray(x))
+                self.scalars[name] = x
+        if missing:
+            details = "; ".join(f"{m} ({e.symbols[m].meaning})" for m in missing[:6])
+            raise MissingValueError(f"entry '{e.id}': missing value(s) for {details}"
+                                    + ("" if len(missing) <= 6 else f" and {len(missing) - 6} more"))
+        for name in values:
+            if name in e.parameters:
+                self.raw[name] = values[name]
+
+    def _check_domain(self, name: str, arr: np.ndarray) -> None:
+        spec = self.entry.symbols[name]
+        ok = spec.domain.contains(arr)
+        if not np.all(ok):
+            bad = arr[~ok].flat[0] if arr.ndim else float(arr)
+            pos = "" if arr.ndim == 0 else f" at index {tuple(int(i) for i in np.argwhere(~ok)[0])}"
+            what = "NaN" if np.isnan(bad) else f"{bad:g}"
+            raise DomainError(f"entry '{self.entry.id}': symbol '{name}' ({spec.meaning}) = "
+                              f"{what}{pos} lies outside its domain {spec.domain.text()}")
+
+    def _sizes(self) -> dict[str, int]:
+        e = self.entry
+        sizes: dict[str, int] = {}
+        for idx, size_sym in e.indices.items():
+            if size_sym in self.scalars:
+                sizes[idx] = int(self.scalars[size_sym])
+        for name, arr in self.arrays.items():
+            for dim, idx in enumerate(e.symbols[name].indices):
+                n = arr.shape[dim]
+                size_sym = e.indices[idx]
+                if idx in sizes and sizes[idx] != n and size_sym in self.scalars:
+                    raise DomainError(f"entry '{e.id}': symbol '{name}' has {n} entries along "
+                                      f"index '{idx}', but {size_sym} = {sizes[idx]}")
+                if idx in sizes and sizes[idx] != n:
+                    raise DomainError(f"entry '{e.id}': symbol '{name}' has {n} entries along "
+                                      f"index '{idx}', other symbols have {sizes[idx]}")
+                sizes[idx] = n
+        known_sizes = {e.indices[i]: n for i, n in sizes.items()}
+        for idx, size_sym in e.indices.items():
+            if idx not in sizes and size_sym in known_sizes:
+                sizes[idx] = known_sizes[size_sym]
+            if idx not in sizes:
+                raise MissingValueError(f"entry '{e.id}': size '{size_sym}' of index '{idx}' "
+                                        f"is neither given nor implied by an array")
+            if size_sym not in self.scalars:
+                self.scalars[size_sym] = float(sizes[idx])
+                self._check_domain(size_sym, np.asarray(float(sizes[idx])))
+        # indices sharing a size symbol must agree
+        by_size: dict[str, int] = {}
+        for idx, size_sym in e.indices.items():
+            if by_size.setdefault(size_sym, sizes[idx]) != sizes[idx]:
+                raise DomainError(f"entry '{e.id}': inconsistent lengths for size '{size_sym}'")
+        return sizes
+
+    # ---- scalar helper evaluation ------------------------------------------------------------
+    def context(self, params: Mapping[str, float] | None = None,
+                delta_eff: float | None = None) -> Context:
+        scalars = dict(self._ctx_scalars)
+        for k, v in (params or {}).items():
+            scalars[k] = ls.from_float(v)
+        conf = confidence_symbol(self.entry)
+        if delta_eff is not None and conf is not None:
+            scalars[conf] = ls.from_float(delta_eff)
+        return Context(scalars=scalars, arrays=self._ctx_arrays, sizes=self.sizes,
+                       grids=self.grids)
+
+    def eval_array(self, expr: sp.Basic, ctx: Context) -> np.ndarray:
+        return self.compiled.compile(expr)(ctx).to_float()
+
+    def eval_scalar(self, expr: sp.Basic, ctx: Context | None = None) -> float:
+        ctx = ctx or self.context()
+        lv = self.compiled.compile(expr)(ctx)
+        arr = np.broadcast_to(lv.to_float(), lv.shape)
+        if arr.size != 1:
+            raise DomainError(f"entry '{self.entry.id}': '{str(expr)[:60]}' is not a scalar "
+                              f"(free indices remain)")
+        return float(arr.reshape(-1)[0])
+
+    def _grids(self) -> dict[str, np.ndarray]:
+        grids = {}
+        for name, p in self.entry.parameters.items():
+            if p.grid is None:
+                continue
+            try:
+                grids[name] = p.grid.values(lambda ex: self.eval_scalar(ex))
+            except (ValueError, DomainError) as exc:
+                raise DomainError(f"entry '{self.entry.id}': grid of parameter '{name}': "
+                                  f"{exc}") from None
+        return grids
+
+    def _gridmin_costs(self) -> dict[str, float]:
+        costs = {}
+        for name in gridmin_params(self.entry):
+            p = self.entry.parameters[name]
+            count = 1
+            for idx in p.indices:
+                count *= self.sizes[idx]
+            costs[name] = count * math.log(len(self.grids[name]))
+        return costs
+
+    # ---- parameters ----------------------------------------------------------------------------
+    def scalar_params(self) -> list[ParameterSpec]:
+        gm = set(gridmin_params(self.entry))
+        return [p for p in self.entry.parameters.values() if p.name not in gm]
+
+    def resolve(self, given: Mapping[str, float] | None = None,
+                how: Mapping[str, str] | None = None
+                ) -> tuple[dict[str, float], dict[str, str], dict[str, float]]:
+        """Values, provenance and union-bound costs of every scalar free parameter.
+
+        A given value (user or optimizer) is used as is for ``simultaneous``/``fixed``
+        parameters, and must lie on the grid for ``grid``/``prior`` parameters (the nearest
+        grid point is taken when the value came from a closed form or an optimizer).
+        """
+        given = dict(given or {})
+        for k, v in self.raw.items():
+            if k in self.entry.parameters and k not in given:
+                given[k] = _as_scalar(v, self.entry.id, k)
+        how = dict(how or {})
+        values: dict[str, float] = {}
+        choice: dict[str, str] = {}
+        costs: dict[str, float] = dict(self.gridmin_cost)
+        pending = self.scalar_params()
+        for p in pending:
+            if p.name in given:
+                v, src = float(given[p.name]), how.get(p.name, "given")
+            elif p.default is not None:
+                v, src = p.default, "default"
+            elif p.closed_form is not None:
+                v, src = None, "closed form"
+            else:
+                raise MissingValueError(
+                    f"entry '{self.entry.id}': free parameter '{p.name}' has no value; set it "
+                    f"with --set {p.name}=... or choose it with `boundcalc optimize`")
+            values[p.name] = v  # type: ignore[assignment]
+            choice[p.name] = src
+        # closed forms may depend on data and on other parameters: evaluate after the others
+        for p in pending:
+            if values[p.name] is None:
+                ctx = self.context({k: v for k, v in values.items() if v is not None})
+                values[p.name] = self.eval_scalar(p.closed_form, ctx)
+                if not math.isfinite(values[p.name]):
+                    raise DomainError(f"entry '{self.entry.id}': closed form of '{p.name}' "
+                                      f"is not finite")
+        for p in pending:
+            v = values[p.name]
+            if p.choice == "grid":
+                grid = self.grids[p.name]
+                j = _nearest(grid, v, p.log_scale)
+                if choice[p.name] == "given" and not math.isclose(grid[j], v, rel_tol=1e-9,
+                                                                    abs_tol=1e-12):
+                    raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = {v:g} is "
+                                      f"not on its declared grid (nearest point {grid[j]:g})")
+                if grid[j] != v:
+                    choice[p.name] += f", snapped to grid point {j + 1}/{len(grid)}"
+                values[p.name] = float(grid[j])
+                costs[p.name] = math.log(len(grid))
+            elif p.choice == "prior":
+                assert p.prior is not None
+                j = p.prior.index_of(v) if v > 0 else 1
+                snapped = float(p.prior.value(j))
+                if snapped != v:
+                    choice[p.name] += f", snapped to prior grid point j={j}"
+                values[p.name] = snapped
+                costs[p.name] = PriorSpec.cost(j)
+            if not bool(p.domain.contains(values[p.name])):
+                raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = "
+                                  f"{values[p.name]:g} lies outside {p.domain.text()}")
+        return values, choice, costs
+
+    def delta_effective(self, costs: Mapping[str, float]) -> float | None:
+        conf = confidence_symbol(self.entry)
+        if conf is None:
+            return None
+        return self.scalars[conf] * math.exp(-sum(costs.values()))
+
+    # ---- evaluation --------------------------------------------------------------------------
+    def value(self, params: Mapping[str, float], costs: Mapping[str, float] | None = None) -> float:
+        """The entry's value for fully resolved parameters (fast path for optimizers)."""
+        costs = self.gridmin_cost if costs is None else costs
+        ctx = self.context(params, self.delta_effective(costs))
+        return self._checked(ctx)
+
+    def _checked(self, ctx: Context) -> float:
+        lv = self.compiled.compile(self.entry.expression)(ctx)
+        s = np.broadcast_to(lv.s, lv.shape).reshape(-1)
+        a = np.broadcast_to(lv.a, lv.shape).reshape(-1)
+        if s.size != 1:
+            raise DomainError(f"entry '{self.entry.id}': expression has free indices; wrap them "
+                              f"in Sum/Product")
+        if np.isnan(s[0]) or np.isnan(a[0]):
+            raise DomainError(f"entry '{self.entry.id}': evaluation is undefined for these "
+                              f"values ({self._diagnose(ctx)})")
+        self._last = (float(s[0]), float(a[0]))
+        return float(s[0] * math.exp(a[0])) if a[0] < 709.7 else (math.inf * s[0] if s[0] else 0.0)
+
+    def _diagnose(self, ctx: Context) -> str:
+        """Name the smallest sub-expression whose value is undefined."""
+        def visit(e: sp.Basic) -> str | None:
+            for arg in e.args:
+                if isinstance(arg, sp.Expr) and not isinstance(arg, (sp.Indexed, sp.Tuple)):
+                    found = visit(arg)
+                    if found:
+                        return found
+            if isinstance(e, (sp.Sum, sp.Product)):
+                return None
+            try:
+                lv = self.compiled.compile(e)(Context(ctx.scalars, ctx.arrays, ctx.sizes,
+                                                      ctx.grids))
+            except Exception:  # noqa: BLE001 - diagnostics only
+                return None
+            if np.any(np.isnan(lv.s)) and not isinstance(e, (sp.Symbol, sp.Indexed)):
+                return f"undefined at '{str(e)[:70]}'"
+            return None
+        return visit(self.entry.expression) or "check the inputs"
+
+    def result(self, params: Mapping[str, float] | None = None, method: str = "evaluate",
+               how: Mapping[str, str] | None = None) -> Result:
+        """Full :class:`Result` with terms, δ accounting and assumption checks."""
+        e = self.entry
+        values, choice, costs = self.resolve(params, how)
+        delta_eff = self.delta_effective(costs)
+        ctx = self.context(values, delta_eff)
+        value = self._checked(ctx)
+        s, a = self._last
+        log10 = a / LN10 if s > 0 else (-math.inf if s == 0 else math.nan)
+        terms = {}
+        for t in e.terms:
+            expr = e.definitions[t].expr if t in e.definitions else e.symbols[t].symbol
+            terms[t] = self.eval_scalar(expr, ctx)
+        parameters: dict[str, Any] = dict(values)
+        for name, sel in ctx.selected.items():
+            parameters[name] = self._per_instance(name, sel)
+            choice[name] = "GridMin (per instance, arg-min on the grid)"
+        conf_syms = [s for s in e.symbols.values() if s.role == "confidence"]
+        delta_total = sum(self.scalars[s.name] for s in conf_syms) if conf_syms else None
+        used_estimates = sorted(n for n in self.estimated if n in e.symbols
+                                and n not in e.estimated_inputs_ok)
+        notes = list(e.notes)
+        if costs and confidence_symbol(e) is None:
+            notes.append("union-bound costs are shown but not charged: this entry has no δ")
+        return Result(
+            id=e.id, title=e.title, family=e.family, kind=e.kind, variant=e.variant,
+            value=value, log10_value=log10, estimated=bool(used_estimates),
+            estimated_inputs=[f"{n}: {self.estimated[n]}" for n in used_estimates],
+            parameters=parameters, parameter_choice=choice, terms=terms,
+            delta=delta_total, delta_effective=delta_eff, union_bound_cost=costs,
+            assumptions=self.check_assumptions(ctx),
+            hidden_constants={s.name: self.scalars[s.name]
+                              for s in e.symbols.values() if s.role == "hidden_constant"},
+            inputs={k: v for k, v in self.scalars.items()},
+            source=e.source, provenance=e.provenance, method=method, notes=notes,
+        )
+
+    def _per_instance(self, name: str, sel: np.ndarray) -> np.ndarray:
+        """GridMin selections as an array over the parameter's declared indices."""
+        keep = [self.compiled.axes[i] for i in self.entry.parameters[name].indices]
+        index = tuple(slice(None) if ax in keep else 0 for ax in range(sel.ndim))
+        return np.asarray(sel[index])
+
+    def check_assumptions(self, ctx: Context) -> list[dict[str, Any]]:
+        out = []
+        for asm in self.entry.assumptions:
+            status = "unchecked"
+            if asm.check is not None:
+                try:
+                    cond = self.compiled._condition(asm.check)(ctx)
+                    status = "holds" if bool(np.all(cond)) else "fails"
+                except (DomainError, KeyError):
+                    status = "unknown"
+            out.append({"text": asm.text, "check": asm.check_text, "status": status})
+        return out
+
+
+def _nearest(grid: np.ndarray, v: float, log_scale: bool) -> int:
+    if log_scale and v > 0 and np.all(grid > 0):
+        return int(np.argmin(np.abs(np.log(grid) - math.log(v))))
+    return int(np.argmin(np.abs(grid - v)))
+
+
+def _as_scalar(raw: Any, entry: str, name: str) -> float:
+    if isinstance(raw, bool):
+        raise DomainError(f"entry '{entry}': symbol '{name}': expected a number, got a boolean")
+    try:
+        arr = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DomainError(f"entry '{entry}': symbol '{name}': expected a number, got "
+                          f"{str(raw)[:40]!r}") from None
+    if arr.ndim != 0:
+        raise DomainError(f"entry '{entry}': symbol '{name}': expected a single number, got an "
+                          f"array of shape {arr.shape}")
+    return float(arr)
+
+
+def _as_array(raw: Any, entry: str, name: str) -> np.ndarray:
+    try:
+        return np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DomainError(f"entry '{entry}': symbol '{name}': expected an array of numbers") \
+            from None
+
+
+def evaluate(entry: Entry, values: Mapping[str, Any], params: Mapping[str, float] | None = None,
+             estimated: Mapping[str, str] | None = None) -> Result:
+    """Evaluate ``entry`` at ``values`` (symbol name -> number or array).
+
+    Free parameters come from ``params`` (or the values), else their default, else their
+    declared closed form. Grid and prior parameters are snapped to their grid and their
+    union-bound cost is charged to δ.
+    """
+    return Prepared(entry, values, estimated).result(params)

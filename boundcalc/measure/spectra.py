@@ -1,0 +1,126 @@
+"""Per-matrix norms and spectra (float64), with a fast path for per-head products.
+
+A per-head product ``Aᵀ B`` with ``A, B ∈ R^{d_h×N}`` has rank ≤ d_h. Its nonzero singular values
+are those of a small core: thin QR ``Aᵀ = Q_A R_A`` and ``Bᵀ = Q_B R_B`` give
+``Aᵀ B = Q_A (R_A R_Bᵀ) Q_Bᵀ``, so only the d_h × d_h matrix ``R_A R_Bᵀ`` needs an SVD. Heads are
+batched. Only these ≤ d_h values are stored; the other N − d_h singular values are exactly zero.
+
+Numerical rank follows spectrum_adaptive.md §4.3:
+``#{σ_i > 1e-10 · min(rows, cols) · max(σ_1, 1)}`` with min(rows, cols) of the full matrix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+RANK_TOL = 1e-10
+_CHUNK_BYTES = 256 * 2**20  # per-head products are formed in chunks of at most this size
+
+
+def numerical_rank(sv: np.ndarray | torch.Tensor, k: int | None = None) -> int:
+    """Count ``σ_i > 1e-10 · k · max(σ_1, 1)``; ``k`` defaults to the number of values given."""
+    s = np.asarray(sv.cpu() if isinstance(sv, torch.Tensor) else sv, dtype=np.float64)
+    if s.size == 0:
+        return 0
+    k = s.size if k is None else k
+    return int(np.count_nonzero(s > RANK_TOL * k * max(float(s.max()), 1.0)))
+
+
+def schatten_sum(singular_values: Sequence[float] | np.ndarray, p: float,
+                 rank: int | None = None, k: int | None = None) -> float:
+    """``S_p = Σ σ_i^p`` for p > 0; for p = 0 the numerical rank (``rank`` if given).
+
+    Pass ``k`` = min(rows, cols) of the full matrix when only its nonzero values are stored.
+    """
+    s = np.asarray(singular_values, dtype=np.float64)
+    if p < 0:
+        raise ValueError(f"schatten_sum: p must be >= 0, got {p}")
+    if p == 0:
+        return float(rank if rank is not None else numerical_rank(s, k))
+    return float(np.sum(s[s > 0] ** p))
+
+
+def schatten_grid(sv: Sequence[float] | np.ndarray, grid: Sequence[float],
+                  rank: int | None = None, k: int | None = None) -> np.ndarray:
+    """``S_p`` for every p of ``grid`` (same conventions as :func:`schatten_sum`)."""
+    return np.array([schatten_sum(sv, float(p), rank, k) for p in grid], dtype=np.float64)
+
+
+def _norms(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(frobenius, norm_21 = sum of column l2 norms, norm_11) of a matrix or a batch."""
+    return (torch.linalg.matrix_norm(W, "fro"), torch.linalg.vector_norm(W, dim=-2).sum(-1),
+            torch.linalg.vector_norm(W, ord=1, dim=(-2, -1)))
+
+
+def _from_sv(sv: torch.Tensor, fro: torch.Tensor, n21: torch.Tensor, n11: torch.Tensor,
+             k: int) -> dict[str, float]:
+    s = sv.double().cpu().numpy()
+    spectral = float(s[0]) if s.size else 0.0
+    return {"spectral": spectral, "frobenius": float(fro), "nuclear": float(s.sum()),
+            "norm_21": float(n21), "norm_11": float(n11), "rank": float(numerical_rank(s, k)),
+            "stable_rank": float(fro) ** 2 / spectral**2 if spectral > 0 else 0.0}
+
+
+def matrix_stats(W: torch.Tensor, sv: torch.Tensor | None = None,
+                 W0: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
+    """Statistics of one matrix in its stored orientation, plus its singular values.
+
+    ``sv`` may be supplied when already known (e.g. M_in = ffn_inᵀ shares ffn_in's values).
+    With ``W0`` (the initial matrix) the ``dist_init_*`` statistics are added.
+    """
+    W = W.double()
+    if sv is None:
+        sv = torch.linalg.svdvals(W)
+    fro, n21, n11 = _norms(W)
+    stats = _from_sv(sv, fro, n21, n11, min(W.shape))
+    if W0 is not None:
+        D = W - W0.double()
+        stats["dist_init_fro"] = float(torch.linalg.matrix_norm(D, "fro"))
+        stats["dist_init_spectral"] = float(torch.linalg.svdvals(D)[0])
+        stats["dist_init_21"] = float(torch.linalg.vector_norm(D, dim=-2).sum())
+    return stats, sv
+
+
+def core_singular_values(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """Singular values of ``Aᵀ B`` that can be nonzero: A, B (H, d, N) → (H, min(d, N)), descending."""
+    ra = torch.linalg.qr(A.transpose(-2, -1), mode="r")[1]
+    rb = torch.linalg.qr(B.transpose(-2, -1), mode="r")[1]
+    return torch.linalg.svdvals(ra @ rb.transpose(-2, -1))
+
+
+def product_stats(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = None,
+                  B0: torch.Tensor | None = None) -> list[tuple[dict[str, float], torch.Tensor]]:
+    """Statistics and singular values of ``A[h]ᵀ B[h]`` (N × N) for every head h.
+
+    ``A``, ``B``: (H, d_h, N) float64. Singular values come from the QR core; the norms that need
+    the entries (frobenius, norm_21, norm_11) use the product, formed a few heads at a time.
+    With ``A0, B0`` (initial weights) the distance statistics are added; the spectral norm of the
+    difference uses the rank-2d_h core of ``[A; −A0]ᵀ [B; B0]``.
+    """
+    H, _, N = A.shape
+    sv = core_singular_values(A, B)
+    dist_sv = None
+    if A0 is not None:
+        dist_sv = core_singular_values(torch.cat([A, -A0], 1), torch.cat([B, B0], 1))[:, 0]
+    out: list[tuple[dict[str, float], torch.Tensor]] = []
+    step = max(1, _CHUNK_BYTES // (N * N * 8 * (2 if A0 is not None else 1)))
+    for lo in range(0, H, step):
+        hi = min(H, lo + step)
+        P = A[lo:hi].transpose(-2, -1) @ B[lo:hi]
+        fro, n21, n11 = _norms(P)
+        if A0 is not None:
+            D = P - A0[lo:hi].transpose(-2, -1) @ B0[lo:hi]
+            dfro = torch.linalg.matrix_norm(D, "fro")
+            d21 = torch.linalg.vector_norm(D, dim=-2).sum(-1)
+        for i in range(hi - lo):
+            h = lo + i
+            stats = _from_sv(sv[h], fro[i], n21[i], n11[i], N)
+            if dist_sv is not None:
+                stats["dist_init_fro"] = float(dfro[i])
+                stats["dist_init_spectral"] = float(dist_sv[h])
+                stats["dist_init_21"] = float(d21[i])
+            out.append((stats, sv[h]))
+    return out

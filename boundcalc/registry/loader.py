@@ -1,0 +1,397 @@
+"""Load formula files (TOML) into :class:`~boundcalc.registry.schema.Entry` objects.
+
+TOML is parsed by the standard library (data only, no code), and every expression by
+:mod:`boundcalc.registry.parser` (an AST whitelist, no ``eval``). Errors name file, entry
+and symbol. See ``formulas/README.md`` for the file format.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import sympy as sp
+
+from ..errors import FormulaError
+from .parser import Namespace, parse_expression
+from .schema import (CHOICES, KINDS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
+                     ParameterSpec, PriorSpec, SymbolSpec)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+MAX_FILE_BYTES = 2_000_000
+_ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
+_RESERVED = {"Sum", "Product", "GridMin", "Piecewise", "Min", "Max", "sqrt", "log", "exp",
+             "Abs", "ceiling", "floor", "kl_inv", "kl", "pi", "E", "oo", "lambda", "True",
+             "False", "None"}
+_ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "expression",
+               "terms", "definitions", "symbols", "parameters", "indices", "variant",
+               "description", "notes", "estimated_inputs_ok"}
+_SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
+_PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
+               "bounds", "log_scale", "default", "note", "meaning", "latex"}
+
+
+def load_file(path: str | Path) -> list[Entry]:
+    """Parse one formula file into its entries. Raises :class:`FormulaError` on any problem."""
+    path = Path(path)
+    fname = path.name
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise FormulaError(f"{path}: cannot read ({exc.strerror})") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise FormulaError(f"{fname}: file is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise FormulaError(f"{fname}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FormulaError(f"{fname}: not valid TOML ({exc})") from None
+    return entries_from_document(doc, fname)
+
+
+def entries_from_document(doc: dict[str, Any], fname: str) -> list[Entry]:
+    """Build entries from a parsed TOML document (``fname`` is used in messages)."""
+    family = doc.get("family")
+    if not isinstance(family, str) or not _ID.match(family):
+        raise FormulaError(f"{fname}: top-level 'family' must be a lower-case identifier")
+    unknown = set(doc) - {"family", "title", "description", "symbols", "entry"}
+    if unknown:
+        raise FormulaError(f"{fname}: unknown top-level key(s) {sorted(unknown)}")
+    shared = doc.get("symbols", {})
+    if not isinstance(shared, dict):
+        raise FormulaError(f"{fname}: [symbols] must be a table")
+    raw_entries = doc.get("entry")
+    if not isinstance(raw_entries, list) or not raw_entries:
+        raise FormulaError(f"{fname}: no [[entry]] tables")
+    entries = []
+    seen: set[str] = set()
+    for i, raw in enumerate(raw_entries):
+        if not isinstance(raw, dict):
+            raise FormulaError(f"{fname}: entry #{i + 1} is not a table")
+        entry = _EntryBuilder(fname, family, shared, raw, i).build()
+        if entry.id in seen:
+            raise FormulaError(f"{fname}: entry id '{entry.id}' appears twice")
+        seen.add(entry.id)
+        entries.append(entry)
+    return entries
+
+
+class _EntryBuilder:
+    def __init__(self, fname: str, family: str, shared: dict, raw: dict, position: int):
+        self.fname = fname
+        self.family = family
+        self.shared = shared
+        self.raw = raw
+        ident = raw.get("id")
+        self.id = ident if isinstance(ident, str) else f"#{position + 1}"
+
+    def fail(self, msg: str, symbol: str | None = None) -> FormulaError:
+        loc = f"{self.fname}: entry '{self.id}': "
+        if symbol:
+            loc += f"symbol '{symbol}': "
+        return FormulaError(loc + msg)
+
+    def text(self, key: str, required: bool = True, default: str = "") -> str:
+        value = self.raw.get(key, None)
+        if value is None:
+            if required:
+                raise self.fail(f"missing required field '{key}'")
+            return default
+        if not isinstance(value, str):
+            raise self.fail(f"field '{key}' must be a string")
+        return value
+
+    def build(self) -> Entry:
+        raw = self.raw
+        if not isinstance(raw.get("id"), str) or not _ID.match(raw["id"]):
+            raise self.fail("field 'id' must be a lower-case identifier ([a-z][a-z0-9_]*)")
+        unknown = set(raw) - _ENTRY_KEYS
+        if unknown:
+            raise self.fail(f"unknown field(s) {sorted(unknown)}")
+        kind = self.text("kind")
+        if kind not in KINDS:
+            raise self.fail(f"kind must be one of {', '.join(KINDS)}; got '{kind}'")
+
+        symbols = self._symbols()
+        indices, index_symbols = self._indices(symbols)
+        params = self._parameters(symbols, index_symbols)
+        ns = Namespace(
+            scalars={n: s.symbol for n, s in symbols.items() if not s.indexed},
+            indexed={n: (s.symbol, len(s.indices)) for n, s in symbols.items() if s.indexed},
+            indices=index_symbols,
+            grid_params={n: p.symbol for n, p in params.items() if p.choice == "grid"},
+        )
+        ns.scalars = dict(ns.scalars)
+        ns.scalars.update({n: p.symbol for n, p in params.items()
+                           if not p.indices and p.choice != "grid"})
+        ns.grid_params = dict(ns.grid_params)
+        definitions = self._definitions(ns, index_symbols)
+        expression = parse_expression(self.text("expression"), ns, self._where("expression"))
+        if not isinstance(expression, sp.Expr):
+            raise self.fail("expression must be a number-valued expression")
+        self._finish_parameters(params, ns)
+        terms = raw.get("terms", [])
+        if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+            raise self.fail("'terms' must be a list of names")
+        for t in terms:
+            if t not in definitions and t not in symbols:
+                raise self.fail(f"term '{t}' is neither a definition nor a symbol")
+        self._check_kind(kind, symbols)
+        notes = raw.get("notes", [])
+        if isinstance(notes, str):
+            notes = [notes]
+        return Entry(
+            id=raw["id"], title=self.text("title"), family=self.family, kind=kind,
+            source=self.text("source"), provenance=self.text("provenance"),
+            expression_text=self.text("expression"), expression=expression,
+            symbols=symbols, parameters=params, indices=indices, index_symbols=index_symbols,
+            definitions=definitions, terms=list(terms), assumptions=self._assumptions(ns),
+            file=self.fname, variant=self.text("variant", required=False) or None,
+            description=self.text("description", required=False), notes=list(notes),
+            estimated_inputs_ok=tuple(raw.get("estimated_inputs_ok", ())),
+        )
+
+    def _where(self, what: str) -> str:
+        return f"{self.fname}: entry '{self.id}': {what}: "
+
+    # ---- symbols ---------------------------------------------------------------------------
+    def _symbols(self) -> dict[str, SymbolSpec]:
+        own = self.raw.get("symbols", {})
+        if not isinstance(own, dict):
+            raise self.fail("[entry.symbols] must be a table")
+        merged = dict(self.shared)
+        merged.update(own)
+        out = {}
+        for name, spec in merged.items():
+            out[name] = self._symbol(name, spec)
+        return out
+
+    def _symbol(self, name: str, spec: Any) -> SymbolSpec:
+        if not _NAME.match(name) or name in _RESERVED:
+            raise self.fail("invalid or reserved symbol name", name)
+        if not isinstance(spec, dict):
+            raise self.fail("declaration must be a table {meaning, role, domain, ...}", name)
+        unknown = set(spec) - _SYMBOL_KEYS
+        if unknown:
+            raise self.fail(f"unknown field(s) {sorted(unknown)}", name)
+        meaning = spec.get("meaning")
+        if not isinstance(meaning, str) or not meaning:
+            raise self.fail("missing 'meaning'", name)
+        role = spec.get("role")
+        if role not in ROLES:
+            raise self.fail(f"role must be one of {', '.join(ROLES)}; got {role!r}", name)
+        if role == "free":
+            raise self.fail("free parameters are declared under [entry.parameters]", name)
+        try:
+            domain = Domain.parse(spec.get("domain", ""), bool(spec.get("integer", False)))
+        except ValueError as exc:
+            raise self.fail(str(exc), name) from None
+        indices = spec.get("indices", [])
+        if not isinstance(indices, list) or not all(isinstance(i, str) for i in indices):
+            raise self.fail("'indices' must be a list of index names", name)
+        default = spec.get("default")
+        if default is not None:
+            if isinstance(default, bool) or not isinstance(default, (int, float)):
+                raise self.fail("'default' must be a number", name)
+            if not bool(domain.contains(default)):
+                raise self.fail(f"default {default} lies outside the domain {domain.text()}", name)
+        if role == "hidden_constant" and default is None:
+            raise self.fail("a hidden constant needs a default (usually 1)", name)
+        stat = spec.get("stat")
+        if stat is not None and (not isinstance(stat, str) or not stat):
+            raise self.fail("'stat' must be a stats path such as 'scalars.n'", name)
+        symbol = sp.IndexedBase(name, real=True) if indices else sp.Symbol(name, real=True)
+        return SymbolSpec(name=name, meaning=meaning, role=role, domain=domain,
+                          indices=tuple(indices), stat=stat,
+                          default=None if default is None else float(default),
+                          latex=spec.get("latex"), symbol=symbol)
+
+    def _indices(self, symbols: dict[str, SymbolSpec]) -> tuple[dict[str, str], dict[str, sp.Symbol]]:
+        raw = self.raw.get("indices", {})
+        if not isinstance(raw, dict):
+            raise self.fail("[entry.indices] must be a table: index = \"SizeSymbol\"")
+        out, syms = {}, {}
+        for name, size in raw.items():
+            if not _NAME.match(name) or name in _RESERVED or name in symbols:
+                raise self.fail(f"index '{name}' has an invalid name or clashes with a symbol")
+            if not isinstance(size, str) or size not in symbols or symbols[size].role != "size":
+                raise self.fail(f"index '{name}' must name a declared symbol with role 'size' "
+                                f"as its range, got {size!r}")
+            out[name] = size
+            syms[name] = sp.Symbol(name, integer=True)
+        for s in symbols.values():
+            for i in s.indices:
+                if i not in out:
+                    raise self.fail(f"uses index '{i}', which is not declared under "
+                                    f"[entry.indices]", s.name)
+        return out, syms
+
+    # ---- parameters ------------------------------------------------------------------------
+    def _parameters(self, symbols: dict[str, SymbolSpec],
+                    index_symbols: dict[str, sp.Symbol]) -> dict[str, ParameterSpec]:
+        raw = self.raw.get("parameters", {})
+        if not isinstance(raw, dict):
+            raise self.fail("[entry.parameters] must be a table")
+        out = {}
+        for name, spec in raw.items():
+            where = f"parameter '{name}': "
+            if not _NAME.match(name) or name in _RESERVED or name in symbols:
+                raise self.fail(where + "invalid name, or also declared as a symbol")
+            if not isinstance(spec, dict):
+                raise self.fail(where + "declaration must be a table")
+            unknown = set(spec) - _PARAM_KEYS
+            if unknown:
+                raise self.fail(where + f"unknown field(s) {sorted(unknown)}")
+            choice = spec.get("choice")
+            if choice not in CHOICES:
+                raise self.fail(where + f"choice must be one of {', '.join(CHOICES)}; "
+                                f"got {choice!r}")
+            try:
+                domain = Domain.parse(spec.get("domain", ""), bool(spec.get("integer", False)))
+            except ValueError as exc:
+                raise self.fail(where + str(exc)) from None
+            indices = tuple(spec.get("indices", []))
+            for i in indices:
+                if i not in index_symbols:
+                    raise self.fail(where + f"index '{i}' is not declared")
+            if indices and choice != "grid":
+                raise self.fail(where + "only grid parameters (used through GridMin) may be "
+                                "indexed")
+            grid = prior = None
+            if choice == "grid":
+                grid = self._grid_raw(name, spec.get("grid"))
+            elif spec.get("grid") is not None:
+                raise self.fail(where + "'grid' is only allowed with choice = \"grid\"")
+            if choice == "prior":
+                prior = self._prior(name, spec.get("prior"))
+            bounds = spec.get("bounds")
+            if bounds is not None:
+                if (not isinstance(bounds, list) or len(bounds) != 2
+                        or not all(isinstance(b, (int, float)) for b in bounds)
+                        or not bounds[0] < bounds[1]):
+                    raise self.fail(where + "'bounds' must be [low, high] with low < high")
+                bounds = (float(bounds[0]), float(bounds[1]))
+            default = spec.get("default")
+            if default is not None and not isinstance(default, (int, float)):
+                raise self.fail(where + "'default' must be a number")
+            out[name] = ParameterSpec(
+                name=name, choice=choice, domain=domain, indices=indices, grid=grid,
+                prior=prior, closed_form_text=spec.get("closed_form"), bounds=bounds,
+                log_scale=bool(spec.get("log_scale", False)),
+                default=None if default is None else float(default),
+                note=str(spec.get("note", "") or spec.get("meaning", "")),
+                symbol=sp.Symbol(name, real=True),
+            )
+        return out
+
+    def _grid_raw(self, name: str, grid: Any) -> GridSpec:
+        where = f"parameter '{name}': grid: "
+        if not isinstance(grid, dict) or len(grid) != 1:
+            raise self.fail(where + "must be one of {values=[...]}, {range=[start, stop, step]}, "
+                            "{linspace=[start, stop, num]}, {geomspace=[start, stop, num]}")
+        (kind, args), = grid.items()
+        if kind not in ("values", "range", "linspace", "geomspace"):
+            raise self.fail(where + f"unknown grid kind '{kind}'")
+        if not isinstance(args, list) or not args or (kind != "values" and len(args) != 3):
+            raise self.fail(where + f"'{kind}' needs a list"
+                            + ("" if kind == "values" else " of 3 items"))
+        if len(args) > 10_000:
+            raise self.fail(where + "at most 10000 explicit values")
+        return GridSpec(kind=kind, args=tuple(args))  # parsed in _finish_parameters
+
+    def _prior(self, name: str, prior: Any) -> PriorSpec:
+        where = f"parameter '{name}': prior: "
+        if not isinstance(prior, dict) or prior.get("kind") != "dziugaite_roy":
+            raise self.fail(where + "must be {kind = \"dziugaite_roy\", c = ..., b = ..., "
+                            "squared = true}")
+        try:
+            c, b = float(prior["c"]), float(prior["b"])
+        except (KeyError, TypeError, ValueError):
+            raise self.fail(where + "needs numbers c and b") from None
+        if not (c > 0 and b > 0):
+            raise self.fail(where + "c and b must be positive")
+        return PriorSpec(c=c, b=b, squared=bool(prior.get("squared", True)))
+
+    def _finish_parameters(self, params: dict[str, ParameterSpec], ns: Namespace) -> None:
+        for name, p in params.items():
+            if p.grid is not None:
+                args = []
+                for j, a in enumerate(p.grid.args):
+                    if isinstance(a, bool) or not isinstance(a, (int, float, str)):
+                        raise self.fail(f"parameter '{name}': grid item {j} must be a number "
+                                        f"or an expression string")
+                    text = a if isinstance(a, str) else repr(a)
+                    args.append(parse_expression(text, ns, self._where(f"parameter '{name}' grid")))
+                p.grid = GridSpec(kind=p.grid.kind, args=tuple(args))
+            if p.closed_form_text is not None:
+                p.closed_form = parse_expression(
+                    p.closed_form_text, ns, self._where(f"parameter '{name}' closed_form"))
+
+    # ---- definitions and assumptions --------------------------------------------------------
+    def _definitions(self, ns: Namespace, index_symbols: dict[str, sp.Symbol]) -> dict[str, Definition]:
+        raw = self.raw.get("definitions", {})
+        if not isinstance(raw, dict):
+            raise self.fail("[entry.definitions] must be a table")
+        out: dict[str, Definition] = {}
+        defs = dict(ns.definitions)
+        idefs = dict(ns.indexed_definitions)
+        for name, spec in raw.items():
+            if not _NAME.match(name) or name in _RESERVED or name in ns.scalars \
+                    or name in ns.indexed or name in ns.indices:
+                raise self.fail(f"definition '{name}' has an invalid name or clashes with a symbol")
+            if isinstance(spec, str):
+                text, indices = spec, []
+            elif isinstance(spec, dict) and isinstance(spec.get("expr"), str):
+                text, indices = spec["expr"], spec.get("indices", [])
+            else:
+                raise self.fail(f"definition '{name}' must be a string or {{expr, indices}}")
+            for i in indices:
+                if i not in index_symbols:
+                    raise self.fail(f"definition '{name}' uses undeclared index '{i}'")
+            ns.definitions, ns.indexed_definitions = defs, idefs
+            expr = parse_expression(text, ns, self._where(f"definition '{name}'"))
+            isyms = tuple(index_symbols[i] for i in indices)
+            if indices:
+                idefs[name] = (isyms, expr)
+            else:
+                defs[name] = expr
+            out[name] = Definition(name=name, text=text, expr=expr, indices=tuple(indices),
+                                   index_symbols=isyms)
+        ns.definitions, ns.indexed_definitions = defs, idefs
+        return out
+
+    def _assumptions(self, ns: Namespace) -> list[Assumption]:
+        raw = self.raw.get("assumptions", [])
+        if not isinstance(raw, list):
+            raise self.fail("'assumptions' must be a list")
+        out = []
+        for j, item in enumerate(raw):
+            if isinstance(item, str):
+                out.append(Assumption(text=item))
+            elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                check = item.get("check")
+                expr = None
+                if check is not None:
+                    expr = parse_expression(str(check), ns, self._where(f"assumption {j + 1} check"))
+                    if not isinstance(expr, sp.core.relational.Relational):
+                        raise self.fail(f"assumption {j + 1}: 'check' must be a comparison")
+                out.append(Assumption(text=item["text"], check=expr, check_text=check))
+            else:
+                raise self.fail(f"assumption {j + 1} must be a string or {{text, check}}")
+        return out
+
+    def _check_kind(self, kind: str, symbols: dict[str, SymbolSpec]) -> None:
+        hidden = [s.name for s in symbols.values() if s.role == "hidden_constant"]
+        if kind == "rate" and not hidden:
+            raise self.fail("a 'rate' entry must expose its hidden constant as a symbol with "
+                            "role 'hidden_constant'")
+        if kind == "certified" and hidden:
+            raise self.fail(f"a 'certified' entry cannot have hidden constants ({hidden[0]})")

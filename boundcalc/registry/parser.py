@@ -1,0 +1,306 @@
+"""Safe parsing of formula expressions: Python's ``ast`` → SymPy, never ``eval``.
+
+Only arithmetic, numbers, declared names, subscripts of declared indexed symbols, comparisons
+and calls of a fixed list of functions are accepted. Attribute access, strings, lambdas,
+comprehensions, keyword arguments, starred arguments and anything else are refused with an
+error that names the construct. Nothing in a formula file is ever executed.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import sympy as sp
+
+from ..engine.functions import Cases, GridMin, kl, kl_inv
+from ..errors import FormulaError
+
+MAX_EXPRESSION_CHARS = 20_000
+MAX_DEPTH = 60
+MAX_NUMBER_CHARS = 60
+MAX_EXPONENT = 400
+
+_BINOPS: dict[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.Pow: lambda a, b: a ** b,
+}
+_CMPOPS: dict[type, Callable[[sp.Expr, sp.Expr], sp.Basic]] = {
+    ast.Lt: sp.Lt, ast.LtE: sp.Le, ast.Gt: sp.Gt, ast.GtE: sp.Ge, ast.Eq: sp.Eq, ast.NotEq: sp.Ne,
+}
+
+# Functions a formula may call: name -> (SymPy constructor, allowed argument counts).
+FUNCTIONS: dict[str, tuple[Callable[..., sp.Basic], tuple[int, ...]]] = {
+    "sqrt": (sp.sqrt, (1,)),
+    "log": (sp.log, (1, 2)),
+    "exp": (sp.exp, (1,)),
+    "Abs": (sp.Abs, (1,)),
+    "Min": (sp.Min, tuple(range(2, 33))),
+    "Max": (sp.Max, tuple(range(2, 33))),
+    "ceiling": (sp.ceiling, (1,)),
+    "floor": (sp.floor, (1,)),
+    "kl_inv": (kl_inv, (2,)),
+    "kl": (kl, (2,)),
+}
+REDUCTIONS = {"Sum": sp.Sum, "Product": sp.Product}
+CONSTANTS = {"pi": sp.pi, "E": sp.E}
+
+
+@dataclass
+class Namespace:
+    """What names an expression may use.
+
+    ``scalars``: declared scalar symbols; ``indexed``: declared indexed symbols with their
+    number of indices; ``indices``: declared index variables; ``definitions``: already parsed
+    named sub-expressions (scalar), ``indexed_definitions``: name -> (index symbols, expr);
+    ``grid_params``: free parameters that may appear as the second argument of ``GridMin``.
+    """
+
+    scalars: Mapping[str, sp.Symbol] = field(default_factory=dict)
+    indexed: Mapping[str, tuple[sp.IndexedBase, int]] = field(default_factory=dict)
+    indices: Mapping[str, sp.Symbol] = field(default_factory=dict)
+    definitions: Mapping[str, sp.Expr] = field(default_factory=dict)
+    indexed_definitions: Mapping[str, tuple[tuple[sp.Symbol, ...], sp.Expr]] = field(
+        default_factory=dict)
+    grid_params: Mapping[str, sp.Symbol] = field(default_factory=dict)
+
+
+def parse_expression(text: str, ns: Namespace, where: str = "") -> sp.Expr:
+    """Parse ``text`` into a SymPy expression using only names from ``ns``.
+
+    Raises :class:`FormulaError` prefixed with ``where`` on anything unsafe or unknown.
+    """
+    if not isinstance(text, str):
+        raise FormulaError(f"{where}expression must be a string, got {type(text).__name__}")
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise FormulaError(f"{where}expression is longer than {MAX_EXPRESSION_CHARS} characters")
+    if "\x00" in text:
+        raise FormulaError(f"{where}expression contains a NUL byte")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise FormulaError(f"{where}syntax error in expression at column {exc.offset}: "
+                           f"{exc.msg}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise FormulaError(f"{where}cannot parse expression ({exc.__class__.__name__})") from None
+    try:
+        return _Builder(ns, where).build(tree.body, 0)
+    except RecursionError:
+        raise FormulaError(f"{where}expression is nested too deeply") from None
+
+
+class _Builder:
+    def __init__(self, ns: Namespace, where: str):
+        self.ns = ns
+        self.where = where
+
+    def fail(self, msg: str) -> FormulaError:
+        return FormulaError(f"{self.where}{msg}")
+
+    def build(self, node: ast.AST, depth: int) -> sp.Basic:
+        if depth > MAX_DEPTH:
+            raise self.fail(f"expression is nested deeper than {MAX_DEPTH} levels")
+        method = getattr(self, "_" + type(node).__name__, None)
+        if method is None:
+            raise self.fail(f"{_describe(node)} is not allowed in a formula "
+                            f"(only arithmetic, numbers, declared symbols and the functions "
+                            f"{', '.join(sorted([*FUNCTIONS, *REDUCTIONS, 'GridMin', 'Piecewise']))})")
+        return method(node, depth + 1)
+
+    # ---- leaves --------------------------------------------------------------------------
+    def _Constant(self, node: ast.Constant, depth: int) -> sp.Basic:
+        value = node.value
+        if isinstance(value, bool):
+            return sp.true if value else sp.false
+        if isinstance(value, int):
+            if len(str(abs(value))) > MAX_NUMBER_CHARS:
+                raise self.fail(f"integer literal with more than {MAX_NUMBER_CHARS} digits")
+            return sp.Integer(value)
+        if isinstance(value, float):
+            rep = repr(value)
+            if value != value or value in (float("inf"), float("-inf")):
+                raise self.fail("non-finite number literal")
+            mant, _, exp = rep.partition("e")
+            if exp and abs(int(exp)) > MAX_EXPONENT:
+                raise self.fail(f"number literal {rep} has an exponent beyond ±{MAX_EXPONENT}")
+            return sp.Rational(rep)
+        raise self.fail(f"literal {type(value).__name__} {value!r:.30} is not allowed "
+                        f"(only numbers)")
+
+    def _Name(self, node: ast.Name, depth: int) -> sp.Basic:
+        name = node.id
+        ns = self.ns
+        if name in ns.definitions:
+            return ns.definitions[name]
+        if name in ns.scalars:
+            return ns.scalars[name]
+        if name in ns.indices:
+            return ns.indices[name]
+        if name in ns.grid_params:
+            return ns.grid_params[name]
+        if name in CONSTANTS:
+            return CONSTANTS[name]
+        if name in ns.indexed or name in ns.indexed_definitions:
+            raise self.fail(f"indexed symbol '{name}' must be used with its indices, "
+                            f"e.g. {name}[l]")
+        if name in FUNCTIONS or name in REDUCTIONS:
+            raise self.fail(f"function '{name}' must be called")
+        raise self.fail(f"unknown symbol '{name}': declare it under [entry.symbols] "
+                        f"(or [entry.indices] / [entry.definitions])")
+
+    # ---- operators -----------------------------------------------------------------------
+    def _BinOp(self, node: ast.BinOp, depth: int) -> sp.Basic:
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            hint = " (use ** for powers)" if isinstance(node.op, ast.BitXor) else ""
+            raise self.fail(f"operator {type(node.op).__name__} is not allowed{hint}")
+        left = self.build(node.left, depth)
+        right = self.build(node.right, depth)
+        _require_expr(self, left, right)
+        return op(left, right)
+
+    def _UnaryOp(self, node: ast.UnaryOp, depth: int) -> sp.Basic:
+        operand = self.build(node.operand, depth)
+        _require_expr(self, operand)
+        if isinstance(node.op, ast.USub):
+            return -operand
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        raise self.fail(f"operator {type(node.op).__name__} is not allowed")
+
+    def _Compare(self, node: ast.Compare, depth: int) -> sp.Basic:
+        if len(node.ops) != 1:
+            raise self.fail("chained comparisons are not allowed; write (a < b) separately")
+        op = _CMPOPS.get(type(node.ops[0]))
+        if op is None:
+            raise self.fail(f"comparison {type(node.ops[0]).__name__} is not allowed")
+        left = self.build(node.left, depth)
+        right = self.build(node.comparators[0], depth)
+        _require_expr(self, left, right)
+        return op(left, right)
+
+    def _Subscript(self, node: ast.Subscript, depth: int) -> sp.Basic:
+        if not isinstance(node.value, ast.Name):
+            raise self.fail("only declared indexed symbols can be subscripted, as name[i, j]")
+        name = node.value.id
+        idx_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if any(isinstance(n, ast.Slice) for n in idx_nodes):
+            raise self.fail(f"slices are not allowed in '{name}[...]'")
+        idx = [self.build(n, depth) for n in idx_nodes]
+        _require_expr(self, *idx)
+        for i in idx:
+            bad = [s for s in i.free_symbols if s.name not in self.ns.indices
+                   and s.name not in self.ns.scalars]
+            if bad:
+                raise self.fail(f"index of '{name}' uses '{bad[0]}', which is not an index "
+                                f"variable or size")
+        if name in self.ns.indexed:
+            base, rank = self.ns.indexed[name]
+            if len(idx) != rank:
+                raise self.fail(f"'{name}' is declared with {rank} indices, used with {len(idx)}")
+            return base[tuple(idx)]
+        if name in self.ns.indexed_definitions:
+            vars_, expr = self.ns.indexed_definitions[name]
+            if len(idx) != len(vars_):
+                raise self.fail(f"definition '{name}' takes {len(vars_)} indices, "
+                                f"used with {len(idx)}")
+            return expr.xreplace(dict(zip(vars_, idx)))
+        raise self.fail(f"'{name}' is not a declared indexed symbol")
+
+    def _Call(self, node: ast.Call, depth: int) -> sp.Basic:
+        if not isinstance(node.func, ast.Name):
+            raise self.fail(f"call of {_describe(node.func)} is not allowed; only the listed "
+                            f"functions can be called by name")
+        name = node.func.id
+        if node.keywords:
+            raise self.fail(f"keyword arguments are not allowed (in call of '{name}')")
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.fail(f"starred arguments are not allowed (in call of '{name}')")
+        if name in REDUCTIONS:
+            return self._reduction(name, node, depth)
+        if name == "GridMin":
+            return self._gridmin(node, depth)
+        if name == "Piecewise":
+            return self._piecewise(node, depth)
+        if name not in FUNCTIONS:
+            raise self.fail(f"function '{name}' is not allowed; allowed: "
+                            f"{', '.join(sorted([*FUNCTIONS, *REDUCTIONS, 'GridMin', 'Piecewise']))}")
+        ctor, counts = FUNCTIONS[name]
+        if len(node.args) not in counts:
+            raise self.fail(f"'{name}' takes {' or '.join(map(str, counts[:3]))} arguments, "
+                            f"got {len(node.args)}")
+        args = [self.build(a, depth) for a in node.args]
+        _require_expr(self, *args)
+        return ctor(*args)
+
+    def _reduction(self, name: str, node: ast.Call, depth: int) -> sp.Basic:
+        if len(node.args) < 2:
+            raise self.fail(f"{name}(expr, (i, start, end), ...) needs at least one limit")
+        body = self.build(node.args[0], depth)
+        _require_expr(self, body)
+        limits = []
+        for lim in node.args[1:]:
+            if not (isinstance(lim, ast.Tuple) and len(lim.elts) == 3
+                    and isinstance(lim.elts[0], ast.Name)):
+                raise self.fail(f"{name} limits must be (index, start, end)")
+            var = lim.elts[0].id
+            if var not in self.ns.indices:
+                raise self.fail(f"{name} index '{var}' is not declared under [entry.indices]")
+            lo = self.build(lim.elts[1], depth)
+            hi = self.build(lim.elts[2], depth)
+            _require_expr(self, lo, hi)
+            limits.append((self.ns.indices[var], lo, hi))
+        return REDUCTIONS[name](body, *limits)
+
+    def _gridmin(self, node: ast.Call, depth: int) -> sp.Basic:
+        if len(node.args) != 2 or not isinstance(node.args[1], ast.Name):
+            raise self.fail("GridMin(expr, p) takes an expression and a grid parameter name")
+        pname = node.args[1].id
+        if pname not in self.ns.grid_params:
+            raise self.fail(f"GridMin parameter '{pname}' must be a free parameter declared "
+                            f"with choice = \"grid\"")
+        body = self.build(node.args[0], depth)
+        _require_expr(self, body)
+        return GridMin(body, self.ns.grid_params[pname])
+
+    def _piecewise(self, node: ast.Call, depth: int) -> sp.Basic:
+        pairs = []
+        for arg in node.args:
+            if not (isinstance(arg, ast.Tuple) and len(arg.elts) == 2):
+                raise self.fail("Piecewise takes (value, condition) pairs")
+            val = self.build(arg.elts[0], depth)
+            cond = self.build(arg.elts[1], depth)
+            _require_expr(self, val)
+            if not isinstance(cond, (sp.core.relational.Relational, sp.logic.boolalg.BooleanAtom)):
+                raise self.fail("Piecewise condition must be a comparison or True")
+            pairs.append((val, cond))
+        if not pairs or pairs[-1][1] is not sp.true:
+            raise self.fail("Piecewise must end with a (value, True) pair")
+        flat = [x for v, c in pairs[:-1] for x in (v, c)]
+        return Cases(*flat, pairs[-1][0])
+
+    def _Tuple(self, node: ast.Tuple, depth: int) -> sp.Basic:
+        raise self.fail("a tuple is only allowed as a Sum/Product limit or a Piecewise pair")
+
+
+def _require_expr(builder: _Builder, *items: sp.Basic) -> None:
+    for item in items:
+        if not isinstance(item, sp.Expr):
+            raise builder.fail("a comparison or boolean cannot be used as a number")
+
+
+def _describe(node: ast.AST) -> str:
+    kinds = {
+        ast.Attribute: "attribute access",
+        ast.Lambda: "a lambda",
+        ast.ListComp: "a comprehension", ast.GeneratorExp: "a comprehension",
+        ast.SetComp: "a comprehension", ast.DictComp: "a comprehension",
+        ast.JoinedStr: "an f-string", ast.List: "a list", ast.Dict: "a dict", ast.Set: "a set",
+        ast.BoolOp: "and/or", ast.IfExp: "an if-expression", ast.NamedExpr: "':='",
+        ast.Await: "await", ast.Yield: "yield", ast.Starred: "a starred expression",
+    }
+    return kinds.get(type(node), type(node).__name__)

@@ -1,0 +1,229 @@
+"""What a registry entry is: kinds, roles, domains, symbols, free parameters, assumptions."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+KINDS = ("certified", "rate", "proxy")
+ROLES = ("measured", "data_size", "confidence", "hidden_constant", "constant", "free", "size")
+CHOICES = ("simultaneous", "grid", "prior", "fixed")
+"""How a free parameter may be chosen.
+
+- ``simultaneous``: the theorem holds for all values at once; optimise freely, no cost.
+- ``grid``: a declared finite grid; choosing a point after seeing the data costs ln|grid|
+  (uniform union bound), charged to δ.
+- ``prior``: a countable grid with weights (Dziugaite & Roy: σ_j² = c·e^{−j/b}, δ_j = 6δ/(π²j²));
+  the cost ln(π²j²/6) of the chosen point is charged to δ.
+- ``fixed``: must be set before seeing the data; never optimised.
+"""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """An interval of the real line, optionally restricted to integers."""
+
+    lo: float
+    hi: float
+    lo_open: bool
+    hi_open: bool
+    integer: bool = False
+
+    _PATTERN = re.compile(r"^\s*([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])\s*$")
+
+    @classmethod
+    def parse(cls, text: str, integer: bool = False) -> "Domain":
+        """Parse ``"(0, 1)"``, ``"[0, inf)"``, ``"[8, inf)"`` and the like."""
+        m = cls._PATTERN.match(text or "")
+        if not m:
+            raise ValueError(f"domain {text!r} is not an interval like \"(0, 1)\" or \"[0, inf)\"")
+        lo, hi = (_num(m.group(2)), _num(m.group(3)))
+        if lo > hi:
+            raise ValueError(f"domain {text!r} is empty")
+        return cls(lo, hi, m.group(1) == "(", m.group(4) == ")", integer)
+
+    def contains(self, x: np.ndarray) -> np.ndarray:
+        """Element-wise membership (NaN is never a member)."""
+        x = np.asarray(x, dtype=np.float64)
+        ok = ~np.isnan(x)
+        ok &= (x > self.lo) if self.lo_open else (x >= self.lo)
+        ok &= (x < self.hi) if self.hi_open else (x <= self.hi)
+        if self.integer:
+            ok &= np.isfinite(x) & (np.floor(x) == x)
+        return ok
+
+    def text(self) -> str:
+        f = lambda v: "inf" if v == math.inf else "-inf" if v == -math.inf else f"{v:g}"  # noqa: E731
+        core = f"{'(' if self.lo_open else '['}{f(self.lo)}, {f(self.hi)}{')' if self.hi_open else ']'}"
+        return ("integer " if self.integer else "") + core
+
+
+def _num(text: str) -> float:
+    t = text.strip().lower()
+    if t in ("inf", "+inf", "oo", "infinity"):
+        return math.inf
+    if t in ("-inf", "-oo", "-infinity"):
+        return -math.inf
+    return float(t)
+
+
+@dataclass
+class SymbolSpec:
+    """A declared symbol: what it means, where its value comes from, which values are valid."""
+
+    name: str
+    meaning: str
+    role: str
+    domain: Domain
+    indices: tuple[str, ...] = ()
+    stat: str | None = None
+    default: float | None = None
+    latex: str | None = None
+    symbol: Any = None  # sp.Symbol, or sp.IndexedBase when indexed
+
+    @property
+    def indexed(self) -> bool:
+        return bool(self.indices)
+
+
+@dataclass
+class GridSpec:
+    """A finite grid: explicit values, ``range`` (start, stop, step) or ``linspace``/``geomspace``."""
+
+    kind: str
+    args: tuple[sp.Expr, ...]
+
+    def values(self, evaluate_scalar) -> np.ndarray:
+        """The grid points, given a function that evaluates a scalar SymPy expression."""
+        nums = [float(evaluate_scalar(a)) for a in self.args]
+        if self.kind == "values":
+            pts = np.array(nums)
+        elif self.kind == "range":
+            start, stop, step = nums
+            if step <= 0:
+                raise ValueError(f"grid step must be positive, got {step}")
+            count = int(math.floor((stop - start) / step + 1e-9)) + 1
+            if count > 100_000:
+                raise ValueError(f"grid has {count} points; at most 100000 are allowed")
+            pts = start + step * np.arange(count)
+        elif self.kind == "linspace":
+            start, stop, num = nums
+            pts = np.linspace(start, stop, int(num))
+        elif self.kind == "geomspace":
+            start, stop, num = nums
+            pts = np.geomspace(start, stop, int(num))
+        else:  # pragma: no cover - validated at load time
+            raise ValueError(self.kind)
+        if pts.size == 0 or not np.all(np.isfinite(pts)):
+            raise ValueError("grid is empty or has non-finite points")
+        return pts
+
+
+@dataclass
+class PriorSpec:
+    """Dziugaite & Roy grid: value² = c·exp(−j/b) (or value = c·exp(−j/b)), j = 1, 2, …"""
+
+    c: float
+    b: float
+    squared: bool = True
+    j_max: int = 100_000
+
+    def value(self, j: np.ndarray | int) -> np.ndarray:
+        v = self.c * np.exp(-np.asarray(j, dtype=np.float64) / self.b)
+        return np.sqrt(v) if self.squared else v
+
+    def index_of(self, value: float) -> int:
+        """Nearest grid index (in log space) to ``value``; clipped to [1, j_max]."""
+        v = value ** 2 if self.squared else value
+        j = round(-self.b * math.log(v / self.c))
+        return int(min(max(j, 1), self.j_max))
+
+    @staticmethod
+    def cost(j: int) -> float:
+        """ln(1/w_j) with w_j = 6/(π² j²): the confidence spent on grid point j."""
+        return 2.0 * math.log(j) + math.log(math.pi ** 2 / 6.0)
+
+
+@dataclass
+class ParameterSpec:
+    """A free parameter and the rule by which it may be chosen (see :data:`CHOICES`)."""
+
+    name: str
+    choice: str
+    domain: Domain
+    indices: tuple[str, ...] = ()
+    grid: GridSpec | None = None
+    prior: PriorSpec | None = None
+    closed_form: sp.Expr | None = None
+    closed_form_text: str | None = None
+    bounds: tuple[float, float] | None = None
+    log_scale: bool = False
+    default: float | None = None
+    note: str = ""
+    symbol: Any = None
+
+
+@dataclass
+class Assumption:
+    """An assumption in words, optionally with a predicate checked against the values."""
+
+    text: str
+    check: sp.Basic | None = None
+    check_text: str | None = None
+
+
+@dataclass
+class Definition:
+    """A named sub-expression, optionally indexed (e.g. the depth factor alpha[l])."""
+
+    name: str
+    text: str
+    expr: sp.Expr
+    indices: tuple[str, ...] = ()
+    index_symbols: tuple[sp.Symbol, ...] = ()
+
+
+@dataclass
+class Entry:
+    """One bound (or rate, or proxy) as declared in a formula file."""
+
+    id: str
+    title: str
+    family: str
+    kind: str
+    source: str
+    provenance: str
+    expression_text: str
+    expression: sp.Expr
+    symbols: dict[str, SymbolSpec]
+    parameters: dict[str, ParameterSpec]
+    indices: dict[str, str]  # index variable -> size symbol name
+    index_symbols: dict[str, sp.Symbol]
+    definitions: dict[str, Definition]
+    terms: list[str]
+    assumptions: list[Assumption]
+    file: str
+    variant: str | None = None
+    description: str = ""
+    notes: list[str] = field(default_factory=list)
+    estimated_inputs_ok: tuple[str, ...] = ()
+
+    def required_stats(self) -> list[str]:
+        """Stats-file paths this entry binds to (``matrix.QK.spectral``, ``scalars.n``, ...)."""
+        return sorted({s.stat for s in self.symbols.values() if s.stat})
+
+    def symbols_by_role(self, role: str) -> list[SymbolSpec]:
+        return [s for s in self.symbols.values() if s.role == role]
+
+    def summary(self) -> dict[str, Any]:
+        """The fields of the ``list --json`` contract."""
+        return {
+            "id": self.id, "title": self.title, "family": self.family, "kind": self.kind,
+            "source": self.source, "provenance": self.provenance, "variant": self.variant,
+            "file": self.file,
+        }

@@ -1,0 +1,326 @@
+"""The stats file: measured model statistics, versioned JSON.
+
+This is the one contract between ``measure`` (which writes it) and the registry (which binds
+formula symbols to it). Layout, version 1::
+
+    {
+      "schema": "boundcalc.stats", "version": 1,
+      "provenance": {"boundcalc": "0.1.0", "torch": "2.13.0", "device": "cpu",
+                     "dtype": "float64", "seed": 0, "source": "path/or/name", ...},
+      "model": {"architecture": "bert", "n_layers": 6, "n_heads": 12, "n_kv_heads": 12,
+                "hidden": 384, "head_dim": 32, "intermediate": 1536, "n_params": 22713216},
+      "layer_map": [{"name": "...query.weight", "role": "q", "layer": 0, "head": null,
+                     "shape": [384, 384]}, ...],
+      "excluded":  [{"name": "...LayerNorm.weight", "reason": "norm parameter"}, ...],
+      "matrices":  [{"type": "QK", "layer": 0, "head": 3, "name": "...", "shape": [384, 384],
+                     "stats": {"spectral": 1.2, "frobenius": ..., ...},
+                     "singular_values": [...]}, ...],
+      "scalars":   {"n": {"value": 1000}, "hessian_trace": {"value": 3.1, "estimated": true,
+                     "stderr": 0.2, "ci": [2.7, 3.5], "confidence": 0.95,
+                     "method": "hutchinson, 100 Rademacher probes"}, ...},
+      "groups":    {"names": ["layer.0", ...],
+                    "stats": {"hessian_trace": [..], "dist_init_sq": [..], "n_params": [..]},
+                    "estimated": {"hessian_trace": true}}
+    }
+
+Matrix ``type`` is one of the spectrum-adaptive types ``QK``, ``V`` (Ṽ = V·O per head),
+``M_in``, ``M_out`` or a raw role (``q``, ``k``, ``v``, ``o``, ``ffn_in``, ``ffn_out``, ...).
+Standard per-matrix stat names: ``spectral``, ``frobenius``, ``nuclear``, ``norm_21`` (sum of
+column l2 norms in the stored orientation), ``norm_11``, ``rank`` (numerical), ``stable_rank``,
+``dist_init_fro``, ``dist_init_spectral``, ``dist_init_21``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import StatsError
+
+SCHEMA = "boundcalc.stats"
+VERSION = 1
+_MAX_SV = 1_000_000  # singular values per matrix; larger arrays are refused as hostile
+
+
+@dataclass
+class Quantity:
+    """A scalar statistic with its provenance.
+
+    ``estimated`` marks a stochastic or heuristic estimate (Hutchinson, Monte Carlo, the
+    sub-Gaussian estimator). ``ci`` is a confidence interval at level ``confidence``.
+    """
+
+    value: float
+    estimated: bool = False
+    stderr: float | None = None
+    ci: tuple[float, float] | None = None
+    confidence: float | None = None
+    method: str | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value}
+        if self.estimated:
+            out["estimated"] = True
+        for key in ("stderr", "confidence", "method", "note"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.ci is not None:
+            out["ci"] = [self.ci[0], self.ci[1]]
+        return out
+
+
+@dataclass
+class MatrixStats:
+    """Statistics of one weight matrix (or per-head product) in a declared orientation."""
+
+    type: str
+    layer: int | None
+    head: int | None
+    name: str
+    shape: tuple[int, int]
+    stats: dict[str, float] = field(default_factory=dict)
+    singular_values: np.ndarray | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": self.type, "layer": self.layer, "head": self.head, "name": self.name,
+            "shape": list(self.shape), "stats": dict(self.stats),
+        }
+        if self.singular_values is not None:
+            out["singular_values"] = [float(x) for x in self.singular_values]
+        return out
+
+
+@dataclass
+class Stats:
+    """All statistics of one model, plus the provenance needed to reproduce them."""
+
+    model: dict[str, Any] = field(default_factory=dict)
+    matrices: list[MatrixStats] = field(default_factory=list)
+    scalars: dict[str, Quantity] = field(default_factory=dict)
+    groups: dict[str, Any] = field(default_factory=dict)
+    layer_map: list[dict[str, Any]] = field(default_factory=list)
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    # ---- queries used by binding -------------------------------------------------------
+    def matrix_types(self) -> list[str]:
+        return sorted({m.type for m in self.matrices})
+
+    def of_type(self, mtype: str) -> list[MatrixStats]:
+        return [m for m in self.matrices if m.type == mtype]
+
+    def to_dataframe(self):
+        """Per-matrix statistics as a pandas DataFrame (one row per matrix)."""
+        import pandas as pd
+
+        rows = []
+        for m in self.matrices:
+            row = {"type": m.type, "layer": m.layer, "head": m.head, "name": m.name,
+                   "rows": m.shape[0], "cols": m.shape[1]}
+            row.update(m.stats)
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": VERSION,
+            "provenance": self.provenance,
+            "model": self.model,
+            "layer_map": self.layer_map,
+            "excluded": self.excluded,
+            "matrices": [m.to_json() for m in self.matrices],
+            "scalars": {k: q.to_json() for k, q in sorted(self.scalars.items())},
+            "groups": self.groups,
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write atomically: a temporary file in the same folder, then an atomic rename."""
+        return write_json_atomic(path, self.to_json())
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Serialize ``obj`` as JSON to ``path`` without ever leaving a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+# ---- loading and validation ---------------------------------------------------------------
+
+def _finite(value: Any, what: str, nonneg: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise StatsError(f"{what}: expected a number, got {type(value).__name__} {value!r:.40}")
+    x = float(value)
+    if not math.isfinite(x):
+        raise StatsError(f"{what}: expected a finite number, got {x}")
+    if nonneg and x < 0:
+        raise StatsError(f"{what}: expected a non-negative number, got {x}")
+    return x
+
+
+def _quantity(obj: Any, what: str) -> Quantity:
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        return Quantity(_finite(obj, what))
+    if not isinstance(obj, dict) or "value" not in obj:
+        raise StatsError(f"{what}: expected a number or an object with a 'value' field")
+    ci = obj.get("ci")
+    if ci is not None:
+        if not isinstance(ci, list) or len(ci) != 2:
+            raise StatsError(f"{what}.ci: expected [low, high]")
+        ci = (_finite(ci[0], f"{what}.ci[0]"), _finite(ci[1], f"{what}.ci[1]"))
+    conf = obj.get("confidence")
+    if conf is not None:
+        conf = _finite(conf, f"{what}.confidence")
+        if not 0 < conf < 1:
+            raise StatsError(f"{what}.confidence: expected a number in (0, 1), got {conf}")
+    stderr = obj.get("stderr")
+    return Quantity(
+        value=_finite(obj["value"], f"{what}.value"),
+        estimated=bool(obj.get("estimated", False)),
+        stderr=None if stderr is None else _finite(stderr, f"{what}.stderr", nonneg=True),
+        ci=ci,
+        confidence=conf,
+        method=_opt_str(obj.get("method"), f"{what}.method"),
+        note=_opt_str(obj.get("note"), f"{what}.note"),
+    )
+
+
+def _opt_str(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise StatsError(f"{what}: expected a string, got {type(value).__name__}")
+
+
+def _opt_int(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StatsError(f"{what}: expected a non-negative integer or null, got {value!r:.40}")
+    return value
+
+
+def _matrix(obj: Any, i: int) -> MatrixStats:
+    what = f"matrices[{i}]"
+    if not isinstance(obj, dict):
+        raise StatsError(f"{what}: expected an object")
+    for key in ("type", "shape", "stats"):
+        if key not in obj:
+            raise StatsError(f"{what}: missing field '{key}'")
+    if not isinstance(obj["type"], str) or not obj["type"]:
+        raise StatsError(f"{what}.type: expected a non-empty string")
+    shape = obj["shape"]
+    if (not isinstance(shape, list) or len(shape) != 2
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
+        raise StatsError(f"{what}.shape: expected [rows, cols] of positive integers")
+    if not isinstance(obj["stats"], dict):
+        raise StatsError(f"{what}.stats: expected an object of name -> number")
+    stats = {str(k): _finite(v, f"{what}.stats.{k}") for k, v in obj["stats"].items()}
+    for k, v in stats.items():
+        if v < 0:
+            raise StatsError(f"{what}.stats.{k}: norms and ranks cannot be negative, got {v}")
+    sv = obj.get("singular_values")
+    if sv is not None:
+        if not isinstance(sv, list):
+            raise StatsError(f"{what}.singular_values: expected a list of numbers")
+        if len(sv) > _MAX_SV or len(sv) > min(shape):
+            raise StatsError(
+                f"{what}.singular_values: {len(sv)} values for a {shape[0]}x{shape[1]} matrix"
+            )
+        arr = np.array([_finite(x, f"{what}.singular_values[{j}]", nonneg=True)
+                        for j, x in enumerate(sv)], dtype=np.float64)
+        sv = arr
+    return MatrixStats(
+        type=obj["type"], layer=_opt_int(obj.get("layer"), f"{what}.layer"),
+        head=_opt_int(obj.get("head"), f"{what}.head"), name=str(obj.get("name", "")),
+        shape=(shape[0], shape[1]), stats=stats, singular_values=sv,
+    )
+
+
+def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
+    """Validate a parsed stats document and build :class:`Stats`; errors name the field."""
+    try:
+        if not isinstance(data, dict):
+            raise StatsError("top level: expected a JSON object")
+        if data.get("schema") != SCHEMA:
+            raise StatsError(f"field 'schema': expected '{SCHEMA}', got {data.get('schema')!r:.60}")
+        if data.get("version") != VERSION:
+            raise StatsError(f"field 'version': this boundcalc reads version {VERSION}, "
+                             f"got {data.get('version')!r:.20}")
+        for key, typ in (("model", dict), ("matrices", list), ("scalars", dict)):
+            if key not in data:
+                raise StatsError(f"missing field '{key}'")
+            if not isinstance(data[key], typ):
+                raise StatsError(f"field '{key}': expected a JSON {typ.__name__}")
+        model = data["model"]
+        for key in ("n_layers", "n_heads", "hidden"):
+            if key in model:
+                _opt_int(model[key], f"model.{key}")
+        groups = data.get("groups", {}) or {}
+        if not isinstance(groups, dict):
+            raise StatsError("field 'groups': expected an object")
+        if groups:
+            names = groups.get("names")
+            gstats = groups.get("stats", {})
+            if not isinstance(names, list) or not isinstance(gstats, dict):
+                raise StatsError("groups: expected 'names' (list) and 'stats' (object)")
+            for k, v in gstats.items():
+                if not isinstance(v, list) or len(v) != len(names):
+                    raise StatsError(f"groups.stats.{k}: expected a list of {len(names)} numbers")
+                for j, x in enumerate(v):
+                    _finite(x, f"groups.stats.{k}[{j}]")
+        return Stats(
+            model=model,
+            matrices=[_matrix(m, i) for i, m in enumerate(data["matrices"])],
+            scalars={str(k): _quantity(v, f"scalars.{k}") for k, v in data["scalars"].items()},
+            groups=groups,
+            layer_map=list(data.get("layer_map", []) or []),
+            excluded=list(data.get("excluded", []) or []),
+            provenance=dict(data.get("provenance", {}) or {}),
+        )
+    except StatsError as exc:
+        raise StatsError(f"{source}: {exc}") from None
+
+
+def load_stats(path: str | os.PathLike) -> Stats:
+    """Read and validate a stats file. Raises :class:`StatsError` naming the bad field."""
+    p = Path(path)
+    if not p.is_file():
+        raise StatsError(f"{p}: no such stats file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StatsError(f"{p}: cannot read ({exc.__class__.__name__})") from None
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+        raise StatsError(f"{p}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    return stats_from_json(data, source=str(p))
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"non-finite constant {name} is not allowed")
