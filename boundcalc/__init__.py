@@ -11,10 +11,12 @@ Python API::
 
 __version__ = "0.1.0"
 
+from .api import compute, prepare  # noqa: E402
+from .bind import bind  # noqa: E402
 from .errors import BoundcalcError  # noqa: E402
 from .evaluation import Prepared, Result, evaluate  # noqa: E402
 from .registry import Entry, Registry, load_registry  # noqa: E402
 from .stats import Stats, load_stats  # noqa: E402
 
-__all__ = ["BoundcalcError", "Entry", "Prepared", "Registry", "Result", "Stats", "__version__",
+__all__ = ["bind", "compute", "prepare", "BoundcalcError", "Entry", "Prepared", "Registry", "Result", "Stats", "__version__",
            "evaluate", "load_registry", "load_stats"]

@@ -1,0 +1,35 @@
+"""High-level entry points: an entry plus hand-set values and/or a stats file → a Result."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .bind import bind
+from .evaluation import Prepared, Result
+from .registry import Entry, Registry, load_registry
+from .stats import Stats, load_stats
+
+
+def resolve_entry(entry: Entry | str, registry: Registry | None = None) -> Entry:
+    """An :class:`Entry` from itself or from its id."""
+    if isinstance(entry, Entry):
+        return entry
+    return (registry or load_registry()).get(entry)
+
+
+def prepare(entry: Entry | str, stats: Stats | str | None = None,
+            values: Mapping[str, Any] | None = None, registry: Registry | None = None) -> Prepared:
+    """Bind values (``values`` override the stats file) and validate them once."""
+    e = resolve_entry(entry, registry)
+    if isinstance(stats, str):
+        stats = load_stats(stats)
+    binding = bind(e, stats, values)
+    return Prepared(e, binding.values, binding.estimated)
+
+
+def compute(entry: Entry | str, stats: Stats | str | None = None,
+            values: Mapping[str, Any] | None = None, params: Mapping[str, float] | None = None,
+            registry: Registry | None = None) -> Result:
+    """Evaluate an entry on a stats file and/or hand-set values; free parameters from
+    ``params``, their default, or their closed form (see :func:`boundcalc.evaluate`)."""
+    return prepare(entry, stats, values, registry).result(params)

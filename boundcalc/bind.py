@@ -1,0 +1,151 @@
+"""Bind formula symbols to a stats file through each symbol's declared ``stat`` path.
+
+Paths: ``scalars.NAME``, ``model.FIELD``, ``matrix.TYPE.STAT`` (an array over layers, or over
+layers × heads, following the symbol's declared indices; ``singular_values`` adds a
+zero-padded last axis) and ``groups.STAT`` (an array over parameter groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import MissingValueError, StatsError
+from .registry.schema import Entry, SymbolSpec
+from .stats import Stats
+
+
+@dataclass
+class Binding:
+    """Values for an entry's symbols, where each came from, and which are estimates."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    estimated: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def lookup(stats: Stats, path: str, spec: SymbolSpec | None = None) -> tuple[Any, str | None]:
+    """The value at ``path`` and, for an estimate, a description of how it was estimated.
+
+    Raises :class:`KeyError` when the stats file does not have the path.
+    """
+    head, _, rest = path.partition(".")
+    if head == "scalars":
+        q = stats.scalars[rest]
+        why = None
+        if q.estimated:
+            why = q.method or "estimated"
+            if q.ci is not None and q.confidence is not None:
+                why += f" ({q.confidence:.0%} CI [{q.ci[0]:.4g}, {q.ci[1]:.4g}])"
+        return q.value, why
+    if head == "model":
+        value = stats.model[rest]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KeyError(path)
+        return value, None
+    if head == "groups":
+        arr = stats.groups.get("stats", {})[rest]
+        est = stats.groups.get("estimated", {}).get(rest)
+        return np.asarray(arr, dtype=np.float64), ("estimated per group" if est else None)
+    if head == "matrix":
+        mtype, _, stat = rest.partition(".")
+        return _matrix_array(stats, mtype, stat, len(spec.indices) if spec else 1), None
+    raise KeyError(path)
+
+
+def _matrix_array(stats: Stats, mtype: str, stat: str, n_indices: int) -> np.ndarray:
+    mats = stats.of_type(mtype)
+    if not mats:
+        raise KeyError(f"matrix.{mtype}")
+    with_sv = stat == "singular_values"
+    n_pos = n_indices - (1 if with_sv else 0)
+    if n_pos not in (1, 2):
+        raise StatsError(f"matrix.{mtype}.{stat}: a symbol bound to it needs "
+                         f"{1 + with_sv} or {2 + with_sv} indices")
+    layers = [m.layer for m in mats]
+    if any(v is None for v in layers):
+        raise StatsError(f"matrix type {mtype} has matrices without a layer index")
+    n_layers = max(layers) + 1
+    n_heads = 1
+    if n_pos == 2:
+        heads = [m.head for m in mats]
+        if any(v is None for v in heads):
+            raise StatsError(f"matrix type {mtype} is per layer, not per head")
+        n_heads = max(heads) + 1
+    if with_sv:
+        width = max((len(m.singular_values) for m in mats if m.singular_values is not None),
+                    default=0)
+        if width == 0:
+            raise KeyError(f"matrix.{mtype}.singular_values")
+        arr = np.full((n_layers, n_heads, width), np.nan)
+    else:
+        arr = np.full((n_layers, n_heads), np.nan)
+    for m in mats:
+        pos = (m.layer, m.head if n_pos == 2 else 0)
+        if with_sv:
+            if m.singular_values is None:
+                raise StatsError(f"matrix {mtype} layer {m.layer} head {m.head}: "
+                                 f"no singular values stored")
+            arr[pos] = 0.0
+            arr[pos][: len(m.singular_values)] = m.singular_values
+        else:
+            if stat not in m.stats:
+                raise KeyError(f"matrix.{mtype}.{stat}")
+            arr[pos] = m.stats[stat]
+    if np.isnan(arr).any():
+        where = np.argwhere(np.isnan(arr))[0]
+        raise StatsError(f"matrix type {mtype}: no entry for layer {where[0]}"
+                         + (f" head {where[1]}" if n_pos == 2 else ""))
+    if n_pos == 1:
+        arr = arr[:, 0]
+    return arr
+
+
+def bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None = None,
+         strict: bool = True) -> Binding:
+    """Values for ``entry``: ``overrides`` first, then the stats file, then defaults.
+
+    With ``strict`` a symbol that has neither raises :class:`MissingValueError` naming the
+    symbol and the stats path it expected.
+    """
+    out = Binding()
+    overrides = dict(overrides or {})
+    for name, value in overrides.items():
+        out.values[name] = value
+        out.sources[name] = "given"
+    for name, spec in entry.symbols.items():
+        if name in out.values:
+            continue
+        if spec.stat and stats is not None:
+            try:
+                value, why = lookup(stats, spec.stat, spec)
+            except KeyError:
+                value, why = None, None
+            if value is not None:
+                out.values[name] = value
+                out.sources[name] = spec.stat
+                if why:
+                    out.estimated[name] = why
+                continue
+        if spec.default is not None or spec.role == "size":
+            continue
+        out.missing.append(name)
+    if strict and out.missing:
+        first = entry.symbols[out.missing[0]]
+        where = f" (stats path '{first.stat}')" if first.stat else ""
+        raise MissingValueError(
+            f"entry '{entry.id}': no value for '{first.name}' ({first.meaning}){where}; "
+            f"give it with --set {first.name}=VALUE"
+            + (f" (also missing: {', '.join(out.missing[1:6])})" if len(out.missing) > 1 else ""))
+    return out
+
+
+def applicable(entry: Entry, stats: Stats, overrides: Mapping[str, Any] | None = None) -> bool:
+    """Whether every symbol of ``entry`` gets a value from ``stats``/``overrides``/defaults."""
+    try:
+        return not bind(entry, stats, overrides, strict=False).missing
+    except StatsError:
+        return False
