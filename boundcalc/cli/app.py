@@ -71,3 +71,23 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, np.bool_):
         return bool(obj)
     return obj
+
+
+@app.callback()
+def _global_options(
+    formulas: list[str] = typer.Option(
+        None, "--formulas", metavar="DIR",
+        help="Load formula files from DIR instead of the bundled formulas/ (repeatable).",
+    ),
+) -> None:
+    import os
+
+    if formulas:
+        os.environ["BOUNDCALC_FORMULAS"] = os.pathsep.join(formulas)
+
+
+def registry():
+    """The registry, loaded once per command (errors become one-line messages)."""
+    from ..registry import load_registry
+
+    return guarded(load_registry)

@@ -1,0 +1,135 @@
+"""Commands over the registry: list, show, evaluate, latex."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import BoundcalcError
+from ..report.tables import entries_table, entry_panel, print_result
+from .app import app, console, emit_json, guarded, registry
+from .sets import parse_sets
+
+SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSON array for "
+            "per-layer/per-head symbols. Repeatable; overrides --stats.")
+STATS_HELP = "A stats file written by `boundcalc measure` (symbols bind through their stat paths)."
+
+
+@app.command("list")
+def list_entries(
+    family: Optional[str] = typer.Option(None, help="Only this family (e.g. pac_bayes)."),
+    kind: Optional[str] = typer.Option(None, help="Only this kind: certified, rate or proxy."),
+    requires: Optional[str] = typer.Option(
+        None, help="Only entries binding to this stats path (prefix), e.g. matrix.QK"),
+    json_out: bool = typer.Option(False, "--json", help="Print a JSON array for scripts."),
+) -> None:
+    """List registry entries with their kind, family and source.
+
+    Kinds: [green]certified[/] (a valid bound), [yellow]rate[/] (O(·), hidden constant),
+    [cyan]proxy[/] (complexity measure).
+    """
+    reg = registry()
+    entries = guarded(lambda: reg.filter(family=family, kind=kind, requires=requires))
+    if json_out:
+        emit_json([e.summary() for e in entries])
+    else:
+        console.print(entries_table(entries))
+
+
+@app.command("show")
+def show(
+    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id (see `boundcalc list`)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """Show one entry: theorem source, provenance, kind, assumptions, symbols, parameters, LaTeX."""
+    reg = registry()
+    entry = guarded(lambda: reg.get(entry_id))
+    latex = _latex_or_none(entry)
+    if json_out:
+        emit_json({
+            **entry.summary(), "description": entry.description,
+            "expression": entry.expression_text, "latex": latex,
+            "definitions": {n: {"expr": d.text, "indices": list(d.indices)}
+                            for n, d in entry.definitions.items()},
+            "symbols": {s.name: {"meaning": s.meaning, "role": s.role,
+                                 "domain": s.domain.text(), "indices": list(s.indices),
+                                 "stat": s.stat, "default": s.default}
+                        for s in entry.symbols.values()},
+            "parameters": {p.name: {"choice": p.choice, "domain": p.domain.text(),
+                                    "indices": list(p.indices),
+                                    "closed_form": p.closed_form_text, "note": p.note}
+                           for p in entry.parameters.values()},
+            "assumptions": [{"text": a.text, "check": a.check_text} for a in entry.assumptions],
+            "notes": entry.notes,
+        })
+    else:
+        console.print(entry_panel(entry, latex))
+
+
+def _latex_or_none(entry) -> str | None:
+    try:
+        from ..report.latex import entry_latex
+    except ImportError:
+        return None
+    return guarded(lambda: entry_latex(entry))
+
+
+def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path]):
+    from ..api import compute
+    from ..stats import load_stats
+
+    reg = registry()
+
+    def run():
+        entry = reg.get(entry_id)
+        values = parse_sets(sets)
+        params = {k: values.pop(k) for k in list(values) if k in entry.parameters}
+        st = load_stats(stats) if stats else None
+        return entry, compute(entry, st, values, params)
+    return guarded(run)
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
+    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """Evaluate an entry exactly at the given values.
+
+    Free parameters take the value you set, else their default, else their declared closed
+    form (snapped to its grid, with the union-bound cost charged to δ). To choose them
+    optimally use `boundcalc optimize`.
+
+    Example: boundcalc evaluate mcallester --set emp_risk=0.05 --set KL=5000 --set n=60000
+    """
+    _, result = _compute(entry_id, sets, stats)
+    if json_out:
+        emit_json(result.to_json())
+    else:
+        print_result(result, console)
+
+
+@app.command("latex")
+def latex_cmd(
+    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id."),
+    output: Path = typer.Option(..., "-o", "--output", help="The .tex file to write."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
+    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+) -> None:
+    """Write a standalone LaTeX document: the bound in paper notation and, with values, the
+    instantiated bound and a table of its terms."""
+    try:
+        from ..report.latex import write_latex
+    except ImportError:
+        guarded(lambda: (_ for _ in ()).throw(BoundcalcError("LaTeX export is not available")))
+        return
+    if sets or stats:
+        entry, result = _compute(entry_id, sets, stats)
+    else:
+        entry, result = guarded(lambda: registry().get(entry_id)), None
+    path = guarded(lambda: write_latex(output, entry, result))
+    console.print(f"wrote {path}")

@@ -1,0 +1,52 @@
+"""Parsing of ``--set NAME=VALUE`` options (VALUE: a number or a JSON array)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from ..errors import BoundcalcError
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def parse_sets(items: list[str] | None) -> dict[str, Any]:
+    """``["n=1000", "C=[1, 2]"]`` → ``{"n": 1000.0, "C": [1, 2]}``; errors name the item."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not _NAME.match(name):
+            raise BoundcalcError(f"--set {item!r}: expected NAME=VALUE")
+        if name in out:
+            raise BoundcalcError(f"--set {name} given twice")
+        out[name] = _value(name, text)
+    return out
+
+
+def _value(name: str, text: str) -> Any:
+    if text.startswith("["):
+        try:
+            value = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        except (ValueError, RecursionError):
+            raise BoundcalcError(f"--set {name}: {text[:40]!r} is not a JSON array of numbers") \
+                from None
+        _check_numbers(name, value)
+        return value
+    try:
+        x = float(text)
+    except ValueError:
+        raise BoundcalcError(f"--set {name}: {text[:40]!r} is not a number") from None
+    if not math.isfinite(x):
+        raise BoundcalcError(f"--set {name}: {text!r} is not a finite number")
+    return x
+
+
+def _check_numbers(name: str, value: Any) -> None:
+    if isinstance(value, list):
+        for v in value:
+            _check_numbers(name, v)
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BoundcalcError(f"--set {name}: arrays may contain only numbers")

@@ -1,0 +1,1 @@
+"""Reporting: rich tables, LaTeX, Markdown and plots."""

@@ -1,0 +1,166 @@
+"""Rich tables for entries and results: read at a glance, labels never overstate a number."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..evaluation import Result
+from ..registry.schema import Entry
+
+KIND_STYLE = {"certified": "bold green", "rate": "bold yellow", "proxy": "bold cyan"}
+KIND_MEANING = {
+    "certified": "every constant known: under the listed assumptions a valid upper bound with "
+                 "probability ≥ 1 − δ",
+    "rate": "stated with O(·): the number depends on the hidden constant you set; not a bound",
+    "proxy": "a complexity measure the paper evaluates; for comparing models, not a bound",
+}
+
+
+def fmt(x: Any, digits: int = 6) -> str:
+    """A number for a table: finite floats in %g, arrays summarised."""
+    if isinstance(x, (list, tuple, np.ndarray)):
+        arr = np.asarray(x, dtype=float)
+        if arr.size <= 6:
+            return "[" + ", ".join(fmt(v, 4) for v in arr.ravel()) + "]"
+        return f"array{list(arr.shape)} min {arr.min():.4g} max {arr.max():.4g}"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
+    return str(x)
+
+
+def entries_table(entries: list[Entry]) -> Table:
+    table = Table(title=f"{len(entries)} registry entries", show_lines=False)
+    table.add_column("id", style="bold")
+    table.add_column("kind")
+    table.add_column("family")
+    table.add_column("title")
+    table.add_column("source", overflow="fold", max_width=40)
+    for e in entries:
+        table.add_row(e.id, Text(e.kind, style=KIND_STYLE[e.kind]), e.family, e.title,
+                      e.source)
+    return table
+
+
+def entry_panel(entry: Entry, latex: str | None = None) -> Group:
+    head = Table.grid(padding=(0, 1))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("id", entry.id)
+    head.add_row("kind", Text(f"{entry.kind}: {KIND_MEANING[entry.kind]}",
+                              style=KIND_STYLE[entry.kind]))
+    head.add_row("family", entry.family)
+    if entry.variant:
+        head.add_row("variant", entry.variant)
+    head.add_row("source", entry.source)
+    head.add_row("provenance", entry.provenance)
+    head.add_row("file", entry.file)
+    head.add_row("expression", entry.expression_text)
+    for name, d in entry.definitions.items():
+        idx = f"[{', '.join(d.indices)}]" if d.indices else ""
+        head.add_row("", f"{name}{idx} = {d.text}")
+    if latex:
+        head.add_row("LaTeX", latex)
+    parts: list[Any] = [Panel(head, title=entry.title, expand=False)]
+
+    syms = Table(title="symbols")
+    for col in ("name", "role", "domain", "indices", "stat", "default", "meaning"):
+        syms.add_column(col, overflow="fold")
+    for s in entry.symbols.values():
+        syms.add_row(s.name, s.role, s.domain.text(), ",".join(s.indices), s.stat or "",
+                     "" if s.default is None else fmt(s.default), s.meaning)
+    parts.append(syms)
+    if entry.parameters:
+        pars = Table(title="free parameters")
+        for col in ("name", "choice", "domain", "indices", "grid / prior / closed form", "note"):
+            pars.add_column(col, overflow="fold")
+        for p in entry.parameters.values():
+            how = []
+            if p.grid is not None:
+                how.append(f"{p.grid.kind}{list(map(str, p.grid.args))}")
+            if p.prior is not None:
+                how.append(f"Dziugaite–Roy: value{'²' if p.prior.squared else ''} = "
+                           f"{p.prior.c:g}·exp(−j/{p.prior.b:g})")
+            if p.closed_form_text:
+                how.append(f"closed form: {p.closed_form_text}")
+            pars.add_row(p.name, p.choice, p.domain.text(), ",".join(p.indices), "; ".join(how),
+                         p.note)
+        parts.append(pars)
+    if entry.assumptions:
+        asm = Table(title="assumptions")
+        asm.add_column("assumption", overflow="fold")
+        asm.add_column("check")
+        for a in entry.assumptions:
+            asm.add_row(a.text, a.check_text or "(stated, not checkable)")
+        parts.append(asm)
+    for note in entry.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def result_panel(result: Result) -> Group:
+    """The value with its honest label, δ accounting, parameters, terms and assumptions."""
+    style = KIND_STYLE[result.kind] if result.is_bound or result.kind != "certified" \
+        else "bold red"
+    head = Table.grid(padding=(0, 1))
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("value", Text(result.value_text(8), style=style))
+    head.add_row("label", Text(result.label, style=style))
+    if result.vacuous is not None:
+        head.add_row("vacuous", "yes (≥ 1)" if result.vacuous else "no (< 1)")
+    if result.delta is not None:
+        head.add_row("δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})")
+    if result.union_bound_cost:
+        total = sum(result.union_bound_cost.values())
+        costs = ", ".join(f"{k}: {v:.4g}" for k, v in result.union_bound_cost.items())
+        eff = "" if result.delta_effective is None else \
+            f"; formula evaluated at δ·e^(−{total:.4g}) = {result.delta_effective:.4g}"
+        head.add_row("union-bound cost", f"{costs}{eff}")
+    if result.hidden_constants:
+        head.add_row("hidden constants",
+                     ", ".join(f"{k} = {v:g}" for k, v in result.hidden_constants.items()))
+    if result.estimated_inputs:
+        head.add_row("estimated inputs", "; ".join(result.estimated_inputs))
+    head.add_row("method", result.method)
+    parts: list[Any] = [Panel(head, title=f"{result.id}: {result.title}", expand=False)]
+    if result.parameters:
+        t = Table(title="free parameters")
+        t.add_column("name")
+        t.add_column("value")
+        t.add_column("how chosen", overflow="fold")
+        for k, v in result.parameters.items():
+            t.add_row(k, fmt(v), result.parameter_choice.get(k, ""))
+        parts.append(t)
+    if result.terms:
+        t = Table(title="terms")
+        t.add_column("term")
+        t.add_column("value", justify="right")
+        for k, v in result.terms.items():
+            t.add_row(k, fmt(v))
+        parts.append(t)
+    if result.assumptions:
+        t = Table(title="assumptions")
+        t.add_column("status")
+        t.add_column("assumption", overflow="fold")
+        colours = {"holds": "green", "fails": "bold red", "unknown": "yellow",
+                   "unchecked": "dim"}
+        for a in result.assumptions:
+            t.add_row(Text(a["status"], style=colours.get(a["status"], "")), a["text"])
+        parts.append(t)
+    for note in result.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def print_result(result: Result, console: Console) -> None:
+    console.print(result_panel(result))
