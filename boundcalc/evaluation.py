@@ -390,7 +390,7 @@ class Prepared:
             raise DomainError(f"entry '{self.entry.id}': evaluation is undefined for these "
                               f"values ({self._diagnose(ctx)})")
         self._last = (float(s[0]), float(a[0]))
-        return float(s[0] * math.exp(a[0])) if a[0] < 709.7 else (math.inf * s[0] if s[0] else 0.0)
+        return float(np.broadcast_to(lv.to_float(), lv.shape).reshape(-1)[0])
 
     def _diagnose(self, ctx: Context) -> str:
         """Name the smallest sub-expression whose value is undefined."""

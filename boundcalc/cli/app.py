@@ -73,6 +73,9 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+_state: dict[str, Any] = {"formulas": None}
+
+
 @app.callback()
 def _global_options(
     formulas: list[str] = typer.Option(
@@ -80,14 +83,11 @@ def _global_options(
         help="Load formula files from DIR instead of the bundled formulas/ (repeatable).",
     ),
 ) -> None:
-    import os
-
-    if formulas:
-        os.environ["BOUNDCALC_FORMULAS"] = os.pathsep.join(formulas)
+    _state["formulas"] = list(formulas) if formulas else None
 
 
 def registry():
-    """The registry, loaded once per command (errors become one-line messages)."""
+    """The registry for this invocation (errors become one-line messages)."""
     from ..registry import load_registry
 
-    return guarded(load_registry)
+    return guarded(lambda: load_registry(_state["formulas"]))

@@ -136,7 +136,7 @@ class Compiled:
         if isinstance(e, (sp.ceiling, sp.floor)):
             arg = self.compile(e.args[0])
             f = np.ceil if isinstance(e, sp.ceiling) else np.floor
-            return lambda ctx: ls.from_float(f(arg(ctx).to_float()))
+            return lambda ctx: ls.from_float(f(arg(ctx).to_float()))  # v is exact float
         if isinstance(e, kl_inv):
             q, c = (self.compile(a) for a in e.args)
             return lambda ctx: ls.from_float(_kl_inv_vec(q(ctx).to_float(), c(ctx).to_float()))
@@ -172,8 +172,8 @@ class Compiled:
 
         def gather(ctx):
             arr = ctx.arrays[name]
-            s_full, a_full = arr.s, arr.a
-            idx = [np.rint(f(ctx).to_float()) for f in idx_fns]
+            s_full, a_full, v_full = arr.s, arr.a, arr.v
+            idx = [ls.integer(f(ctx)) for f in idx_fns]
             idx = np.broadcast_arrays(*idx) if len(idx) > 1 else idx
             inside = np.ones(idx[0].shape, dtype=bool)
             clipped = []
@@ -183,7 +183,8 @@ class Compiled:
                 clipped.append(np.clip(np.nan_to_num(ix), 0, n - 1).astype(np.int64))
             s = np.where(inside, s_full[tuple(clipped)], np.nan)
             a = np.where(inside, a_full[tuple(clipped)], np.nan)
-            return LV(s, a)
+            v = np.where(inside, v_full[tuple(clipped)], np.nan)
+            return LV(s, a, v)
         return gather
 
     def _piecewise(self, pairs: list[tuple[sp.Basic, sp.Basic]]) -> Fn:
@@ -235,16 +236,17 @@ class Compiled:
             for name, lo_f, hi_f in limits:
                 axis = self.axes[name]
                 rng = self.shape_axis(np.arange(ctx.sizes[name], dtype=np.float64), axis)
-                lo, hi = lo_f(ctx).to_float(), hi_f(ctx).to_float()
+                lo, hi = ls.integer(lo_f(ctx)), ls.integer(hi_f(ctx))
                 mask = (rng >= lo) & (rng <= hi)
                 shape = np.broadcast_shapes(out.shape, mask.shape)
-                s = np.broadcast_to(out.s, shape)
-                a = np.broadcast_to(out.a, shape)
+                s, a, v = (np.broadcast_to(x, shape) for x in (out.s, out.a, out.v))
                 if is_sum:
-                    masked = LV(np.where(mask, s, 0.0), np.where(mask, a, -np.inf))
+                    masked = LV(np.where(mask, s, 0.0), np.where(mask, a, -np.inf),
+                                np.where(mask, v, 0.0))
                     out = ls.reduce_add(masked, axis)
                 else:
-                    masked = LV(np.where(mask, s, 1.0), np.where(mask, a, 0.0))
+                    masked = LV(np.where(mask, s, 1.0), np.where(mask, a, 0.0),
+                                np.where(mask, v, 1.0))
                     out = ls.reduce_mul(masked, axis)
             return out
         return reduce
@@ -258,7 +260,7 @@ class Compiled:
             val = body(ctx)
             shape = list(np.broadcast_shapes(val.shape, (1,) * self.ndim))
             shape[axis] = len(ctx.grids[name])
-            full = LV(np.broadcast_to(val.s, shape), np.broadcast_to(val.a, shape))
+            full = LV(*(np.broadcast_to(x, shape) for x in (val.s, val.a, val.v)))
             idx = ls.argmin(full, axis)
             ctx.selected[name] = np.take_along_axis(
                 np.broadcast_to(self.shape_axis(ctx.grids[name], axis), shape), idx, axis=axis)

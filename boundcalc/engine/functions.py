@@ -9,11 +9,10 @@ never below the true root.
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import sympy as sp
-
-_BISECTION_STEPS = 200  # enough for the bracket to collapse to adjacent doubles
 
 
 def kl_bernoulli(q: float, p: float) -> float:
@@ -46,26 +45,74 @@ def kl_inv_upper(q: float, c: float) -> float:
         return 1.0
     if c == 0.0:
         return q
-    lo, hi = q, 1.0  # kl(q||lo) = 0 <= c ; kl(q||1) = inf > c
-    for _ in range(_BISECTION_STEPS):
-        mid = lo + (hi - lo) / 2
-        if mid <= lo or mid >= hi:
-            break
-        if _kl_le(q, mid, c):
+    q = abs(q)  # -0.0 -> 0.0, so that bit patterns order like values
+    # Bisection on the bit patterns of non-negative doubles (ordered like the values): at
+    # most 64 steps to adjacent doubles, however small the root (a value-space bisection
+    # needs ~1000 steps to resolve a root near 1e-300).
+    lo, hi = _bits(q), _bits(1.0)  # kl(q||q) = 0 <= c ; kl(q||1) = inf > c
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _kl_le(q, _double(mid), c):
             lo = mid
         else:
             hi = mid
-    return hi
+    return _double(hi)
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<q", struct.pack("<d", x))[0]
+
+
+def _double(b: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", b))[0]
+
+
+# Relative error allowed for the computed kl before "kl > c" counts as certified; the
+# cancellation-free evaluation below is accurate to a few dozen ulps.
+_KL_REL_MARGIN = 1e-12
 
 
 def _kl_le(q: float, p: float, c: float) -> bool:
-    # Evaluate kl with log1p where it matters so the comparison is accurate near p = q.
-    val = 0.0
-    if q > 0:
-        val += q * math.log(q / p)
+    """False only when kl(q‖p) > c is certain despite rounding (for q ≤ p ≤ 1)."""
+    return _kl_stable(q, p) <= c * (1.0 + _KL_REL_MARGIN)
+
+
+def _kl_stable(q: float, p: float) -> float:
+    """kl(q‖p) for q ≤ p as a sum of non-negative terms (no cancellation near p = q).
+
+    With u = (p − q)/q and v = (q − p)/(1 − q), q·u + (1 − q)·v = 0, so
+    kl = q·φ(u) + (1 − q)·φ(v) with φ(x) = x − ln(1 + x) ≥ 0.
+    """
+    if p >= 1.0:
+        return math.inf if q < 1.0 else 0.0
+    out = 0.0
+    if q == 0:
+        out += p  # the limit of q·φ(u) = (p − q) − q·ln(p/q) as q → 0
+    else:
+        u = (p - q) / q
+        if u < 1e15:
+            out += q * _phi(u)
+        else:  # u may overflow; here q·ln(p/q) is negligible next to p − q
+            out += (p - q) - q * (math.log(p) - math.log(q))
     if q < 1:
-        val += (1 - q) * (math.log1p(-q) - math.log1p(-p))
-    return val <= c
+        v = (q - p) / (1.0 - q)
+        if v > -0.5:
+            out += (1.0 - q) * _phi(v)
+        else:  # 1 + v is tiny: take ln(1 + v) = ln((1 − p)/(1 − q)) from p and q directly
+            out += (1.0 - q) * (v - (math.log1p(-p) - math.log1p(-q)))
+    return out
+
+
+def _phi(x: float) -> float:
+    """x − ln(1 + x), accurate also for small |x| (series there)."""
+    if abs(x) < 0.1:
+        # sum_{k>=2} (−x)^k / k ; 0.1^30/30 is far below double precision
+        total, power = 0.0, x * x
+        for k in range(2, 32):
+            total += power / k if k % 2 == 0 else -power / k
+            power *= x
+        return total
+    return x - math.log1p(x)
 
 
 kl_inv_upper_vec = np.vectorize(kl_inv_upper, otypes=[np.float64])

@@ -1,8 +1,10 @@
-"""Signed-log arithmetic on numpy arrays: x = s · exp(a), s ∈ {−1, 0, 1}.
+"""Hybrid float / signed-log arithmetic on numpy arrays.
 
-Products over many layers (spectral norms multiplied across 96 layers, say) overflow float64
-long before the bound itself is meaningless; in this representation they are sums of logs and
-stay finite. Everything here is element-wise and broadcasts like numpy.
+Each value carries its plain float64 ``v`` and its signed-log form x = s · exp(a). While ``v``
+is representable it is exact float arithmetic (the same digits as a direct numpy computation);
+where it overflows or underflows, the log form takes over. Products over many layers
+(spectral norms multiplied across 96 layers, say) therefore stay finite in ``a`` long after
+float64 gives up. Everything is element-wise and broadcasts like numpy.
 """
 
 from __future__ import annotations
@@ -11,72 +13,96 @@ from dataclasses import dataclass
 
 import numpy as np
 
+_ERR = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
+
 
 @dataclass(frozen=True)
 class LV:
-    """A signed-log array: ``s`` holds the signs (NaN marks undefined), ``a`` holds log|x|."""
+    """``s``: signs (NaN marks undefined); ``a``: log|x|; ``v``: the float value."""
 
     s: np.ndarray
     a: np.ndarray
+    v: np.ndarray
+
+    def valid(self) -> np.ndarray:
+        """Where the plain float ``v`` is trustworthy (finite, and 0 only for a true zero)."""
+        return np.isfinite(self.v) & ((self.v != 0) | (self.s == 0))
 
     def to_float(self) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return self.s * np.exp(self.a)
+        with np.errstate(**_ERR):
+            return np.where(self.valid(), self.v, self.s * np.exp(self.a))
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return np.broadcast_shapes(np.shape(self.s), np.shape(self.a))
+        return np.broadcast_shapes(np.shape(self.s), np.shape(self.a), np.shape(self.v))
 
 
 def from_float(x) -> LV:
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return LV(np.sign(x), np.log(np.abs(x)))
+    with np.errstate(**_ERR):
+        return LV(np.sign(x), np.log(np.abs(x)), x)
 
 
-ONE = LV(np.float64(1.0), np.float64(0.0))
-ZERO = LV(np.float64(0.0), np.float64(-np.inf))
+def _fix(s: np.ndarray, a: np.ndarray, v: np.ndarray) -> LV:
+    """Make ``v`` agree with (s, a) where ``v`` is not representable."""
+    with np.errstate(**_ERR):
+        ok = np.isfinite(v) & ((v != 0) | (s == 0))
+        v = np.where(ok, v, s * np.exp(a))
+    return LV(s, a, v)
 
 
 def mul(x: LV, y: LV) -> LV:
-    s = x.s * y.s
-    with np.errstate(invalid="ignore"):
+    with np.errstate(**_ERR):
+        s = x.s * y.s
         a = np.where(s == 0, -np.inf, x.a + y.a)
-    return LV(s, a)
+        v = x.v * y.v
+    return _fix(s, a, v)
 
 
 def neg(x: LV) -> LV:
-    return LV(-x.s, x.a)
+    return LV(-x.s, x.a, -x.v)
 
 
 def add(terms: list[LV]) -> LV:
-    """Sum of signed-log arrays, stable (the largest magnitude is factored out)."""
+    """Sum: exact float addition where all terms are representable, else stable log-sum."""
     if len(terms) == 1:
         return terms[0]
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(**_ERR):
+        all_valid = terms[0].valid()
+        v = terms[0].v
+        for t in terms[1:]:
+            all_valid = all_valid & t.valid()
+            v = v + t.v
+        plain = all_valid & np.isfinite(v)
         m = terms[0].a
         for t in terms[1:]:
             m = np.maximum(m, t.a)
         finite_m = np.where(np.isfinite(m), m, 0.0)
         total = 0.0
-        for t in terms:
-            total = total + t.s * np.exp(t.a - finite_m)
-        # +inf magnitudes (overflow) dominate: their signs decide the result.
         inf_sign = 0.0
         for t in terms:
+            total = total + t.s * np.exp(t.a - finite_m)
             inf_sign = inf_sign + np.where(t.a == np.inf, t.s, 0.0)
         s = np.where(m == np.inf, np.sign(inf_sign), np.sign(total))
         a = np.where(m == np.inf, np.inf, finite_m + np.log(np.abs(total)))
         a = np.where(m == -np.inf, -np.inf, a)
         s = np.where(m == -np.inf, 0.0, s)
-        # opposite infinities are undefined
-        bad = (m == np.inf) & (inf_sign == 0)
-        s = np.where(bad, np.nan, s)
-    return LV(s, a)
+        s = np.where((m == np.inf) & (inf_sign == 0), np.nan, s)
+        # where the float sum is exact, its sign and log are the reference
+        s = np.where(plain, np.sign(v), s)
+        a = np.where(plain, np.log(np.abs(v)), a)
+        nan_in = np.zeros(np.shape(s), dtype=bool)
+        for t in terms:
+            nan_in = nan_in | np.isnan(t.s)
+        s = np.where(nan_in, np.nan, s)
+    return _fix(s, a, np.where(plain, v, np.nan))
 
 
 def reduce_add(x: LV, axis: int) -> LV:
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(**_ERR):
+        valid = np.all(x.valid(), axis=axis, keepdims=True)
+        v = np.sum(np.where(x.s == 0, 0.0, x.v), axis=axis, keepdims=True)
+        plain = valid & np.isfinite(v)
         m = np.max(x.a, axis=axis, keepdims=True)
         fm = np.where(np.isfinite(m), m, 0.0)
         total = np.sum(x.s * np.exp(x.a - fm), axis=axis, keepdims=True)
@@ -86,22 +112,25 @@ def reduce_add(x: LV, axis: int) -> LV:
         a = np.where(has_inf, np.inf, fm + np.log(np.abs(total)))
         a = np.where(m == -np.inf, -np.inf, a)
         s = np.where(m == -np.inf, 0.0, s)
+        s = np.where(plain, np.sign(v), s)
+        a = np.where(plain, np.log(np.abs(v)), a)
         s = np.where(np.any(np.isnan(x.s), axis=axis, keepdims=True), np.nan, s)
-    return LV(s, a)
+    return _fix(s, a, np.where(plain, v, np.nan))
 
 
 def reduce_mul(x: LV, axis: int) -> LV:
-    s = np.prod(x.s, axis=axis, keepdims=True)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(**_ERR):
+        s = np.prod(x.s, axis=axis, keepdims=True)
         a = np.where(s == 0, -np.inf, np.sum(np.where(x.s == 0, 0.0, x.a), axis=axis,
                                                keepdims=True))
-    return LV(s, a)
+        v = np.prod(x.v, axis=axis, keepdims=True)
+    return _fix(s, a, v)
 
 
 def power(base: LV, exponent: np.ndarray) -> LV:
     """base ** exponent with a real (plain float) exponent."""
     e = np.asarray(exponent, dtype=np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(**_ERR):
         pos = base.s > 0
         zero = base.s == 0
         negb = base.s < 0
@@ -111,45 +140,51 @@ def power(base: LV, exponent: np.ndarray) -> LV:
         s = np.where(pos, 1.0, np.where(zero, np.where(e > 0, 0.0, np.where(e == 0, 1.0, np.nan)),
                                         np.where(negb & is_int, np.where(odd, -1.0, 1.0), np.nan)))
         s = np.where(np.isnan(base.s) | np.isnan(e), np.nan, s)
-    return LV(s, a)
+        v = np.where(base.valid(), np.power(np.where(base.valid(), base.v, 1.0), e), np.nan)
+        v = np.where(zero & (e == 0), 1.0, v)
+    return _fix(s, a, v)
 
 
 def exp(x: LV) -> LV:
-    v = x.to_float()
-    return LV(np.where(np.isnan(v), np.nan, 1.0), v)
+    t = x.to_float()
+    with np.errstate(**_ERR):
+        return _fix(np.where(np.isnan(t), np.nan, 1.0), t, np.exp(t))
 
 
 def expm1_neg(y: LV) -> LV:
     """1 − exp(y), accurate for small |y| (catches the Catoni form 1 − e^{−x})."""
-    v = y.to_float()
-    with np.errstate(over="ignore"):
-        return from_float(-np.expm1(v))
+    with np.errstate(**_ERR):
+        return from_float(-np.expm1(y.to_float()))
 
 
 def log(x: LV) -> LV:
-    with np.errstate(invalid="ignore"):
-        v = np.where(x.s > 0, x.a, np.nan)
-        v = np.where(x.s == 0, -np.inf, v)
-    return from_float(v)
+    with np.errstate(**_ERR):
+        t = np.where(x.s > 0, np.where(x.valid(), np.log(np.where(x.valid(), x.v, 1.0)), x.a),
+                     np.nan)
+        t = np.where(x.s == 0, -np.inf, t)
+    return from_float(t)
 
 
 def absolute(x: LV) -> LV:
-    return LV(np.abs(x.s), x.a)
+    return LV(np.abs(x.s), x.a, np.abs(x.v))
 
 
 def less(x: LV, y: LV) -> np.ndarray:
-    """Exact element-wise x < y in the signed-log representation."""
-    with np.errstate(invalid="ignore"):
-        return (x.s < y.s) | ((x.s == y.s) & (((x.s > 0) & (x.a < y.a))
-                                              | ((x.s < 0) & (x.a > y.a))))
+    """Exact element-wise x < y (float comparison where both are representable)."""
+    with np.errstate(**_ERR):
+        logcmp = (x.s < y.s) | ((x.s == y.s) & (((x.s > 0) & (x.a < y.a))
+                                                | ((x.s < 0) & (x.a > y.a))))
+        both = x.valid() & y.valid()
+        return np.where(both, x.v < y.v, logcmp)
 
 
 def equal(x: LV, y: LV) -> np.ndarray:
-    return (x.s == y.s) & ((x.s == 0) | (x.a == y.a))
+    both = x.valid() & y.valid()
+    return np.where(both, x.v == y.v, (x.s == y.s) & ((x.s == 0) | (x.a == y.a)))
 
 
 def where(cond: np.ndarray, x: LV, y: LV) -> LV:
-    return LV(np.where(cond, x.s, y.s), np.where(cond, x.a, y.a))
+    return LV(np.where(cond, x.s, y.s), np.where(cond, x.a, y.a), np.where(cond, x.v, y.v))
 
 
 def minimum(x: LV, y: LV) -> LV:
@@ -162,15 +197,23 @@ def maximum(x: LV, y: LV) -> LV:
 
 def argmin(x: LV, axis: int) -> np.ndarray:
     """Index of the minimum along ``axis`` (first one on ties), keepdims."""
-    s, a = np.broadcast_arrays(x.s, x.a)
-    if np.all(s > 0):
+    s, a, v = np.broadcast_arrays(x.s, x.a, x.v)
+    if np.all(np.isfinite(v) & ((v != 0) | (s == 0))):
+        key = v
+    elif np.all(s > 0):
         key = a
     else:
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(**_ERR):
             key = s * np.exp(a)
     return np.expand_dims(np.argmin(key, axis=axis), axis)
 
 
 def take(x: LV, idx: np.ndarray, axis: int) -> LV:
-    s, a = np.broadcast_arrays(x.s, x.a)
-    return LV(np.take_along_axis(s, idx, axis=axis), np.take_along_axis(a, idx, axis=axis))
+    s, a, v = np.broadcast_arrays(x.s, x.a, x.v)
+    return LV(np.take_along_axis(s, idx, axis=axis), np.take_along_axis(a, idx, axis=axis),
+              np.take_along_axis(v, idx, axis=axis))
+
+
+def integer(x: LV) -> np.ndarray:
+    """Round values that are integers up to float noise (index arithmetic, Sum limits)."""
+    return np.rint(x.to_float())

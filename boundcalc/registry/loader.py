@@ -144,6 +144,7 @@ class _EntryBuilder:
         for t in terms:
             if t not in definitions and t not in symbols:
                 raise self.fail(f"term '{t}' is neither a definition nor a symbol")
+        symbols = self._prune_shared(symbols, expression, params, definitions)
         self._check_kind(kind, symbols)
         notes = raw.get("notes", [])
         if isinstance(notes, str):
@@ -387,6 +388,27 @@ class _EntryBuilder:
             else:
                 raise self.fail(f"assumption {j + 1} must be a string or {{text, check}}")
         return out
+
+    def _prune_shared(self, symbols: dict[str, SymbolSpec], expression: sp.Expr,
+                      params: dict[str, ParameterSpec],
+                      definitions: dict[str, Definition]) -> dict[str, SymbolSpec]:
+        """Drop family-level symbols this entry never uses (entry-level ones are kept)."""
+        exprs: list[sp.Basic] = [expression, *(d.expr for d in definitions.values())]
+        for p in params.values():
+            exprs.extend(p.grid.args if p.grid is not None else ())
+            if p.closed_form is not None:
+                exprs.append(p.closed_form)
+        checks = self.raw.get("assumptions", [])
+        used: set[str] = set()
+        for ex in exprs:
+            used |= {s.name for s in ex.free_symbols if isinstance(s, sp.Symbol)}
+            used |= {b.label.name for b in ex.atoms(sp.Indexed) for b in [b.base]}
+        for item in checks:
+            if isinstance(item, dict) and isinstance(item.get("check"), str):
+                used |= set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", item["check"]))
+        sizes = {self.raw.get("indices", {}).get(i) for i in self.raw.get("indices", {})}
+        own = set(self.raw.get("symbols", {}))
+        return {n: s for n, s in symbols.items() if n in own or n in used or n in sizes}
 
     def _check_kind(self, kind: str, symbols: dict[str, SymbolSpec]) -> None:
         hidden = [s.name for s in symbols.values() if s.role == "hidden_constant"]
