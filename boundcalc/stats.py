@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,24 +149,10 @@ class Stats:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Serialize ``obj`` as JSON to ``path`` without ever leaving a half-written file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from .report.io import write_text_atomic
+
     text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return write_text_atomic(path, text + "\n")
 
 
 # ---- loading and validation ---------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Reproductions of the source papers' studies at reduced scale (see examples/)."""
