@@ -456,6 +456,53 @@ class Prepared:
         index = tuple(slice(None) if ax in keep else 0 for ax in range(sel.ndim))
         return np.asarray(sel[index])
 
+    def exact_value(self, params: Mapping[str, float] | None = None, digits: int = 30) -> sp.Float:
+        """The value by SymPy substitution and ``evalf`` at ``digits`` digits (slow; a check).
+
+        Sums and products are expanded over the concrete index ranges, every indexed value is
+        substituted, and ``GridMin`` becomes a ``Min`` over its grid. Use it to cross-check the
+        fast evaluator; the grid and δ accounting are those of :meth:`resolve`.
+        """
+        from .engine.functions import Cases
+
+        values, _, costs = self.resolve(params)
+        subs: dict[sp.Basic, Any] = {}
+        for name, x in {**self.scalars, **values}.items():
+            sym = self.entry.symbols[name].symbol if name in self.entry.symbols \
+                else self.entry.parameters[name].symbol
+            subs[sym] = sp.Float(repr(float(x)), digits)
+        conf = confidence_symbol(self.entry)
+        if conf is not None:
+            subs[self.entry.symbols[conf].symbol] = sp.Float(
+                repr(self.delta_effective(costs)), digits)
+
+        def expand(e: sp.Basic) -> sp.Basic:
+            if isinstance(e, GridMin):
+                body, p = e.args
+                return sp.Min(*[expand(body.xreplace({p: sp.Float(repr(float(g)), digits)}))
+                                for g in self.grids[p.name]])
+            if isinstance(e, Cases):
+                a = [expand(x) for x in e.args]
+                pairs = [(a[i], a[i + 1]) for i in range(0, len(a) - 1, 2)] + [(a[-1], True)]
+                return sp.Piecewise(*pairs)
+            if isinstance(e, (sp.Sum, sp.Product)):
+                body = e.function
+                for var, lo, hi in e.limits:
+                    lo_v, hi_v = (int(round(float(sp.sympify(x).xreplace(subs))))
+                                  for x in (lo, hi))
+                    # subs (unlike xreplace) leaves inner bound variables of the same name alone
+                    parts = [body.subs(var, sp.Integer(i)) for i in range(lo_v, hi_v + 1)]
+                    body = (sp.Add if isinstance(e, sp.Sum) else sp.Mul)(*parts)
+                return expand(body)
+            if isinstance(e, sp.Indexed):
+                idx = tuple(int(round(float(expand(i).xreplace(subs)))) for i in e.indices)
+                return sp.Float(repr(float(self.arrays[e.base.label.name][idx])), digits)
+            if not e.args:
+                return e.xreplace(subs)
+            return e.func(*[expand(a) for a in e.args])
+
+        return sp.N(expand(self.entry.expression).xreplace(subs), digits)
+
     def check_assumptions(self, ctx: Context) -> list[dict[str, Any]]:
         out = []
         for asm in self.entry.assumptions:
