@@ -355,8 +355,15 @@ class Prepared:
                 costs[p.name] = math.log(len(grid))
             elif p.choice == "prior":
                 assert p.prior is not None
-                j = p.prior.index_of(v) if v > 0 else 1
+                if not (math.isfinite(v) and v > 0):
+                    raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = {v:g} "
+                                      f"is not a positive finite point of its prior grid")
+                j = p.prior.index_of(v)
                 snapped = float(p.prior.value(j))
+                if choice[p.name] == "given" and not math.isclose(snapped, v, rel_tol=1e-9):
+                    # the data (e.g. a Gibbs risk) were measured at v, not at the grid point
+                    raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = {v:g} is "
+                                      f"not on its prior grid (nearest point j={j}: {snapped:g})")
                 if snapped != v:
                     choice[p.name] += f", snapped to prior grid point j={j}"
                 values[p.name] = snapped
@@ -509,8 +516,12 @@ class Prepared:
             status = "unchecked"
             if asm.check is not None:
                 try:
-                    cond = self.compiled._condition(asm.check)(ctx)
-                    status = "holds" if bool(np.all(cond)) else "fails"
+                    sides = [self.compiled.compile(x)(ctx) for x in (asm.check.lhs, asm.check.rhs)]
+                    if any(np.any(np.isnan(x.s)) for x in sides):
+                        status = "unknown"  # a side is undefined: never report "holds"
+                    else:
+                        cond = self.compiled._condition(asm.check)(ctx)
+                        status = "holds" if bool(np.all(cond)) else "fails"
                 except (DomainError, KeyError):
                     status = "unknown"
             out.append({"text": asm.text, "check": asm.check_text, "status": status})

@@ -35,7 +35,7 @@ _ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "ex
                "description", "notes", "estimated_inputs_ok"}
 _SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
 _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
-               "bounds", "log_scale", "default", "note", "meaning", "latex"}
+               "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize"}
 
 
 def load_file(path: str | Path) -> list[Entry]:
@@ -287,6 +287,7 @@ class _EntryBuilder:
                 name=name, choice=choice, domain=domain, indices=indices, grid=grid,
                 prior=prior, closed_form_text=spec.get("closed_form"), bounds=bounds,
                 log_scale=bool(spec.get("log_scale", False)),
+                optimize=bool(spec.get("optimize", True)),
                 default=None if default is None else float(default),
                 note=str(spec.get("note", "") or spec.get("meaning", "")),
                 symbol=sp.Symbol(name, real=True),

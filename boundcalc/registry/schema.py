@@ -139,8 +139,8 @@ class PriorSpec:
 
     def index_of(self, value: float) -> int:
         """Nearest grid index (in log space) to ``value``; clipped to [1, j_max]."""
-        v = value ** 2 if self.squared else value
-        j = round(-self.b * math.log(v / self.c))
+        log_v = (2.0 if self.squared else 1.0) * math.log(value)  # no underflow of value²
+        j = round(-self.b * (log_v - math.log(self.c)))
         return int(min(max(j, 1), self.j_max))
 
     @staticmethod
@@ -165,6 +165,7 @@ class ParameterSpec:
     log_scale: bool = False
     default: float | None = None
     note: str = ""
+    optimize: bool = True  # False: the value must be given (e.g. a margin that an input depends on)
     symbol: Any = None
 
 
