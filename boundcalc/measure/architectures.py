@@ -6,6 +6,8 @@ reason. Matrices are handed to the statistics code in torch orientation ``(out, 
 * GPT-2's ``Conv1D`` stores ``(in, out)``; those weights are transposed, and the fused
   ``c_attn`` is split into q, k, v (rows ``[0:N]``, ``[N:2N]``, ``[2N:3N]`` after transposing);
 * ``torch.nn.TransformerEncoder``'s fused ``in_proj_weight`` (3N × N) is split the same way;
+* ViT is recognised under both the Hub naming (``encoder.layer.{l}.attention.attention.query``)
+  and the transformers ≥ 5 naming (``layers.{l}.attention.q_proj``, ``mlp.fc1``, ``mlp.fc2``);
 * LLaMA/Mistral use a gated FFN: ``ffn_in`` = ``up_proj``, ``ffn_gate`` = ``gate_proj``,
   ``ffn_out`` = ``down_proj`` (so M_in = up_projᵀ and M_gate = gate_projᵀ), and grouped-query
   attention: query head h uses key/value head ``h // (n_heads / n_kv_heads)``.
@@ -114,6 +116,10 @@ _ARCHS = (
         (r"attention\.attention\.query\.weight", "q"), (r"attention\.attention\.key\.weight", "k"),
         (r"attention\.attention\.value\.weight", "v"), (r"attention\.output\.dense\.weight", "o"),
         (r"intermediate\.dense\.weight", "ffn_in"), (r"output\.dense\.weight", "ffn_out"))),
+    _Arch("vit", r"(^|\.)layers\.(?P<layer>\d+)\.", (  # transformers >= 5 ViT naming
+        (r"attention\.q_proj\.weight", "q"), (r"attention\.k_proj\.weight", "k"),
+        (r"attention\.v_proj\.weight", "v"), (r"attention\.o_proj\.weight", "o"),
+        (r"mlp\.fc1\.weight", "ffn_in"), (r"mlp\.fc2\.weight", "ffn_out"))),
     _Arch("gpt2", r"(^|\.)h\.(?P<layer>\d+)\.", (
         (r"attn\.c_attn\.weight", "qkv"), (r"attn\.c_proj\.weight", "o"),
         (r"mlp\.c_fc\.weight", "ffn_in"), (r"mlp\.c_proj\.weight", "ffn_out")), transpose=True),
@@ -201,7 +207,8 @@ def _classify(src: TensorSource, arch: _Arch | None,
         shape = src.shape(name)
         tied = src.tied_to(name)
         if not src.is_float(name):
-            excluded.append({"name": name, "reason": f"non-floating buffer ({src.dtype_name(name)})"})
+            reason = f"non-floating buffer ({src.dtype_name(name)})"
+            excluded.append({"name": name, "reason": reason})
             continue
         if tied is not None:
             excluded.append({"name": name, "reason": f"tied to '{tied}' (same storage)"})
@@ -256,7 +263,8 @@ def _oriented(e: Entry) -> tuple[int, int]:
     if len(e.shape) != 2:
         raise CheckpointError(f"'{e.name}': role {e.role} needs a 2-D weight, got shape "
                               f"{list(e.shape)}")
-    return (e.shape[1], e.shape[0]) if e.transpose else (e.shape[0], e.shape[1])
+    out_dim, in_dim = (e.shape[1], e.shape[0]) if e.transpose else (e.shape[0], e.shape[1])
+    return (e.rows[1] - e.rows[0], in_dim) if e.rows is not None else (out_dim, in_dim)
 
 
 def _split_fused(entries: list[Entry]) -> list[Entry]:
@@ -294,6 +302,10 @@ def build_layer_map(src: TensorSource, n_heads: int | None = None,
         missing = next(i for i in range(len(layers) + 1) if i not in layers)
         raise CheckpointError(f"{src.source}: layer {missing} is missing (found layers "
                               f"{layers[:8]}); expected layers 0..{layers[-1]}")
+    stray = next((e for e in entries if e.layer is not None and e.layer not in layers), None)
+    if stray is not None:
+        raise CheckpointError(f"'{stray.name}': belongs to layer {stray.layer}, but only layers "
+                              f"0..{layers[-1]} have attention/FFN weights")
     gated = any(e.role == "ffn_gate" for e in entries)
     needed = ("q", "k", "v", "o", "ffn_in", "ffn_out") + (("ffn_gate",) if gated else ())
     by_layer: dict[int, dict[str, Entry]] = {l: {} for l in layers}

@@ -45,6 +45,11 @@ def _as_tensor(value: Any, what: str) -> torch.Tensor:
         if value.dtype == object:
             raise BoundcalcError(f"{what}: object arrays are not accepted")
         return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, (list, tuple)):
+        try:
+            return torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError, RuntimeError):
+            pass
     raise BoundcalcError(f"{what}: expected a tensor or array, got {type(value).__name__}")
 
 
@@ -103,7 +108,8 @@ def load_data(obj: Any) -> DataSample:
     where = f"{sample.source}: inputs"
     if x.is_floating_point():
         if x.ndim != 3:
-            raise BoundcalcError(f"{where}: float inputs must be B x T x d, got shape {list(x.shape)}")
+            raise BoundcalcError(f"{where}: float inputs must be B x T x d, got shape "
+                                 f"{list(x.shape)}")
     elif x.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
         if x.ndim != 2:
             raise BoundcalcError(f"{where}: token ids must be B x T, got shape {list(x.shape)}")
@@ -128,7 +134,8 @@ def load_data(obj: Any) -> DataSample:
 
 def input_stats(sample: DataSample, token_embedding: torch.Tensor | None = None,
                 embedding_name: str | None = None) -> dict[str, Quantity]:
-    """``n``, ``seq_len``, ``input_token_norm_max`` and ``input_fro_max`` (max over samples of ‖X‖_F)."""
+    """``n``, ``seq_len``, ``input_token_norm_max`` and ``input_fro_max`` (max over samples
+    of ‖X‖_F)."""
     x = sample.inputs
     out = {"n": Quantity(float(x.shape[0])), "seq_len": Quantity(float(x.shape[1]))}
     if x.is_floating_point():

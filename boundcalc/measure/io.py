@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -217,13 +218,28 @@ def _sharded(index: Path, config: dict[str, Any] | None) -> SafetensorsSource:
     return SafetensorsSource(sorted(set(files.values())), str(index), config, files)
 
 
+def _refusal(path: Path, exc: BaseException) -> str:
+    """One line for a pickle that the weights-only unpickler would not load."""
+    m = re.search(r"WeightsUnpickler error:\s*(.+?)(?: was not an allowed|\n|$)", str(exc))
+    detail = m.group(1).strip() if m else _first_line(exc)[:100]
+    if "global" in detail.lower():
+        culprit = detail.split("GLOBAL")[-1].strip()
+        return (f"{path}: refused to load: the pickle references {culprit} and would execute "
+                "code; save a plain state_dict or safetensors instead")
+    return (f"{path}: refused to load: not a plain tensor pickle ({detail}); it is corrupt or "
+            "needs code execution, which boundcalc never allows")
+
+
 def _torch_file(path: Path, config: dict[str, Any] | None) -> DictSource:
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        try:  # memory-mapped: tensors are paged in when read, not all at once
+            obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(
-            f"{path}: refused to load: the pickle needs code execution "
-            f"({_first_line(exc)[:80]}); save a plain state_dict or safetensors instead") from None
+        raise CheckpointError(_refusal(path, exc)) from None
     except Exception as exc:
         raise CheckpointError(f"{path}: not a readable torch checkpoint "
                               f"({_first_line(exc)})") from None

@@ -40,7 +40,8 @@ def subgaussian_constant(losses: Sequence[float] | np.ndarray, candidates: Seque
         raise DomainError("sub-Gaussian estimator: losses contain NaN or infinite values")
     top = float(x.max())
     if top <= 0:
-        raise DomainError(f"sub-Gaussian estimator: max loss must be positive to set t_max, got {top}")
+        raise DomainError(f"sub-Gaussian estimator: max loss must be positive to set t_max, "
+                          f"got {top}")
     cand = np.linspace(0.01, 0.1, N_SIGMA) if candidates is None else np.asarray(candidates, float)
     if cand.ndim != 1 or cand.size == 0 or np.any(~np.isfinite(cand)) or np.any(cand <= 0):
         raise DomainError("sub-Gaussian estimator: candidates must be positive finite numbers")
@@ -49,8 +50,9 @@ def subgaussian_constant(losses: Sequence[float] | np.ndarray, candidates: Seque
     t = np.linspace(-t_max, t_max, n_t)
     centred = x - x.mean()
     mgf = np.exp(np.outer(t, centred)).mean(axis=1)
-    method = (f"empirical MGF of {x.size} centred losses on {n_t} t in [-{t_max:.6g}, {t_max:.6g}], "
-              f"{cand.size} candidates in [{cand[0]:.6g}, {cand[-1]:.6g}]")
+    method = (f"empirical MGF of {x.size} centred losses on {n_t} t in "
+              f"[-{t_max:.6g}, {t_max:.6g}], {cand.size} candidates in "
+              f"[{cand[0]:.6g}, {cand[-1]:.6g}]")
     note = "heuristic, not a certificate"
     ok = _passing(mgf, t, cand)
     if not ok.any():

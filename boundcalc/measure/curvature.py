@@ -1,0 +1,279 @@
+"""Curvature and Gaussian-perturbation statistics of a live model (pac_bayes.md §3).
+
+* :func:`hutchinson_trace`: tr ∇²L ≈ mean of vᵀHv over Rademacher probes v, with Hessian-vector
+  products by double backward (probes batched with ``is_grads_batched`` where autograd allows),
+  in total and per parameter group, with a t confidence interval.
+* :func:`perturbed`: a context manager adding N(0, σ²) noise to every trainable parameter and
+  restoring the exact original values afterwards.
+* :func:`monte_carlo_gibbs_risk`: k noisy draws, mean loss Ê and the certified upper end
+  kl⁻¹(Ê, ln(2/δ′)/k) (Langford & Caruana 2002), valid with probability ≥ 1 − δ′ for a loss
+  in [0, 1].
+
+``loss_fn`` is always a closure ``() -> scalar tensor`` evaluated at the model's current weights.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy import stats as sps
+
+from ..errors import BoundcalcError, DomainError
+from ..stats import Quantity, Stats
+
+Closure = Callable[[], torch.Tensor]
+GroupSpec = str | Mapping[str, str] | Callable[[str], str] | None
+_LAYER = re.compile(r"(?:^|\.)(\d+)\.")
+
+
+@dataclass
+class HessianTrace:
+    """Hutchinson estimate of tr ∇²L: total, per group, and the per-probe samples."""
+
+    total: Quantity
+    groups: dict[str, Quantity] = field(default_factory=dict)
+    samples: np.ndarray | None = None
+
+
+@dataclass
+class GibbsRisk:
+    """Monte Carlo estimate of the Gibbs empirical risk under Gaussian weight noise."""
+
+    mean: Quantity
+    upper: Quantity
+    losses: np.ndarray
+
+
+def _params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not params:
+        raise BoundcalcError(f"{type(model).__name__}: has no trainable parameters")
+    return params
+
+
+def layer_group(name: str) -> str:
+    """Default grouping: ``layer.i`` for the first integer path component, else ``other``."""
+    m = _LAYER.search(name)
+    return f"layer.{int(m.group(1))}" if m else "other"
+
+
+def _group_of(groups: GroupSpec) -> Callable[[str], str] | None:
+    if groups is None:
+        return None
+    if groups == "layer":
+        return layer_group
+    if isinstance(groups, Mapping):
+        def lookup(name: str) -> str:
+            if name not in groups:
+                raise BoundcalcError(f"groups: parameter '{name}' has no group")
+            return str(groups[name])
+        return lookup
+    if callable(groups):
+        return lambda name: str(groups(name))
+    raise BoundcalcError(f"groups: expected None, 'layer', a mapping or a callable, got {groups!r}")
+
+
+def t_interval(samples: np.ndarray, confidence: float) -> tuple[float, float, tuple[float, float]]:
+    """Mean, standard error and two-sided Student-t interval of i.i.d. samples."""
+    k = samples.size
+    mean = float(samples.mean())
+    stderr = float(samples.std(ddof=1) / math.sqrt(k))
+    half = float(sps.t.ppf((1 + confidence) / 2, k - 1)) * stderr
+    return mean, stderr, (mean - half, mean + half)
+
+
+def _rademacher(shape: tuple[int, ...], like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    v = torch.randint(0, 2, shape, generator=gen, dtype=torch.int8)
+    return (v.to(like.dtype) * 2 - 1).to(like.device)
+
+
+def _hvp_batch(grads: list[torch.Tensor], params: list[torch.Tensor],
+               vs: list[torch.Tensor], batched: bool) -> list[torch.Tensor]:
+    """Hessian-vector products for a batch of probes (leading dim b) of every parameter."""
+    if batched:
+        hv = torch.autograd.grad(grads, params, grad_outputs=vs, retain_graph=True,
+                                 allow_unused=True, is_grads_batched=True)
+        return [torch.zeros_like(v) if h is None else h for h, v in zip(hv, vs)]
+    rows = []
+    for i in range(vs[0].shape[0]):
+        hv = torch.autograd.grad(grads, params, grad_outputs=[v[i] for v in vs],
+                                 retain_graph=True, allow_unused=True)
+        rows.append([torch.zeros_like(v[i]) if h is None else h for h, v in zip(hv, vs)])
+    return [torch.stack([r[j] for r in rows]) for j in range(len(vs))]
+
+
+def hutchinson_trace(model: torch.nn.Module, loss_fn: Closure, *, n_probes: int = 100,
+                     groups: GroupSpec = "layer", seed: int = 0, confidence: float = 0.95,
+                     batch_size: int = 16) -> HessianTrace:
+    """Hutchinson estimate of tr ∇²L(θ) with Rademacher probes, total and per group.
+
+    A group's estimate uses the same probes restricted to its parameters (the trace of its
+    diagonal Hessian block); the group estimates add up to the total, probe by probe.
+    """
+    if n_probes < 2:
+        raise BoundcalcError(f"hutchinson_trace: n_probes must be >= 2, got {n_probes}")
+    if not 0 < confidence < 1:
+        raise BoundcalcError(f"hutchinson_trace: confidence must lie in (0, 1), got {confidence}")
+    named = _params(model)
+    group_of = _group_of(groups)
+    labels = [group_of(n) if group_of else "all" for n, _ in named]
+    order = list(dict.fromkeys(labels))
+    loss = loss_fn()
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise BoundcalcError("hutchinson_trace: loss_fn must return a scalar tensor")
+    if not bool(torch.isfinite(loss)):
+        raise DomainError(f"hutchinson_trace: loss is not finite ({float(loss)})")
+    params = [p for _, p in named]
+    grads = torch.autograd.grad(loss.reshape(()), params, create_graph=True, allow_unused=True)
+    live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
+    gen = torch.Generator().manual_seed(seed)
+    per_group = np.zeros((len(order), n_probes))
+    batched = True
+    for lo in range(0, n_probes, batch_size):
+        b = min(batch_size, n_probes - lo)
+        vs = [_rademacher((b, *p.shape), p, gen) for p in params]
+        if not live:
+            continue
+        args = ([grads[i] for i in live], [params[i] for i in live], [vs[i] for i in live])
+        try:
+            hv = _hvp_batch(*args, batched)
+        except RuntimeError:
+            if not batched:
+                raise
+            batched = False  # some op lacks a vmap rule: fall back to one probe at a time
+            try:
+                hv = _hvp_batch(*args, batched)
+            except RuntimeError as exc:
+                msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
+                raise BoundcalcError(f"hutchinson_trace: no second derivatives through this model "
+                                     f"({msg}); use eager attention, e.g. "
+                                     "attn_implementation='eager'") from None
+        for j, i in enumerate(live):
+            quad = (vs[i] * hv[j]).reshape(b, -1).sum(1).detach().double().cpu().numpy()
+            per_group[order.index(labels[i]), lo:lo + b] += quad
+    method = f"hutchinson, {n_probes} Rademacher probes, seed {seed}"
+    total_samples = per_group.sum(0)
+
+    def quantity(samples: np.ndarray) -> Quantity:
+        mean, se, ci = t_interval(samples, confidence)
+        if not all(math.isfinite(x) for x in (mean, se, *ci)):
+            raise DomainError("hutchinson_trace: non-finite Hessian-vector products")
+        return Quantity(mean, estimated=True, stderr=se, ci=ci, confidence=confidence,
+                        method=method)
+
+    out = HessianTrace(quantity(total_samples), samples=total_samples)
+    if group_of is not None:
+        out.groups = {g: quantity(per_group[i]) for i, g in enumerate(order)}
+    return out
+
+
+def param_groups(model: torch.nn.Module, n_heads: int | None = None,
+                 mapping: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{parameter name: stats group}`` from the model's layer map (``layer.i``, ``embeddings``,
+    ``head``); parameters the map excludes (e.g. tied copies) get the group ``excluded``."""
+    from .architectures import build_layer_map
+    from .io import open_source
+
+    lmap = build_layer_map(open_source(model), n_heads=n_heads, mapping=mapping)
+    group = {e.name: e.group for e in lmap.entries}
+    return {n: group.get(n, "excluded") for n, _ in model.named_parameters()}
+
+
+def attach_hessian_trace(stats: Stats, trace: HessianTrace) -> Stats:
+    """Store a trace estimate in ``stats``: scalar ``hessian_trace`` and, per stats group,
+    ``hessian_trace`` and ``hessian_trace_stderr`` (marked estimated). Groups without trainable
+    parameters get 0. Returns ``stats``."""
+    stats.scalars["hessian_trace"] = trace.total
+    if trace.groups:
+        names = list(stats.groups.get("names", []))
+        unknown = sorted(set(trace.groups) - set(names) - {"excluded"})
+        if unknown:
+            raise BoundcalcError(f"hessian trace group '{unknown[0]}' is not a stats group "
+                                 f"({', '.join(names[:6])}); estimate with "
+                                 "groups=param_groups(model)")
+        zero = Quantity(0.0, stderr=0.0)
+        per = [trace.groups.get(n, zero) for n in names]
+        stats.groups.setdefault("stats", {})["hessian_trace"] = [q.value for q in per]
+        stats.groups["stats"]["hessian_trace_stderr"] = [q.stderr or 0.0 for q in per]
+        stats.groups.setdefault("estimated", {})["hessian_trace"] = True
+    return stats
+
+
+def _sigma_for(sigma: float | Mapping[str, float], name: str) -> float:
+    s = sigma.get(name) if isinstance(sigma, Mapping) else sigma
+    if s is None:
+        raise BoundcalcError(f"sigma: no noise level for parameter '{name}'")
+    s = float(s)
+    if not math.isfinite(s) or s < 0:
+        raise DomainError(f"sigma for '{name}': expected a finite number >= 0, got {s}")
+    return s
+
+
+@contextmanager
+def perturbed(model: torch.nn.Module, sigma: float | Mapping[str, float],
+              generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
+    """Add N(0, σ²) noise to every trainable parameter; restore the originals on exit.
+
+    ``sigma`` is one std for all parameters or a ``{parameter name: std}`` mapping. Yields the
+    noise drawn (float64, per parameter name).
+    """
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    named = _params(model)
+    saved = {n: p.detach().clone() for n, p in named}
+    noise: dict[str, torch.Tensor] = {}
+    try:
+        with torch.no_grad():
+            for n, p in named:
+                e = torch.randn(p.shape, generator=gen, dtype=torch.float64) * _sigma_for(sigma, n)
+                noise[n] = e
+                p.add_(e.to(dtype=p.dtype, device=p.device))
+        yield noise
+    finally:
+        with torch.no_grad():
+            for n, p in named:
+                p.copy_(saved[n])
+
+
+def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure,
+                           sigma: float | Mapping[str, float], *, k: int = 100,
+                           delta_prime: float = 0.05, seed: int = 0) -> GibbsRisk:
+    """Mean loss over k Gaussian weight draws and its kl upper end at confidence 1 − δ′.
+
+    ``loss_fn`` must return the empirical loss on the sample, a number in [0, 1].
+    """
+    from ..engine.functions import kl_inv_upper
+
+    if k < 1:
+        raise BoundcalcError(f"monte_carlo_gibbs_risk: k must be >= 1, got {k}")
+    if not 0 < delta_prime < 1:
+        raise DomainError(f"monte_carlo_gibbs_risk: delta_prime must lie in (0, 1), "
+                          f"got {delta_prime}")
+    gen = torch.Generator().manual_seed(seed)
+    losses = np.empty(k)
+    for i in range(k):
+        with perturbed(model, sigma, gen), torch.no_grad():
+            value = float(loss_fn())
+        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            raise DomainError(f"monte_carlo_gibbs_risk: draw {i} gave loss {value}; the kl bound "
+                              "needs a loss in [0, 1] (e.g. the 0-1 error)")
+        losses[i] = value
+    mean = float(losses.mean())
+    c = math.log(2 / delta_prime) / k
+    upper = kl_inv_upper(mean, c)
+    sig = sigma if not isinstance(sigma, Mapping) else "per-parameter"
+    stderr = float(losses.std(ddof=1) / math.sqrt(k)) if k > 1 else None
+    return GibbsRisk(
+        mean=Quantity(mean, estimated=True, stderr=stderr,
+                      method=f"mean loss over {k} draws of N(0, sigma^2 I) noise, sigma={sig}, "
+                             f"seed {seed}"),
+        upper=Quantity(upper, confidence=1 - delta_prime,
+                       method=f"kl^-1(mean, ln(2/delta')/k) with k={k}, delta'={delta_prime} "
+                              "(Langford-Caruana)",
+                       note="upper bound on the Gibbs empirical risk with probability >= 1-delta'"),
+        losses=losses)

@@ -1,0 +1,279 @@
+"""``measure``: checkpoint (+ init, + data) → :class:`~boundcalc.stats.Stats`.
+
+Work proceeds one layer at a time: the layer's tensors are read (and those of the init), the
+raw-matrix, per-head and FFN statistics are computed, and the tensors are dropped. Output is
+deterministic: entries are sorted, nothing time-dependent is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import BoundcalcError, CheckpointError
+from ..stats import MatrixStats, Quantity, Stats
+from .architectures import MATRIX_ROLES, Entry, LayerMap, build_layer_map
+from .data import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_data, loss_stats,
+                   per_sample_losses)
+from .device import DTYPE, device_name, resolve_device
+from .io import TensorSource, open_source
+from .spectra import matrix_stats, product_stats, schatten_grid
+
+Progress = Callable[[int, int, str], None]
+# Raw types, then the spectrum-adaptive ones; order of matrices within a layer in the output.
+RAW_TYPES = ("q", "k", "v", "o", "ffn_gate", "ffn_in", "ffn_out")
+SA_TYPES = ("QK", "V", "M_gate", "M_in", "M_out")
+
+
+def _version() -> str:
+    try:
+        from .. import __version__  # type: ignore[attr-defined]
+
+        return str(__version__)
+    except ImportError:
+        return "0.1.0"
+
+
+def _oriented(src: TensorSource, e: Entry, cache: dict[str, torch.Tensor],
+              device: torch.device) -> torch.Tensor:
+    """The entry's matrix in torch (out, in) orientation, float64, on ``device``."""
+    if e.name not in cache:
+        cache[e.name] = src.get(e.name).to(device=device, dtype=DTYPE)
+    W = cache[e.name]
+    if e.transpose:
+        W = W.T
+    if e.rows is not None:
+        W = W[e.rows[0]:e.rows[1]]
+    return W
+
+
+def _check_init(src: TensorSource, init: TensorSource, lmap: LayerMap) -> None:
+    """Same included tensors with the same shapes, and no extra float tensors in the init."""
+    model_names = set(src.names())
+    included = set(lmap.tensor_names())
+    init_names = set(init.names())
+    for name in sorted(included | {n for n in init_names if init.is_float(n)}):
+        if name in included and name not in init_names:
+            raise CheckpointError(f"{init.source}: init has no tensor '{name}' (the model has "
+                                  f"shape {list(src.shape(name))})")
+        if name not in model_names:
+            raise CheckpointError(f"{init.source}: init tensor '{name}' does not exist in the "
+                                  "model; the init must be the same architecture")
+        if name in included and tuple(init.shape(name)) != tuple(src.shape(name)):
+            raise CheckpointError(f"{init.source}: tensor '{name}' has shape "
+                                  f"{list(init.shape(name))} in the init but "
+                                  f"{list(src.shape(name))} in the model")
+
+
+def _heads(W: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    """(n·d, N) → (n, d, N)."""
+    return W.reshape(n, d, W.shape[-1])
+
+
+def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
+                    W0: dict[str, torch.Tensor] | None, raw: bool,
+                    grid: Sequence[float] | None) -> list[MatrixStats]:
+    ents = lmap.layer_entries(layer)
+    H, Hkv, dh, N = lmap.n_heads, lmap.n_kv_heads, lmap.head_dim, lmap.hidden
+    out: list[MatrixStats] = []
+    svs: dict[str, torch.Tensor] = {}
+
+    def add(mtype: str, head: int | None, name: str, shape: tuple[int, int],
+            stats: dict[str, float], sv: torch.Tensor | None) -> None:
+        arr = None if sv is None else sv.detach().double().cpu().numpy().copy()
+        if grid is not None and arr is not None:
+            k = min(shape)
+            for p, s in zip(grid, schatten_grid(arr, grid, rank=int(stats["rank"]), k=k)):
+                stats[f"schatten_{float(p):.6g}"] = float(s)
+        out.append(MatrixStats(mtype, layer, head, name, shape, stats, arr))
+
+    ffn_roles = [r for r in ("ffn_gate", "ffn_in", "ffn_out") if r in W]
+    for role in [r for r in RAW_TYPES if r in W]:
+        if not raw and role not in ffn_roles:
+            continue
+        stats, sv = matrix_stats(W[role], W0=W0[role] if W0 is not None and raw else None)
+        svs[role] = sv
+        if raw:
+            add(role, None, ents[role].label, tuple(W[role].shape), stats, None)
+    # per-head products, heads batched: QK = q_hᵀ k_{h//g},  Ṽ = v_{h//g}ᵀ (oᵀ)_h
+    group = H // Hkv
+    kv_index = torch.arange(H, device=W["q"].device) // group
+    q, k = _heads(W["q"], H, dh), _heads(W["k"], Hkv, dh)[kv_index]
+    v = _heads(W["v"], Hkv, dh)[kv_index]
+    ot = _heads(W["o"].T, H, dh)
+    if W0 is not None:
+        q0, k0 = _heads(W0["q"], H, dh), _heads(W0["k"], Hkv, dh)[kv_index]
+        v0, ot0 = _heads(W0["v"], Hkv, dh)[kv_index], _heads(W0["o"].T, H, dh)
+    else:
+        q0 = k0 = v0 = ot0 = None
+    for mtype, A, B, A0, B0, an, bn in (("QK", q, k, q0, k0, "q", "k"),
+                                        ("V", v, ot, v0, ot0, "v", "o")):
+        for h, (stats, sv) in enumerate(product_stats(A, B, A0, B0)):
+            kv = h // group
+            name = (f"{ents[an].label}[head {h if an == 'q' else kv}]^T "
+                    f"{ents[bn].label}[head {kv if bn == 'k' else h}]")
+            add(mtype, h, name, (N, N), stats, sv)
+    for mtype, role in (("M_gate", "ffn_gate"), ("M_in", "ffn_in"), ("M_out", "ffn_out")):
+        if role in W:
+            M = W[role].T
+            stats, sv = matrix_stats(M, svs[role], None if W0 is None else W0[role].T)
+            add(mtype, None, f"{ents[role].label}^T", tuple(M.shape), stats, sv)
+    return out
+
+
+def _rich_progress() -> tuple[Progress, Callable[[], None]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn
+
+    bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+              console=Console(stderr=True), transient=True)
+    task = bar.add_task("measuring", total=None)
+    bar.start()
+
+    def update(done: int, total: int, what: str) -> None:
+        bar.update(task, completed=done, total=total, description=what)
+
+    return update, bar.stop
+
+
+def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str = "auto",
+            n_heads: int | None = None, mapping: Mapping[str, str] | None = None,
+            grid: Sequence[float] | None = None, seed: int = 0,
+            progress: bool | Progress = True, *, raw: bool = True,
+            loss: LossFn | None = None, features: FeatureFn | None = None) -> Stats:
+    """Measure a Transformer checkpoint: layer map, per-matrix statistics, distances, data stats.
+
+    ``model_or_path``/``init``: a path (HF folder, safetensors file or sharded index, torch
+    state_dict), a live ``nn.Module`` or a ``{name: tensor}`` mapping. ``data``: a path or
+    ``{"inputs", "targets"}`` (see :mod:`.data`). ``mapping``: ``{role: regex}`` for unknown
+    architectures. ``grid``: Schatten indices p whose sums S_p are added as ``schatten_<p>``.
+    ``raw``: also report the raw q, k, v, o, ffn matrices. ``loss(model, X, y)`` (per-sample
+    losses) and ``features(model, X)`` (pooled B × d_m features) need a live module.
+    """
+    dev = resolve_device(device)
+    src = open_source(model_or_path)
+    init_src = open_source(init) if init is not None else None
+    lmap = build_layer_map(src, n_heads=n_heads, mapping=mapping)
+    if init_src is not None:
+        _check_init(src, init_src, lmap)
+    sample = load_data(data) if data is not None else None
+    live = isinstance(model_or_path, torch.nn.Module)
+    if (loss is not None or features is not None) and not live:
+        raise BoundcalcError("loss and features need a live nn.Module, not a checkpoint path")
+    if loss is not None and sample is None:
+        raise BoundcalcError("a loss was given but no data")
+    per_layer = len(RAW_TYPES if raw else ()) + 2 * lmap.n_heads + 3
+    total = lmap.n_layers * per_layer + 1
+    report, stop = (_rich_progress() if progress is True
+                    else (progress or (lambda *a: None), lambda: None))
+    try:
+        matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report, total,
+                                            per_layer)
+    finally:
+        stop()
+    scalars: dict[str, Quantity] = {
+        "n_layers": Quantity(float(lmap.n_layers)), "n_heads": Quantity(float(lmap.n_heads)),
+        "n_kv_heads": Quantity(float(lmap.n_kv_heads)), "hidden": Quantity(float(lmap.hidden)),
+        "head_dim": Quantity(float(lmap.head_dim)),
+        "intermediate": Quantity(float(lmap.intermediate)),
+        "n_params": Quantity(float(sum(groups["n_params"].values())))}
+    if init_src is not None:
+        scalars["dist_init_total"] = Quantity(float(np.sqrt(sum(groups["dist_init_sq"].values()))),
+                                              method="sqrt of summed squared Frobenius distances "
+                                                     "over all layer-map tensors")
+    if sample is not None:
+        scalars.update(input_stats(sample, token_emb, lmap.token_embedding))
+        with torch.random.fork_rng():  # user callables may draw (dropout): seeded, no side effect
+            torch.manual_seed(seed)
+            if loss is not None:
+                scalars.update(loss_stats(per_sample_losses(model_or_path, loss, sample)))
+            if features is not None:
+                scalars["feature_sigma_min"] = feature_sigma_min(model_or_path, features, sample)
+                if isinstance(init, torch.nn.Module):
+                    scalars["feature_sigma_min_init"] = feature_sigma_min(init, features, sample)
+    model = {"architecture": lmap.architecture, "model_type": lmap.model_type,
+             "n_layers": lmap.n_layers, "n_heads": lmap.n_heads, "n_kv_heads": lmap.n_kv_heads,
+             "hidden": lmap.hidden, "head_dim": lmap.head_dim,
+             "intermediate": lmap.intermediate, "n_params": int(sum(groups["n_params"].values())),
+             "ffn": "gated" if lmap.gated else "plain", "notes": lmap.notes}
+    provenance = {"boundcalc": _version(), "torch": torch.__version__,
+                  "device": device_name(dev), "dtype": "float64", "seed": seed,
+                  "source": src.source, "init": None if init_src is None else init_src.source,
+                  "data": None if sample is None else sample.source}
+    group_names = lmap.group_names()
+    stats = {k: [float(groups[k][g]) for g in group_names] for k in groups}
+    return Stats(model=model, matrices=matrices, scalars=scalars,
+                 groups={"names": group_names, "stats": stats},
+                 layer_map=[e.to_json() for e in lmap.entries], excluded=lmap.excluded,
+                 provenance=provenance)
+
+
+def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: torch.device,
+          raw: bool, grid: Sequence[float] | None, report: Progress, total: int,
+          per_layer: int) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
+                                   torch.Tensor | None]:
+    """One pass over the tensors, a layer at a time; returns matrices and group sums."""
+    names = lmap.group_names()
+    groups: dict[str, dict[str, float]] = {"n_params": dict.fromkeys(names, 0.0),
+                                           "norm_sq": dict.fromkeys(names, 0.0)}
+    if init is not None:
+        groups["dist_init_sq"] = dict.fromkeys(names, 0.0)
+    by_layer: dict[int | None, list[Entry]] = {}
+    for e in lmap.entries:
+        by_layer.setdefault(e.layer, []).append(e)
+    matrices: list[MatrixStats] = []
+    token_emb = None
+    done = 0
+    for layer in [l for l in range(lmap.n_layers)] + [None]:
+        report(done, total, f"layer {layer}" if layer is not None else "other tensors")
+        cache: dict[str, torch.Tensor] = {}
+        cache0: dict[str, torch.Tensor] = {}
+        seen: set[str] = set()
+        for e in by_layer.get(layer, []):
+            if e.name in seen:
+                continue
+            seen.add(e.name)
+            t = src.get(e.name)
+            t0 = init.get(e.name) if init is not None else None
+            _accumulate(groups, e, t, t0)
+            if e.role in MATRIX_ROLES:
+                cache[e.name] = t.to(device=dev, dtype=DTYPE)
+                if t0 is not None:
+                    cache0[e.name] = t0.to(device=dev, dtype=DTYPE)
+            if e.name == lmap.token_embedding:
+                token_emb = t
+        if layer is None:
+            break
+        ents = lmap.layer_entries(layer)
+        W = {r: _oriented(src, e, cache, dev) for r, e in ents.items()}
+        W0 = ({r: _oriented(init, e, cache0, dev) for r, e in ents.items()}
+              if init is not None else None)
+        matrices += _layer_matrices(lmap, layer, W, W0, raw, grid)
+        done += per_layer
+    report(total, total, "done")
+    return matrices, groups, token_emb
+
+
+def _accumulate(groups: dict[str, dict[str, float]], e: Entry, t: torch.Tensor,
+                t0: torch.Tensor | None) -> None:
+    """Add a tensor's parameter count, squared norm and squared distance from init (float64)."""
+    rows = t.reshape(t.shape[0] if t.ndim else 1, -1)
+    rows0 = t0.reshape(rows.shape) if t0 is not None else None
+    sq = dist = 0.0
+    step = max(1, (1 << 22) // max(1, rows.shape[1]))  # bounded float64 copies for big embeddings
+    for lo in range(0, rows.shape[0], step):
+        chunk = rows[lo:lo + step].double()
+        sq += float(chunk.square().sum())
+        if rows0 is not None:
+            dist += float((chunk - rows0[lo:lo + step].double()).square().sum())
+    if not np.isfinite(sq):
+        raise CheckpointError(f"tensor '{e.name}' holds NaN or infinite values")
+    if not np.isfinite(dist):
+        raise CheckpointError(f"tensor '{e.name}' of the init holds NaN or infinite values")
+    groups["n_params"][e.group] += t.numel()
+    groups["norm_sq"][e.group] += sq
+    if rows0 is not None:
+        groups["dist_init_sq"][e.group] += dist

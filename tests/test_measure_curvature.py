@@ -1,0 +1,165 @@
+"""Hutchinson trace vs the exact Hessian; Gaussian noise; Monte Carlo kl upper end."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.func import functional_call
+
+from _measure_helpers import one_thread  # noqa: F401  (autouse fixture)
+
+from boundcalc.errors import BoundcalcError, DomainError
+from boundcalc.measure.curvature import hutchinson_trace, monte_carlo_gibbs_risk, perturbed
+
+
+def _tiny_mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8),
+                                torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
+    X = torch.randn(20, 3, dtype=torch.float64)
+    y = torch.sin(X.sum(1, keepdim=True))
+    return model, X, y
+
+
+def _exact_hessian(model, X, y):
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+    flat0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    def loss_of(flat):
+        parts = torch.split(flat, sizes)
+        params = {n: t.reshape(s) for n, t, s in zip(names, parts, shapes)}
+        return ((functional_call(model, params, (X,)) - y) ** 2).mean()
+
+    Hm = torch.autograd.functional.hessian(loss_of, flat0)
+    return Hm.numpy(), names, sizes
+
+
+def test_hutchinson_ci_contains_exact_trace_and_shrinks():
+    model, X, y = _tiny_mlp()
+    n_params = sum(p.numel() for p in model.parameters())
+    assert n_params <= 300
+    Hm, names, sizes = _exact_hessian(model, X, y)
+    exact = float(np.trace(Hm))
+
+    def closure():
+        return ((model(X) - y) ** 2).mean()
+
+    small = hutchinson_trace(model, closure, n_probes=400, seed=1)
+    big = hutchinson_trace(model, closure, n_probes=1600, seed=1)
+    for est in (small, big):
+        q = est.total
+        assert q.estimated and q.confidence == 0.95 and "400" in small.total.method
+        assert q.ci[0] <= exact <= q.ci[1], (exact, q.ci)
+    width = lambda q: q.ci[1] - q.ci[0]
+    assert width(big.total) < 0.75 * width(small.total)
+    # per-group estimates target the diagonal-block traces and add up to the total
+    offsets = np.cumsum([0] + sizes)
+    block = {}
+    for i, name in enumerate(names):
+        g = f"layer.{name.split('.')[0]}"
+        block[g] = block.get(g, 0.0) + np.trace(Hm[offsets[i]:offsets[i + 1],
+                                                   offsets[i]:offsets[i + 1]])
+    assert set(big.groups) == set(block) == {"layer.0", "layer.2", "layer.4"}
+    for g, q in big.groups.items():
+        assert q.ci[0] - 1e-9 <= block[g] <= q.ci[1] + 1e-9, (g, block[g], q.ci)
+    assert sum(q.value for q in big.groups.values()) == pytest.approx(big.total.value)
+
+
+def test_hutchinson_is_reproducible_and_validates():
+    model, X, y = _tiny_mlp()
+    closure = lambda: ((model(X) - y) ** 2).mean()
+    a = hutchinson_trace(model, closure, n_probes=8, seed=4)
+    b = hutchinson_trace(model, closure, n_probes=8, seed=4)
+    assert a.total.value == b.total.value
+    with pytest.raises(Exception, match="n_probes"):
+        hutchinson_trace(model, closure, n_probes=1)
+
+
+def test_injected_noise_has_std_sigma_and_is_undone():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(300, 200).double()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sigma = 0.03
+    with perturbed(model, sigma, torch.Generator().manual_seed(7)):
+        diff = torch.cat([(p.detach() - before[n]).reshape(-1)
+                          for n, p in model.named_parameters()]).numpy()
+    assert diff.size == 300 * 200 + 200
+    assert np.std(diff) == pytest.approx(sigma, rel=0.02)
+    assert abs(np.mean(diff)) < 4 * sigma / math.sqrt(diff.size)
+    for n, p in model.named_parameters():
+        assert torch.equal(p.detach(), before[n])
+
+
+def _independent_kl_upper(q, c):
+    def kl(a, b):
+        t = 0.0
+        if a > 0:
+            t += a * math.log(a / b)
+        if a < 1:
+            t += (1 - a) * math.log((1 - a) / (1 - b))
+        return t
+
+    lo, hi = q, 1.0 - 1e-15
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if kl(q, mid) <= c else (lo, mid)
+    return hi
+
+
+def test_monte_carlo_kl_upper_end():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 1).double()
+    X = torch.randn(200, 5, dtype=torch.float64)
+    y = (X[:, 0] > 0).double()
+
+    def zero_one():
+        return ((model(X)[:, 0] > 0).double() != y).double().mean()
+
+    res = monte_carlo_gibbs_risk(model, zero_one, sigma=0.3, k=40, delta_prime=0.05, seed=2)
+    assert res.losses.shape == (40,) and np.all((res.losses >= 0) & (res.losses <= 1))
+    assert res.mean.value == pytest.approx(res.losses.mean()) and res.mean.estimated
+    ref = _independent_kl_upper(res.mean.value, math.log(2 / 0.05) / 40)
+    assert res.upper.value >= res.mean.value
+    assert res.upper.value == pytest.approx(ref, abs=1e-9)
+    assert res.upper.confidence == pytest.approx(0.95)
+    # the draws really perturb the model: the losses are not all equal
+    assert np.unique(res.losses).size > 1
+
+
+def test_monte_carlo_rejects_loss_outside_unit_interval():
+    model = torch.nn.Linear(2, 1).double()
+    with pytest.raises(DomainError, match=r"\[0, 1\]"):
+        monte_carlo_gibbs_risk(model, lambda: torch.tensor(1.5), sigma=0.1, k=3)
+
+
+def test_trace_groups_align_with_stats_groups_and_round_trip(tmp_path):
+    from _measure_helpers import tiny_bert
+
+    from boundcalc.measure import attach_hessian_trace, measure, param_groups
+    from boundcalc.stats import load_stats
+
+    ids = torch.tensor([[1, 5, 7, 2]])
+    sdpa = tiny_bert()
+    if sdpa.config._attn_implementation == "sdpa":  # fused attention has no double backward
+        with pytest.raises(BoundcalcError, match="eager"):
+            hutchinson_trace(sdpa, lambda: sdpa(input_ids=ids).last_hidden_state.pow(2).mean(),
+                             n_probes=2, groups=None)
+    model = tiny_bert(attn="eager")
+    closure = lambda: model(input_ids=ids).last_hidden_state.pow(2).mean()
+    groups = param_groups(model)
+    assert groups["encoder.layer.1.output.dense.weight"] == "layer.1"
+    assert groups["embeddings.word_embeddings.weight"] == "embeddings"
+    trace = hutchinson_trace(model, closure, n_probes=4, groups=groups, seed=0)
+    stats = attach_hessian_trace(measure(model, progress=False, raw=False), trace)
+    back = load_stats(stats.save(tmp_path / "s.json"))
+    names = back.groups["names"]
+    assert back.scalars["hessian_trace"].estimated
+    assert back.groups["estimated"] == {"hessian_trace": True}
+    per = dict(zip(names, back.groups["stats"]["hessian_trace"]))
+    assert per["layer.0"] == pytest.approx(trace.groups["layer.0"].value)
+    assert sum(per.values()) == pytest.approx(trace.total.value)
