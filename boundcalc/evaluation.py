@@ -49,6 +49,7 @@ class Result:
     method: str = "evaluate"
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    output: str = "risk"
 
     @property
     def failed_assumptions(self) -> list[str]:
@@ -71,12 +72,14 @@ class Result:
             return "not a bound: an assumption fails"
         if self.estimated:
             return "estimated (uses a stochastic estimate without its confidence term)"
+        if self.output != "risk":
+            return f"certified {self.output} (exact under the assumptions; not a risk bound)"
         return "certified bound"
 
     @property
     def vacuous(self) -> bool | None:
         """For a certified bound on a [0,1] risk: is it ≥ 1? None for rates and proxies."""
-        return (self.value >= 1.0) if self.is_bound else None
+        return (self.value >= 1.0) if self.is_bound and self.output == "risk" else None
 
     def value_text(self, digits: int = 6) -> str:
         if math.isfinite(self.value):
@@ -92,7 +95,7 @@ class Result:
             "variant": self.variant, "label": self.label, "is_bound": self.is_bound,
             "value": self.value if math.isfinite(self.value) else None,
             "value_text": self.value_text(), "log10_value": self.log10_value,
-            "vacuous": self.vacuous, "estimated": self.estimated,
+            "vacuous": self.vacuous, "output": self.output, "estimated": self.estimated,
             "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
             "parameter_choice": self.parameter_choice, "terms": self.terms,
             "delta": self.delta, "delta_effective": self.delta_effective,
@@ -377,7 +380,13 @@ class Prepared:
         conf = confidence_symbol(self.entry)
         if conf is None:
             return None
-        return self.scalars[conf] * math.exp(-sum(costs.values()))
+        total = sum(costs.values())
+        eff = self.scalars[conf] * math.exp(-total)
+        if eff <= 0.0:
+            raise DomainError(f"entry '{self.entry.id}': δ·e^(−{total:.4g}) underflows to 0 "
+                              f"(δ = {self.scalars[conf]:g}, union-bound cost {total:.4g}); "
+                              f"use a larger δ or smaller grids")
+        return eff
 
     # ---- evaluation --------------------------------------------------------------------------
     def value(self, params: Mapping[str, float], costs: Mapping[str, float] | None = None) -> float:
@@ -455,6 +464,7 @@ class Prepared:
                               for s in e.symbols.values() if s.role == "hidden_constant"},
             inputs={k: v for k, v in self.scalars.items()},
             source=e.source, provenance=e.provenance, method=method, notes=notes,
+            output=e.output,
         )
 
     def _per_instance(self, name: str, sel: np.ndarray) -> np.ndarray:

@@ -46,13 +46,13 @@ finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
 
 @settings(max_examples=300, deadline=None)
 @given(finite, finite)
-def test_hybrid_arithmetic_is_plain_float_arithmetic(x, y):
+def test_hybrid_arithmetic_is_plain_numpy_float_arithmetic(x, y):
     X, Y = ls.from_float(x), ls.from_float(y)
     assert ls.add([X, Y]).to_float() == x + y
     assert ls.mul(X, Y).to_float() == x * y
     if x > 0:
-        assert ls.power(X, np.float64(0.5)).to_float() == x ** 0.5
-        assert ls.log(X).to_float() == math.log(x)
+        assert ls.power(X, np.float64(0.5)).to_float() == np.power(x, 0.5)
+        assert ls.log(X).to_float() == np.log(x)
     assert bool(ls.less(X, Y)) == (x < y)
 
 

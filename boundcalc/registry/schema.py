@@ -11,6 +11,8 @@ import numpy as np
 import sympy as sp
 
 KINDS = ("certified", "rate", "proxy")
+OUTPUTS = ("risk", "divergence", "count", "probability")
+"""What an entry's value is. Only a ``risk`` (a loss in [0, 1]) is compared with 1 (vacuity)."""
 ROLES = ("measured", "data_size", "confidence", "hidden_constant", "constant", "free", "size")
 CHOICES = ("simultaneous", "grid", "prior", "fixed")
 """How a free parameter may be chosen.
@@ -101,6 +103,10 @@ class GridSpec:
     def values(self, evaluate_scalar) -> np.ndarray:
         """The grid points, given a function that evaluates a scalar SymPy expression."""
         nums = [float(evaluate_scalar(a)) for a in self.args]
+        if not all(math.isfinite(x) for x in nums):
+            raise ValueError("grid arguments must be finite numbers")
+        if self.kind in ("linspace", "geomspace") and not 1 <= nums[2] <= 100_000:
+            raise ValueError(f"grid has {nums[2]:g} points; 1 to 100000 are allowed")
         if self.kind == "values":
             pts = np.array(nums)
         elif self.kind == "range":
@@ -213,6 +219,7 @@ class Entry:
     description: str = ""
     notes: list[str] = field(default_factory=list)
     estimated_inputs_ok: tuple[str, ...] = ()
+    output: str = "risk"
 
     def required_stats(self) -> list[str]:
         """Stats-file paths this entry binds to (``matrix.QK.spectral``, ``scalars.n``, ...)."""
@@ -226,5 +233,5 @@ class Entry:
         return {
             "id": self.id, "title": self.title, "family": self.family, "kind": self.kind,
             "source": self.source, "provenance": self.provenance, "variant": self.variant,
-            "file": self.file,
+            "output": self.output, "file": self.file,
         }
