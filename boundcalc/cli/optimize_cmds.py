@@ -1,0 +1,351 @@
+"""`boundcalc optimize` and `boundcalc compare`: choose free parameters, explain the number."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import typer
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import BoundcalcError
+from ..evaluation import Result
+from .app import app, console, emit_json, fail, guarded, registry
+from .sets import parse_sets
+
+SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSON array for "
+            "per-layer/per-head symbols. Repeatable; overrides --stats. A free parameter set "
+            "here is held fixed.")
+STATS_HELP = "A stats file written by `boundcalc measure`."
+
+
+def _fmt(x: Any, digits: int = 5) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, (list, tuple, np.ndarray)):
+        arr = np.asarray(x, dtype=float)
+        if arr.size <= 6:
+            return "[" + ", ".join(_fmt(v, 4) for v in arr.ravel()) + "]"
+        return f"array{list(arr.shape)} min {arr.min():.4g} max {arr.max():.4g}"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        return f"{float(x):.{digits}g}" if math.isfinite(float(x)) else str(float(x))
+    return str(x)
+
+
+# ---- optimize ------------------------------------------------------------------------------
+
+def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target: float,
+              shrink: str | None, what_if: bool) -> Result:
+    from ..optimize import optimize
+    from ..stats import load_stats
+
+    reg = registry()
+
+    def run() -> Result:
+        entry = reg.get(entry_id)
+        values = parse_sets(sets)
+        if not (math.isfinite(target) and target > 0):
+            raise BoundcalcError(f"--target must be a positive number, got {target}")
+        if shrink is not None and shrink not in entry.symbols:
+            raise BoundcalcError(f"--shrink {shrink}: entry '{entry.id}' has no symbol '{shrink}'")
+        st = load_stats(stats) if stats else None
+        return optimize(entry, st, values, registry=reg, what_if=what_if, target=target,
+                        shrink=shrink)
+    return guarded(run)
+
+
+def _extra_tables(r: Result) -> list[Any]:
+    x = r.extra
+    parts: list[Any] = []
+    head = Table.grid(padding=(0, 1))
+    head.add_column(style="bold")
+    head.add_column()
+    cert = x.get("certified_optimum")
+    head.add_row("certified optimum", Text(("yes" if cert else "no")
+                                           + f" ({x.get('certified_optimum_reason', '')})",
+                                           style="green" if cert else "yellow"))
+    opt = x.get("optimizer") or {}
+    for name, chk in (opt.get("closed_form_check") or {}).items():
+        head.add_row(f"closed form {name}",
+                     f"{_fmt(chk.get('closed_form'))} → value {_fmt(chk.get('value_at_closed_form'), 8)}"
+                     f" (optimum {_fmt(chk.get('value_at_optimum', chk.get('value_at_numeric')), 8)},"
+                     f" gap {_fmt(chk.get('relative_gap'), 2)})")
+    gp = opt.get("gp") or opt.get("gp_relaxation")
+    if gp:
+        head.add_row("geometric program" + (" (continuous relaxation)" if "gp_relaxation" in opt
+                                            else ""), f"{gp.get('status')}"
+                     + (f": {gp.get('reason')}" if gp.get("reason") else "")
+                     + (f", value {_fmt(gp.get('value'), 8)}" if gp.get("value") is not None
+                        else ""))
+    if x.get("comparison"):
+        c = x["comparison"]
+        head.add_row("per-group vs tied σ",
+                     f"{_fmt(c['per_group'], 6)} vs {_fmt(c['tied'], 6)} (all σ_g tied, same "
+                     f"costs): {_fmt(c['relative_improvement'], 3)} relative improvement")
+        if c.get("single") is not None:
+            head.add_row("classic single σ",
+                         f"{_fmt(c['single'], 6)} (one Dziugaite–Roy charge, union cost "
+                         f"{_fmt(c['single_union_cost'], 4)} vs {_fmt(c['per_group_union_cost'], 4)}"
+                         f" for per-group σ; difference {_fmt(c['difference_to_single'], 4)})")
+    parts.append(head)
+    contrib = x.get("contributions")
+    if contrib and len(contrib["parts"]) > 1:
+        t = Table(title="contributions (additive parts)")
+        for col in ("part", "value", "share"):
+            t.add_column(col, justify="right" if col != "part" else "left")
+        for p in contrib["parts"]:
+            t.add_row(p["name"], _fmt(p["value"]), _fmt(p["share"], 3))
+        parts.append(t)
+    for idx, info in (contrib or {}).get("by_index", {}).items():
+        t = Table(title=f"contributions by {idx}", caption=f"{idx}: {info['meaning']}")
+        t.add_column(idx, justify="right")
+        t.add_column("total", justify="right")
+        names = list(info["by_part"])
+        for n in names:
+            t.add_column(n, justify="right")
+        vals = np.asarray(info["values"])
+        for k in range(len(vals)):
+            t.add_row(str(k), _fmt(vals[k]), *[_fmt(np.asarray(info["by_part"][n])[k])
+                                              for n in names])
+        parts.append(t)
+    for p in (contrib or {}).get("parts", []):
+        for inner in p.get("inner_sums", []):
+            vals = np.asarray(inner["values"])
+            if vals.ndim != 1:
+                continue
+            t = Table(title=f"{inner['name']} by {inner['indices'][0]}",
+                      caption=f"a sum inside '{p['name']}' (not an additive part of the value)")
+            t.add_column(inner["indices"][0], justify="right")
+            t.add_column("value", justify="right")
+            t.add_column("share", justify="right")
+            for k, v in enumerate(vals):
+                t.add_row(str(k), _fmt(v), _fmt(v / inner["value"] if inner["value"] else None, 3))
+            parts.append(t)
+    sel = x.get("selections") or []
+    if sel:
+        t = Table(title="grid value chosen per matrix (GridMin; rows: layer, columns: heads)")
+        for col in ("parameter", "grid", "cost", "index", "chosen"):
+            t.add_column(col, justify="right" if col in ("cost", "index") else "left")
+        for s in sel:
+            vals = np.asarray(s["values"], dtype=float)
+            rows = vals if vals.ndim == 2 else vals.reshape(-1, 1)
+            grid = f"{s['grid_size']} pts in [{s['grid_min']:g}, {s['grid_max']:g}]"
+            for k, row in enumerate(rows):
+                t.add_row(s["parameter"] if k == 0 else "", grid if k == 0 else "",
+                          _fmt(s["union_bound_cost"]) if k == 0 else "",
+                          f"{s['indices'][0] if s['indices'] else ''}={k}",
+                          " ".join(f"{v:.3g}" for v in row))
+        parts.append(t)
+    sens = x.get("sensitivity")
+    if sens:
+        t = Table(title="sensitivity at the optimum (parameters held fixed; arrays scaled whole)")
+        for col in ("rank", "symbol", "role", "value", "∂B/∂c", "elasticity"):
+            t.add_column(col, justify="right" if col in ("rank", "elasticity", "∂B/∂c") else
+                         "left")
+        for s in sens:
+            d = s.get("scale_derivative") if s["indexed"] else s.get("derivative")
+            t.add_row(str(s["rank"]), s["symbol"], s["role"],
+                      "array" if s["indexed"] else _fmt(s.get("value")), _fmt(d),
+                      _fmt(s.get("elasticity"), 4))
+        parts.append(t)
+    wit = x.get("what_it_takes")
+    if wit:
+        parts.append(_what_if_table(r, wit))
+    return parts
+
+
+def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
+    rows: list[Any] = []
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold")
+    grid.add_column()
+    sn = wit.get("smallest_n")
+    if sn and sn.get("status") == "found":
+        grid.add_row(f"smallest {sn['symbol']}",
+                     f"{sn['n']} for a certified bound < {wit['target']:g} "
+                     f"(now {_fmt(sn['current'])}; bound re-optimised at each {sn['symbol']})")
+    elif sn and sn.get("status") == "never":
+        grid.add_row(f"smallest {sn['symbol']}", f"never below {wit['target']:g} up to "
+                                                 f"{sn['cap']:g}")
+    sh = wit.get("shrink")
+    if sh:
+        text = {"found": f"must shrink by ×{_fmt(sh.get('factor'), 4)}",
+                "never": f"never enough alone ({sh.get('note', '')})",
+                "already below": "already below the target"}.get(sh["status"], sh["status"])
+        grid.add_row(f"shrink {sh['symbol']}", text)
+    if wit.get("note"):
+        grid.add_row("note", wit["note"])
+    rows.append(grid)
+    for key in ("n", "delta"):
+        t = (wit.get("table") or {}).get(key)
+        if not t:
+            continue
+        table = Table(title=f"value against {t['symbol']}", caption="re-optimised at each point")
+        table.add_column(t["symbol"], justify="right")
+        table.add_column("value", justify="right")
+        for row in t["rows"]:
+            x = row[key]
+            text = str(int(x)) if key == "n" and float(x).is_integer() and x < 1e15 else _fmt(x)
+            table.add_row(text, _fmt(row["value"]))
+        rows.append(table)
+    return Group(*rows)
+
+
+@app.command("optimize")
+def optimize_cmd(
+    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id (see `boundcalc list`)."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
+    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    latex: Optional[Path] = typer.Option(None, "--latex", metavar="FILE",
+                                         help="Also write a LaTeX document."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="DIR",
+                                        help="Write PNG plots into DIR."),
+    report: Optional[Path] = typer.Option(None, "--report", metavar="FILE.md",
+                                          help="Write a Markdown report (with --plot, linked)."),
+    target: float = typer.Option(1.0, "--target",
+                                 help="Target for 'what would it take' (certified bounds only)."),
+    shrink: Optional[str] = typer.Option(None, "--shrink", metavar="SYMBOL",
+                                         help="Statistic whose needed shrinkage is reported "
+                                              "(default: the most sensitive measured one)."),
+    what_if: bool = typer.Option(True, "--what-if/--no-what-if",
+                                 help="Compute smallest n, shrink factor and the n/δ tables."),
+) -> None:
+    """Choose the free parameters of an entry optimally and explain the number.
+
+    Continuous parameters: SciPy (and a geometric program when the bound is log-log convex,
+    giving a certified global optimum). Grid and prior parameters: exhaustive, with their
+    union-bound cost charged to δ. Reports sensitivities (∂B/∂c, elasticities), contributions
+    per term/layer/matrix, the Schatten index chosen per matrix, and what would it take.
+
+    Example: boundcalc optimize pac_bayes_lambda --set emp_risk=0.05 --set KL=5000 --set n=60000
+    """
+    result = _optimize(entry_id, sets, stats, target, shrink, what_if)
+    plots: dict[str, Path] = {}
+    if plot is not None:
+        from ..report.plots import write_plots
+
+        plots = guarded(lambda: write_plots(result, plot))
+    if report is not None:
+        from ..report.markdown import write_markdown
+
+        guarded(lambda: write_markdown(report, result, plots))
+    if latex is not None:
+        _write_latex(latex, entry_id, result)
+    if json_out:
+        emit_json(result.to_json())
+        return
+    from ..report.tables import result_panel
+
+    console.print(result_panel(result))
+    console.print(Group(*_extra_tables(result)))
+    for name, p in plots.items():
+        console.print(f"wrote {p}")
+    if report is not None:
+        console.print(f"wrote {report}")
+    if latex is not None:
+        console.print(f"wrote {latex}")
+
+
+def _write_latex(path: Path, entry_id: str, result: Result) -> None:
+    try:
+        from ..report.latex import write_latex
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.endswith("report.latex"):
+            fail("--latex: LaTeX export (boundcalc.report.latex) is not available in this "
+                 "installation")
+        raise
+    entry = guarded(lambda: registry().get(entry_id))
+    guarded(lambda: write_latex(path, entry, result))
+
+
+# ---- compare -------------------------------------------------------------------------------
+
+@app.command("compare")
+def compare_cmd(
+    stats: Path = typer.Option(..., "--stats", help=STATS_HELP),
+    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """Optimise every entry that applies to a stats file and show them side by side.
+
+    Certified bounds in one table (with vacuous yes/no); rates and proxies in their own
+    tables, which never call their numbers bounds.
+    """
+    from ..optimize import applicable, optimize
+    from ..stats import load_stats
+
+    reg = registry()
+    st = guarded(lambda: load_stats(stats))
+    values = guarded(lambda: parse_sets(sets))
+    groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
+    failed = []
+    for entry in reg:
+        own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
+        if not applicable(entry, st, own):
+            continue
+        try:
+            r = optimize(entry, st, own, registry=reg, sensitivity=False, contributions=False)
+        except BoundcalcError as exc:
+            failed.append({"id": entry.id, "kind": entry.kind,
+                           "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
+            continue
+        groups[r.kind].append(r)
+    if not any(groups.values()) and not failed:
+        fail(f"{stats}: no registry entry applies to this stats file (add --set for missing "
+             f"symbols)")
+    if json_out:
+        emit_json({k: [_compare_row(r) for r in v] for k, v in groups.items()}
+                  | {"failed": failed})
+        return
+    if groups["certified"]:
+        t = Table(title="certified entries (bounds only where the label says 'certified bound')")
+        t.add_column("id", no_wrap=True)
+        t.add_column("value", justify="right", no_wrap=True)
+        t.add_column("label", overflow="fold")
+        t.add_column("vacuous", no_wrap=True)
+        t.add_column("δ", justify="right", no_wrap=True)
+        t.add_column("union cost", justify="right", no_wrap=True)
+        for r in sorted(groups["certified"], key=lambda r: r.value):
+            t.add_row(r.id, r.value_text(6), r.label,
+                      "—" if r.vacuous is None else ("yes" if r.vacuous else "no"),
+                      _fmt(r.delta), _fmt(sum(r.union_bound_cost.values()), 4))
+        console.print(t)
+    if groups["rate"]:
+        t = Table(title="rates (O(·) with the hidden constant you set; not bounds)")
+        t.add_column("id", no_wrap=True)
+        t.add_column("value", justify="right", no_wrap=True)
+        t.add_column("hidden constants", overflow="fold")
+        for r in groups["rate"]:
+            t.add_row(r.id, r.value_text(6),
+                      ", ".join(f"{k}={v:g}" for k, v in r.hidden_constants.items()))
+        console.print(t)
+    if groups["proxy"]:
+        t = Table(title="proxies (complexity measures; compare models, not with 1)")
+        t.add_column("id", no_wrap=True)
+        t.add_column("value", justify="right", no_wrap=True)
+        for r in groups["proxy"]:
+            t.add_row(r.id, r.value_text(6))
+        console.print(t)
+    console.print(Text("methods, parameters and δ accounting: boundcalc compare --json, or "
+                       "boundcalc optimize ID", style="dim"))
+    for f in failed:
+        console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
+
+
+def _compare_row(r: Result) -> dict[str, Any]:
+    return {"id": r.id, "kind": r.kind, "label": r.label, "value": r.value if
+            math.isfinite(r.value) else None, "value_text": r.value_text(),
+            "is_bound": r.is_bound, "vacuous": r.vacuous, "delta": r.delta,
+            "delta_effective": r.delta_effective,
+            "union_bound_cost": r.union_bound_cost, "method": r.method,
+            "certified_optimum": r.extra.get("certified_optimum"),
+            "hidden_constants": r.hidden_constants, "parameters": r.parameters}

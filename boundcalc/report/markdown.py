@@ -1,0 +1,202 @@
+"""A Markdown report of an optimised result, referencing the PNG plots next to it.
+
+Wording follows the result's kind: a certified bound is called a bound and compared with 1
+(vacuous or not); a rate or a proxy is never called a bound and never compared with 1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..evaluation import Result
+from .io import write_text_atomic
+
+
+def _num(x: Any, digits: int = 6) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, (list, tuple, np.ndarray)):
+        arr = np.asarray(x, dtype=float)
+        if arr.size <= 8:
+            return "[" + ", ".join(_num(v, 4) for v in arr.ravel()) + "]"
+        return f"array {list(arr.shape)}, min {arr.min():.4g}, max {arr.max():.4g}"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    if isinstance(x, (float, np.floating)):
+        x = float(x)
+        return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
+    return str(x)
+
+
+def _int_or_num(x: Any) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else _num(x)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in rows]
+    return out + [""]
+
+
+def headline(result: Result) -> str:
+    """One sentence saying what the number is (and is not)."""
+    v = result.value_text(6)
+    output = getattr(result, "output", "risk")
+    if result.kind == "certified" and result.is_bound and output != "risk":
+        return (f"**Certified {output}: {v}**, {result.label}; it is not a bound on a risk and "
+                f"is not compared with 1.")
+    if result.kind == "certified":
+        if result.is_bound:
+            vac = "vacuous (≥ 1)" if result.vacuous else "non-vacuous (< 1)"
+            return (f"**Certified bound: {v}** ({vac}), holding with probability ≥ "
+                    f"{1 - (result.delta or 0):g} under the listed assumptions.")
+        return f"**Value: {v}**, {result.label}; it is not a certified bound."
+    if result.kind == "rate":
+        return f"**Rate value: {v}**, {result.label}; it is not a bound."
+    return f"**Proxy value: {v}**, {result.label}."
+
+
+def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = None,
+                    relative_to: str | Path | None = None) -> str:
+    """The report as Markdown; plot paths are written relative to ``relative_to`` if given."""
+    r = result
+    x = r.extra
+    lines = [f"# {r.id}: {r.title}", "", headline(r), ""]
+    lines += [f"- kind: `{r.kind}`" + (f", variant: {r.variant}" if r.variant else ""),
+              f"- source: {r.source}", f"- provenance: {r.provenance}",
+              f"- method: {r.method}",
+              f"- certified optimum: {_num(x.get('certified_optimum'))}"
+              + (f" ({x['certified_optimum_reason']})" if x.get("certified_optimum_reason")
+                 else "")]
+    if r.delta is not None:
+        total = sum(r.union_bound_cost.values())
+        lines.append(f"- δ = {r.delta:g}; union-bound cost {total:.4g} nats "
+                     f"({', '.join(f'{k}: {v:.4g}' for k, v in r.union_bound_cost.items()) or 'none'}); "
+                     f"formula evaluated at δ_eff = {_num(r.delta_effective)}")
+    if r.hidden_constants:
+        lines.append("- hidden constants: " + ", ".join(f"{k} = {v:g}"
+                                                      for k, v in r.hidden_constants.items()))
+    if r.estimated_inputs:
+        lines.append("- estimated inputs: " + "; ".join(r.estimated_inputs))
+    lines.append("")
+    if r.parameters:
+        lines += ["## Parameters", ""]
+        lines += _table(["name", "value", "how chosen", "union-bound cost"],
+                        [[k, _num(v), r.parameter_choice.get(k, ""),
+                          _num(r.union_bound_cost.get(k))] for k, v in r.parameters.items()])
+    if x.get("comparison"):
+        c = x["comparison"]
+        lines += ["## Per-group σ against tied σ", "",
+                  f"Per-group σ_g: {_num(c['per_group'])}; all σ_g tied (same costs): "
+                  f"{_num(c['tied'])}; improvement {_num(c['improvement'])} "
+                  f"({_num(c['relative_improvement'])} relative). Classic single σ (one "
+                  f"Dziugaite–Roy charge, union cost {_num(c.get('single_union_cost'))} against "
+                  f"{_num(c.get('per_group_union_cost'))}): {_num(c.get('single'))}. "
+                  f"{c['note']}.", ""]
+    if r.terms:
+        lines += ["## Terms", ""]
+        lines += _table(["term", "value"], [[k, _num(v)] for k, v in r.terms.items()])
+    contrib = x.get("contributions")
+    if contrib:
+        lines += ["## Contributions", ""]
+        lines += _table(["part", "value", "share"],
+                        [[p["name"], _num(p["value"]), _num(p["share"], 3)]
+                         for p in contrib["parts"]])
+        for idx, info in (contrib.get("by_index") or {}).items():
+            lines += [f"By {idx} ({info['meaning']}):", ""]
+            parts = list(info["by_part"])
+            rows = []
+            for k, total in enumerate(np.asarray(info["values"])):
+                rows.append([k, _num(total)] + [_num(np.asarray(info["by_part"][p])[k])
+                                                 for p in parts])
+            lines += _table([idx, "total", *parts], rows)
+        for p in contrib["parts"]:
+            for inner in p.get("inner_sums", []):
+                vals = np.asarray(inner["values"])
+                if vals.ndim != 1:
+                    continue
+                lines += [f"{inner['name']} by {inner['indices'][0]} (a sum inside "
+                          f"'{p['name']}', not an additive part of the value):", ""]
+                lines += _table([inner["indices"][0], "value"],
+                                [[k, _num(v)] for k, v in enumerate(vals)])
+    sel = x.get("selections")
+    if sel:
+        lines += ["## Grid values chosen per matrix", ""]
+        for s in sel:
+            hist = ", ".join(f"{k}: {v}" for k, v in s["histogram"].items())
+            lines += [f"- `{s['parameter']}` over {s['indices']} (grid of {s['grid_size']} "
+                      f"points, cost {_num(s['union_bound_cost'])}): {hist}"]
+        lines.append("")
+    sens = x.get("sensitivity")
+    if sens:
+        lines += ["## Sensitivity at the optimum", "",
+                  "Optimal parameters held fixed (envelope theorem); for arrays the elasticity "
+                  "is for scaling the whole array.", ""]
+        lines += _table(["rank", "symbol", "role", "value", "∂B/∂c", "elasticity"],
+                        [[s["rank"], s["symbol"], s["role"],
+                          "array" if s["indexed"] else _num(s.get("value")),
+                          _num(s.get("derivative") if not s["indexed"]
+                               else s.get("scale_derivative")),
+                          _num(s.get("elasticity"), 4)] for s in sens])
+    wit = x.get("what_it_takes")
+    if wit:
+        lines += ["## What would it take", ""]
+        if "smallest_n" in wit:
+            sn = wit["smallest_n"]
+            if sn.get("status") == "found":
+                lines.append(f"- smallest {sn['symbol']} with a certified bound < "
+                             f"{wit['target']:g}: **{sn['n']}** (now {_num(sn['current'])})")
+            elif sn.get("status") == "never":
+                lines.append(f"- no {sn['symbol']} up to {sn['cap']:g} brings the bound below "
+                             f"{wit['target']:g} (never)")
+        if "shrink" in wit:
+            sh = wit["shrink"]
+            if sh["status"] == "found":
+                lines.append(f"- `{sh['symbol']}` would have to shrink by a factor "
+                             f"**{_num(sh['factor'], 4)}**")
+            elif sh["status"] == "never":
+                lines.append(f"- shrinking `{sh['symbol']}` alone never suffices: {sh['note']}")
+            else:
+                lines.append(f"- `{sh['symbol']}`: the bound is already below the target")
+        if wit.get("note"):
+            lines.append(f"- {wit['note']}")
+        lines.append("")
+        for key in ("n", "delta"):
+            t = (wit.get("table") or {}).get(key)
+            if t:
+                lines += _table([t["symbol"], "value (re-optimised)"],
+                                [[_int_or_num(row[key]) if key == "n" else _num(row[key]),
+                                  _num(row["value"])] for row in t["rows"]])
+    if r.assumptions:
+        lines += ["## Assumptions", ""]
+        lines += [f"- [{a['status']}] {a['text']}" for a in r.assumptions]
+        lines.append("")
+    if r.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in r.notes] + [""]
+    if plots:
+        lines += ["## Plots", ""]
+        for name, p in plots.items():
+            ref = Path(p)
+            if relative_to is not None:
+                ref = Path(os.path.relpath(ref, Path(relative_to)))
+            lines += [f"![{name}]({ref.as_posix()})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_markdown(path: str | Path, result: Result,
+                   plots: Mapping[str, str | Path] | None = None) -> Path:
+    """Write the report to ``path`` (plot links relative to its folder)."""
+    path = Path(path)
+    return write_text_atomic(path, markdown_report(result, plots, path.parent.resolve()
+                                                   if plots else None))
