@@ -271,7 +271,12 @@ def _write_latex(path: Path, entry_id: str, result: Result) -> None:
 
 @app.command("compare")
 def compare_cmd(
-    stats: Path = typer.Option(..., "--stats", help=STATS_HELP),
+    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Measure this model first (a checkpoint path, a Hugging Face "
+        "folder, or 'minilm' for the bundled MiniLM-L6) instead of reading --stats."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", help="With --model: also write the measured stats file here."),
     sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
 ) -> None:
@@ -284,7 +289,17 @@ def compare_cmd(
     from ..stats import load_stats
 
     reg = registry()
-    st = guarded(lambda: load_stats(stats))
+    if (stats is None) == (model is None):
+        fail("give exactly one of --stats FILE or --model MODEL")
+    if model is not None:
+        from ..measure import measure
+
+        st = guarded(lambda: measure(model, progress=not json_out))
+        if output is not None:
+            guarded(lambda: st.save(output))
+        stats = Path(output) if output is not None else Path(str(model))
+    else:
+        st = guarded(lambda: load_stats(stats))
     values = guarded(lambda: parse_sets(sets))
     groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
     failed = []

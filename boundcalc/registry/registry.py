@@ -74,18 +74,35 @@ class Registry:
         return out
 
 
+_CACHE: dict[tuple, Registry] = {}
+
+
 def load_registry(paths: Iterable[str | Path] | None = None) -> Registry:
-    """Load every ``*.toml`` formula file in the given folders (or files)."""
-    reg = Registry()
+    """Load every ``*.toml`` formula file in the given folders (or files).
+
+    Parsed registries are cached by file path, size and modification time, so repeated calls
+    (``optimize("id")`` in a loop, say) do not re-parse unchanged files.
+    """
+    files: list[Path] = []
     for base in (list(paths) if paths is not None else default_formula_dirs()):
         base = Path(base)
         if base.is_file():
-            files = [base]
+            files.append(base)
         elif base.is_dir():
-            files = sorted(base.glob("*.toml"))
+            files.extend(sorted(base.glob("*.toml")))
         else:
             raise FormulaError(f"{base}: no such formula file or folder")
-        for f in files:
-            for entry in load_file(f):
-                reg.add(entry)
+    try:
+        key = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    except OSError as exc:
+        raise FormulaError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    reg = Registry()
+    for f in files:
+        for entry in load_file(f):
+            reg.add(entry)
+    _CACHE.clear()  # keep only the latest registry
+    _CACHE[key] = reg
     return reg
