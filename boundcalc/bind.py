@@ -16,6 +16,8 @@ from .errors import MissingValueError, StatsError
 from .registry.schema import Entry, SymbolSpec
 from .stats import Stats
 
+_MAX_ELEMENTS = 50_000_000  # dense zero-padded singular-value array (400 MB of float64)
+
 
 @dataclass
 class Binding:
@@ -45,7 +47,10 @@ def lookup(stats: Stats, path: str, spec: SymbolSpec | None = None) -> tuple[Any
         value = stats.model[rest]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KeyError(path)
-        return value, None
+        try:
+            return float(value), None
+        except OverflowError:
+            raise StatsError(f"model.{rest}: number too large for double precision") from None
     if head == "groups":
         arr = stats.groups.get("stats", {})[rest]
         est = stats.groups.get("estimated", {}).get(rest)
@@ -75,11 +80,30 @@ def _matrix_array(stats: Stats, mtype: str, stat: str, n_indices: int) -> np.nda
         if any(v is None for v in heads):
             raise StatsError(f"matrix type {mtype} is per layer, not per head")
         n_heads = max(heads) + 1
+    # every position must be filled exactly once: check before allocating anything, so a
+    # hostile layer index (say 10**6 with one matrix) cannot ask for a huge array
+    seen: set[tuple[int, int]] = set()
+    for m in mats:
+        pos = (m.layer, m.head if n_pos == 2 else 0)
+        if pos in seen:
+            raise StatsError(f"matrix type {mtype}: two entries for layer {m.layer}"
+                             + (f" head {m.head}" if n_pos == 2 else
+                                "" if m.head is None else
+                                f" (it is per head; the symbol wants one value per layer)"))
+        seen.add(pos)
+    if len(seen) != n_layers * n_heads:
+        missing = next((l, h) for l in range(n_layers) for h in range(n_heads)
+                       if (l, h) not in seen)
+        raise StatsError(f"matrix type {mtype}: no entry for layer {missing[0]}"
+                         + (f" head {missing[1]}" if n_pos == 2 else ""))
     if with_sv:
         width = max((len(m.singular_values) for m in mats if m.singular_values is not None),
                     default=0)
         if width == 0:
             raise KeyError(f"matrix.{mtype}.singular_values")
+        if n_layers * n_heads * width > _MAX_ELEMENTS:
+            raise StatsError(f"matrix.{mtype}.singular_values: {n_layers}x{n_heads}x{width} "
+                             f"values are too many (at most {_MAX_ELEMENTS})")
         arr = np.full((n_layers, n_heads, width), np.nan)
     else:
         arr = np.full((n_layers, n_heads), np.nan)
@@ -142,10 +166,3 @@ def bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None 
             + (f" (also missing: {', '.join(out.missing[1:6])})" if len(out.missing) > 1 else ""))
     return out
 
-
-def applicable(entry: Entry, stats: Stats, overrides: Mapping[str, Any] | None = None) -> bool:
-    """Whether every symbol of ``entry`` gets a value from ``stats``/``overrides``/defaults."""
-    try:
-        return not bind(entry, stats, overrides, strict=False).missing
-    except StatsError:
-        return False

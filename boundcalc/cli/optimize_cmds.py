@@ -12,6 +12,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..bind import bind
 from ..errors import BoundcalcError
 from ..evaluation import Result
 from .app import app, console, emit_json, fail, guarded, registry
@@ -303,9 +304,12 @@ def compare_cmd(
     values = guarded(lambda: parse_sets(sets))
     groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
     failed = []
+    skipped: dict[str, list[str]] = {}
     for entry in reg:
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
         if not applicable(entry, st, own):
+            for name in bind(entry, st, own, strict=False).missing[:1]:
+                skipped.setdefault(name, []).append(entry.id)
             continue
         try:
             r = optimize(entry, st, own, registry=reg, sensitivity=False, contributions=False)
@@ -350,6 +354,16 @@ def compare_cmd(
         for r in groups["proxy"]:
             t.add_row(r.id, r.value_text(6))
         console.print(t)
+    m = st.model
+    if m:
+        console.print(Text(f"model: {m.get('architecture', '?')}, {m.get('n_layers', '?')} layers "
+                           f"× {m.get('n_heads', '?')} heads, hidden {m.get('hidden', '?')}",
+                           style="dim"))
+    if skipped:
+        needs = "; ".join(f"{name} ({len(ids)} entries, e.g. {ids[0]})"
+                          for name, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1]))[:4])
+        console.print(Text(f"{sum(map(len, skipped.values()))} entries need values this stats "
+                           f"file lacks — give them with --set: {needs}", style="dim"))
     console.print(Text("methods, parameters and δ accounting: boundcalc compare --json, or "
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
