@@ -270,7 +270,7 @@ class Prepared:
 
     def eval_scalar(self, expr: sp.Basic, ctx: Context | None = None) -> float:
         ctx = ctx or self.context()
-        lv = self.compiled.compile(expr)(ctx)
+        lv = self._run(expr, ctx)
         arr = np.broadcast_to(lv.to_float(), lv.shape)
         if arr.size != 1:
             raise DomainError(f"entry '{self.entry.id}': '{str(expr)[:60]}' is not a scalar "
@@ -395,8 +395,17 @@ class Prepared:
         ctx = self.context(params, self.delta_effective(costs))
         return self._checked(ctx)
 
+    def _run(self, expr: sp.Basic, ctx: Context):
+        """Evaluate ``expr``; engine errors are prefixed with this entry's id."""
+        try:
+            return self.compiled.compile(expr)(ctx)
+        except DomainError as exc:
+            if f"entry '{self.entry.id}'" in str(exc):
+                raise
+            raise DomainError(f"entry '{self.entry.id}': {exc}") from None
+
     def _checked(self, ctx: Context) -> float:
-        lv = self.compiled.compile(self.entry.expression)(ctx)
+        lv = self._run(self.entry.expression, ctx)
         s = np.broadcast_to(lv.s, lv.shape).reshape(-1)
         a = np.broadcast_to(lv.a, lv.shape).reshape(-1)
         if s.size != 1:
