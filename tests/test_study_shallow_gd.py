@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -20,31 +19,11 @@ import pytest
 pytest.importorskip("sklearn", reason="the study's digits data ships with scikit-learn")
 
 from boundcalc.experiments import shallow_gd as sg  # noqa: E402
+from _measure_helpers import single_thread  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = {"radii_vs_N.png", "bound_vs_N.png", "loss_curves.png"}
 
-
-@contextmanager
-def single_thread():
-    """One torch and one BLAS thread inside the block (a busy 2-core machine runs LAPACK
-    ~10x slower with two spinning threads); the previous settings are restored."""
-    import torch
-
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        if threadpool_limits is None:
-            yield
-        else:
-            with threadpool_limits(1):
-                yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def load_script():

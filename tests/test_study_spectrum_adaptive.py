@@ -10,12 +10,12 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from _measure_helpers import single_thread  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 L, A, N, DH = 6, 12, 384, 32
@@ -23,27 +23,6 @@ L_PHI = 1.13
 FIGURES = {"selected_p.png", "p_contribution.png", "spectral_decay.png", "scaling_width.png",
            "scaling_depth.png"}
 
-
-@contextmanager
-def single_thread():
-    """One torch and one BLAS thread inside the block (a busy 2-core machine runs LAPACK
-    ~10x slower with two spinning threads); the previous settings are restored."""
-    import torch
-
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        threadpool_limits = None
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        if threadpool_limits is None:
-            yield
-        else:
-            with threadpool_limits(1):
-                yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def load_script(name: str):
