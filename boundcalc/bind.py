@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import MissingValueError, StatsError
+from .errors import BoundcalcError, MissingValueError, StatsError, one_line
 from .registry.schema import Entry, SymbolSpec
 from .stats import Stats
 
@@ -89,7 +89,7 @@ def _matrix_array(stats: Stats, mtype: str, stat: str, n_indices: int) -> np.nda
             raise StatsError(f"matrix type {mtype}: two entries for layer {m.layer}"
                              + (f" head {m.head}" if n_pos == 2 else
                                 "" if m.head is None else
-                                f" (it is per head; the symbol wants one value per layer)"))
+                                " (it is per head; the symbol wants one value per layer)"))
         seen.add(pos)
     if len(seen) != n_layers * n_heads:
         missing = next((l, h) for l in range(n_layers) for h in range(n_heads)
@@ -135,6 +135,14 @@ def bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None 
     With ``strict`` a symbol that has neither raises :class:`MissingValueError` naming the
     symbol and the stats path it expected.
     """
+    try:
+        return _bind(entry, stats, overrides, strict)
+    except BoundcalcError as exc:  # messages quote names from the stats file: one line
+        raise type(exc)(one_line(str(exc))) from None
+
+
+def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None,
+          strict: bool) -> Binding:
     out = Binding()
     overrides = dict(overrides or {})
     for name, value in overrides.items():

@@ -15,30 +15,10 @@ from rich.text import Text
 from ..bind import bind
 from ..errors import BoundcalcError
 from ..evaluation import Result
+from ..report.tables import fmt
 from .app import app, console, emit_json, fail, guarded, registry
-from .sets import parse_sets
+from .sets import SET_HELP, STATS_HELP, parse_sets
 
-SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSON array for "
-            "per-layer/per-head symbols. Repeatable; overrides --stats. A free parameter set "
-            "here is held fixed.")
-STATS_HELP = "A stats file written by `boundcalc measure`."
-
-
-def _fmt(x: Any, digits: int = 5) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, (list, tuple, np.ndarray)):
-        arr = np.asarray(x, dtype=float)
-        if arr.size <= 6:
-            return "[" + ", ".join(_fmt(v, 4) for v in arr.ravel()) + "]"
-        return f"array{list(arr.shape)} min {arr.min():.4g} max {arr.max():.4g}"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        return f"{float(x):.{digits}g}" if math.isfinite(float(x)) else str(float(x))
-    return str(x)
 
 
 # ---- optimize ------------------------------------------------------------------------------
@@ -76,26 +56,26 @@ def _extra_tables(r: Result) -> list[Any]:
     opt = x.get("optimizer") or {}
     for name, chk in (opt.get("closed_form_check") or {}).items():
         head.add_row(f"closed form {name}",
-                     f"{_fmt(chk.get('closed_form'))} → value {_fmt(chk.get('value_at_closed_form'), 8)}"
-                     f" (optimum {_fmt(chk.get('value_at_optimum', chk.get('value_at_numeric')), 8)},"
-                     f" gap {_fmt(chk.get('relative_gap'), 2)})")
+                     f"{fmt(chk.get('closed_form'))} → value {fmt(chk.get('value_at_closed_form'), 8)}"
+                     f" (optimum {fmt(chk.get('value_at_optimum', chk.get('value_at_numeric')), 8)},"
+                     f" gap {fmt(chk.get('relative_gap'), 2)})")
     gp = opt.get("gp") or opt.get("gp_relaxation")
     if gp:
         head.add_row("geometric program" + (" (continuous relaxation)" if "gp_relaxation" in opt
                                             else ""), f"{gp.get('status')}"
                      + (f": {gp.get('reason')}" if gp.get("reason") else "")
-                     + (f", value {_fmt(gp.get('value'), 8)}" if gp.get("value") is not None
+                     + (f", value {fmt(gp.get('value'), 8)}" if gp.get("value") is not None
                         else ""))
     if x.get("comparison"):
         c = x["comparison"]
         head.add_row("per-group vs tied σ",
-                     f"{_fmt(c['per_group'], 6)} vs {_fmt(c['tied'], 6)} (all σ_g tied, same "
-                     f"costs): {_fmt(c['relative_improvement'], 3)} relative improvement")
+                     f"{fmt(c['per_group'], 6)} vs {fmt(c['tied'], 6)} (all σ_g tied, same "
+                     f"costs): {fmt(c['relative_improvement'], 3)} relative improvement")
         if c.get("single") is not None:
             head.add_row("classic single σ",
-                         f"{_fmt(c['single'], 6)} (one Dziugaite–Roy charge, union cost "
-                         f"{_fmt(c['single_union_cost'], 4)} vs {_fmt(c['per_group_union_cost'], 4)}"
-                         f" for per-group σ; difference {_fmt(c['difference_to_single'], 4)})")
+                         f"{fmt(c['single'], 6)} (one Dziugaite–Roy charge, union cost "
+                         f"{fmt(c['single_union_cost'], 4)} vs {fmt(c['per_group_union_cost'], 4)}"
+                         f" for per-group σ; difference {fmt(c['difference_to_single'], 4)})")
     parts.append(head)
     contrib = x.get("contributions")
     if contrib and len(contrib["parts"]) > 1:
@@ -103,7 +83,7 @@ def _extra_tables(r: Result) -> list[Any]:
         for col in ("part", "value", "share"):
             t.add_column(col, justify="right" if col != "part" else "left")
         for p in contrib["parts"]:
-            t.add_row(p["name"], _fmt(p["value"]), _fmt(p["share"], 3))
+            t.add_row(p["name"], fmt(p["value"]), fmt(p["share"], 3))
         parts.append(t)
     for idx, info in (contrib or {}).get("by_index", {}).items():
         t = Table(title=f"contributions by {idx}", caption=f"{idx}: {info['meaning']}")
@@ -114,7 +94,7 @@ def _extra_tables(r: Result) -> list[Any]:
             t.add_column(n, justify="right")
         vals = np.asarray(info["values"])
         for k in range(len(vals)):
-            t.add_row(str(k), _fmt(vals[k]), *[_fmt(np.asarray(info["by_part"][n])[k])
+            t.add_row(str(k), fmt(vals[k]), *[fmt(np.asarray(info["by_part"][n])[k])
                                               for n in names])
         parts.append(t)
     for p in (contrib or {}).get("parts", []):
@@ -128,7 +108,7 @@ def _extra_tables(r: Result) -> list[Any]:
             t.add_column("value", justify="right")
             t.add_column("share", justify="right")
             for k, v in enumerate(vals):
-                t.add_row(str(k), _fmt(v), _fmt(v / inner["value"] if inner["value"] else None, 3))
+                t.add_row(str(k), fmt(v), fmt(v / inner["value"] if inner["value"] else None, 3))
             parts.append(t)
     sel = x.get("selections") or []
     if sel:
@@ -141,7 +121,7 @@ def _extra_tables(r: Result) -> list[Any]:
             grid = f"{s['grid_size']} pts in [{s['grid_min']:g}, {s['grid_max']:g}]"
             for k, row in enumerate(rows):
                 t.add_row(s["parameter"] if k == 0 else "", grid if k == 0 else "",
-                          _fmt(s["union_bound_cost"]) if k == 0 else "",
+                          fmt(s["union_bound_cost"]) if k == 0 else "",
                           f"{s['indices'][0] if s['indices'] else ''}={k}",
                           " ".join(f"{v:.3g}" for v in row))
         parts.append(t)
@@ -154,8 +134,8 @@ def _extra_tables(r: Result) -> list[Any]:
         for s in sens:
             d = s.get("scale_derivative") if s["indexed"] else s.get("derivative")
             t.add_row(str(s["rank"]), s["symbol"], s["role"],
-                      "array" if s["indexed"] else _fmt(s.get("value")), _fmt(d),
-                      _fmt(s.get("elasticity"), 4))
+                      "array" if s["indexed"] else fmt(s.get("value")), fmt(d),
+                      fmt(s.get("elasticity"), 4))
         parts.append(t)
     wit = x.get("what_it_takes")
     if wit:
@@ -172,13 +152,13 @@ def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
     if sn and sn.get("status") == "found":
         grid.add_row(f"smallest {sn['symbol']}",
                      f"{sn['n']} for a certified bound < {wit['target']:g} "
-                     f"(now {_fmt(sn['current'])}; bound re-optimised at each {sn['symbol']})")
+                     f"(now {fmt(sn['current'])}; bound re-optimised at each {sn['symbol']})")
     elif sn and sn.get("status") == "never":
         grid.add_row(f"smallest {sn['symbol']}", f"never below {wit['target']:g} up to "
                                                  f"{sn['cap']:g}")
     sh = wit.get("shrink")
     if sh:
-        text = {"found": f"must shrink by ×{_fmt(sh.get('factor'), 4)}",
+        text = {"found": f"must shrink by ×{fmt(sh.get('factor'), 4)}",
                 "never": f"never enough alone ({sh.get('note', '')})",
                 "already below": "already below the target"}.get(sh["status"], sh["status"])
         grid.add_row(f"shrink {sh['symbol']}", text)
@@ -194,8 +174,8 @@ def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
         table.add_column("value", justify="right")
         for row in t["rows"]:
             x = row[key]
-            text = str(int(x)) if key == "n" and float(x).is_integer() and x < 1e15 else _fmt(x)
-            table.add_row(text, _fmt(row["value"]))
+            text = str(int(x)) if key == "n" and float(x).is_integer() and x < 1e15 else fmt(x)
+            table.add_row(text, fmt(row["value"]))
         rows.append(table)
     return Group(*rows)
 
@@ -336,7 +316,7 @@ def compare_cmd(
         for r in sorted(groups["certified"], key=lambda r: r.value):
             t.add_row(r.id, r.value_text(6), r.label,
                       "—" if r.vacuous is None else ("yes" if r.vacuous else "no"),
-                      _fmt(r.delta), _fmt(sum(r.union_bound_cost.values()), 4))
+                      fmt(r.delta), fmt(sum(r.union_bound_cost.values()), 4))
         console.print(t)
     if groups["rate"]:
         t = Table(title="rates (O(·) with the hidden constant you set; not bounds)")

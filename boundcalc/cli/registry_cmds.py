@@ -10,11 +10,8 @@ import typer
 from ..errors import BoundcalcError
 from ..report.tables import entries_table, entry_panel, print_result
 from .app import app, console, emit_json, guarded, registry
-from .sets import parse_sets
+from .sets import SET_HELP, STATS_HELP, parse_sets
 
-SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSON array for "
-            "per-layer/per-head symbols. Repeatable; overrides --stats.")
-STATS_HELP = "A stats file written by `boundcalc measure` (symbols bind through their stat paths)."
 
 
 @app.command("list")

@@ -11,6 +11,11 @@ from ..errors import BoundcalcError
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
+SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSON array for "
+            "per-layer/per-head symbols. Repeatable; overrides --stats. A free parameter set "
+            "here is held fixed.")
+STATS_HELP = "A stats file written by `boundcalc measure` (symbols bind through their stat paths)."
+
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:
     """``["n=1000", "C=[1, 2]"]`` → ``{"n": 1000.0, "C": [1, 2]}``; errors name the item."""

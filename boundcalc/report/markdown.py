@@ -6,7 +6,6 @@ Wording follows the result's kind: a certified bound is called a bound and compa
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,28 +14,11 @@ import numpy as np
 
 from ..evaluation import Result
 from .io import write_text_atomic
+from .tables import fmt
 
 
-def _num(x: Any, digits: int = 6) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, (list, tuple, np.ndarray)):
-        arr = np.asarray(x, dtype=float)
-        if arr.size <= 8:
-            return "[" + ", ".join(_num(v, 4) for v in arr.ravel()) + "]"
-        return f"array {list(arr.shape)}, min {arr.min():.4g}, max {arr.max():.4g}"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    if isinstance(x, (float, np.floating)):
-        x = float(x)
-        return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
-    return str(x)
-
-
-def _int_or_num(x: Any) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else _num(x)
+def _int_orfmt(x: Any) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else fmt(x)
 
 
 def _cell(text: Any) -> str:
@@ -76,14 +58,14 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
     lines += [f"- kind: `{r.kind}`" + (f", variant: {r.variant}" if r.variant else ""),
               f"- source: {r.source}", f"- provenance: {r.provenance}",
               f"- method: {r.method}",
-              f"- certified optimum: {_num(x.get('certified_optimum'))}"
+              f"- certified optimum: {fmt(x.get('certified_optimum'))}"
               + (f" ({x['certified_optimum_reason']})" if x.get("certified_optimum_reason")
                  else "")]
     if r.delta is not None:
         total = sum(r.union_bound_cost.values())
         lines.append(f"- δ = {r.delta:g}; union-bound cost {total:.4g} nats "
                      f"({', '.join(f'{k}: {v:.4g}' for k, v in r.union_bound_cost.items()) or 'none'}); "
-                     f"formula evaluated at δ_eff = {_num(r.delta_effective)}")
+                     f"formula evaluated at δ_eff = {fmt(r.delta_effective)}")
     if r.hidden_constants:
         lines.append("- hidden constants: " + ", ".join(f"{k} = {v:g}"
                                                       for k, v in r.hidden_constants.items()))
@@ -93,32 +75,32 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
     if r.parameters:
         lines += ["## Parameters", ""]
         lines += _table(["name", "value", "how chosen", "union-bound cost"],
-                        [[k, _num(v), r.parameter_choice.get(k, ""),
-                          _num(r.union_bound_cost.get(k))] for k, v in r.parameters.items()])
+                        [[k, fmt(v), r.parameter_choice.get(k, ""),
+                          fmt(r.union_bound_cost.get(k))] for k, v in r.parameters.items()])
     if x.get("comparison"):
         c = x["comparison"]
         lines += ["## Per-group σ against tied σ", "",
-                  f"Per-group σ_g: {_num(c['per_group'])}; all σ_g tied (same costs): "
-                  f"{_num(c['tied'])}; improvement {_num(c['improvement'])} "
-                  f"({_num(c['relative_improvement'])} relative). Classic single σ (one "
-                  f"Dziugaite–Roy charge, union cost {_num(c.get('single_union_cost'))} against "
-                  f"{_num(c.get('per_group_union_cost'))}): {_num(c.get('single'))}. "
+                  f"Per-group σ_g: {fmt(c['per_group'])}; all σ_g tied (same costs): "
+                  f"{fmt(c['tied'])}; improvement {fmt(c['improvement'])} "
+                  f"({fmt(c['relative_improvement'])} relative). Classic single σ (one "
+                  f"Dziugaite–Roy charge, union cost {fmt(c.get('single_union_cost'))} against "
+                  f"{fmt(c.get('per_group_union_cost'))}): {fmt(c.get('single'))}. "
                   f"{c['note']}.", ""]
     if r.terms:
         lines += ["## Terms", ""]
-        lines += _table(["term", "value"], [[k, _num(v)] for k, v in r.terms.items()])
+        lines += _table(["term", "value"], [[k, fmt(v)] for k, v in r.terms.items()])
     contrib = x.get("contributions")
     if contrib:
         lines += ["## Contributions", ""]
         lines += _table(["part", "value", "share"],
-                        [[p["name"], _num(p["value"]), _num(p["share"], 3)]
+                        [[p["name"], fmt(p["value"]), fmt(p["share"], 3)]
                          for p in contrib["parts"]])
         for idx, info in (contrib.get("by_index") or {}).items():
             lines += [f"By {idx} ({info['meaning']}):", ""]
             parts = list(info["by_part"])
             rows = []
             for k, total in enumerate(np.asarray(info["values"])):
-                rows.append([k, _num(total)] + [_num(np.asarray(info["by_part"][p])[k])
+                rows.append([k, fmt(total)] + [fmt(np.asarray(info["by_part"][p])[k])
                                                  for p in parts])
             lines += _table([idx, "total", *parts], rows)
         for p in contrib["parts"]:
@@ -129,14 +111,14 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
                 lines += [f"{inner['name']} by {inner['indices'][0]} (a sum inside "
                           f"'{p['name']}', not an additive part of the value):", ""]
                 lines += _table([inner["indices"][0], "value"],
-                                [[k, _num(v)] for k, v in enumerate(vals)])
+                                [[k, fmt(v)] for k, v in enumerate(vals)])
     sel = x.get("selections")
     if sel:
         lines += ["## Grid values chosen per matrix", ""]
         for s in sel:
             hist = ", ".join(f"{k}: {v}" for k, v in s["histogram"].items())
             lines += [f"- `{s['parameter']}` over {s['indices']} (grid of {s['grid_size']} "
-                      f"points, cost {_num(s['union_bound_cost'])}): {hist}"]
+                      f"points, cost {fmt(s['union_bound_cost'])}): {hist}"]
         lines.append("")
     sens = x.get("sensitivity")
     if sens:
@@ -145,10 +127,10 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
                   "is for scaling the whole array.", ""]
         lines += _table(["rank", "symbol", "role", "value", "∂B/∂c", "elasticity"],
                         [[s["rank"], s["symbol"], s["role"],
-                          "array" if s["indexed"] else _num(s.get("value")),
-                          _num(s.get("derivative") if not s["indexed"]
+                          "array" if s["indexed"] else fmt(s.get("value")),
+                          fmt(s.get("derivative") if not s["indexed"]
                                else s.get("scale_derivative")),
-                          _num(s.get("elasticity"), 4)] for s in sens])
+                          fmt(s.get("elasticity"), 4)] for s in sens])
     wit = x.get("what_it_takes")
     if wit:
         lines += ["## What would it take", ""]
@@ -156,7 +138,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
             sn = wit["smallest_n"]
             if sn.get("status") == "found":
                 lines.append(f"- smallest {sn['symbol']} with a certified bound < "
-                             f"{wit['target']:g}: **{sn['n']}** (now {_num(sn['current'])})")
+                             f"{wit['target']:g}: **{sn['n']}** (now {fmt(sn['current'])})")
             elif sn.get("status") == "never":
                 lines.append(f"- no {sn['symbol']} up to {sn['cap']:g} brings the bound below "
                              f"{wit['target']:g} (never)")
@@ -164,7 +146,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
             sh = wit["shrink"]
             if sh["status"] == "found":
                 lines.append(f"- `{sh['symbol']}` would have to shrink by a factor "
-                             f"**{_num(sh['factor'], 4)}**")
+                             f"**{fmt(sh['factor'], 4)}**")
             elif sh["status"] == "never":
                 lines.append(f"- shrinking `{sh['symbol']}` alone never suffices: {sh['note']}")
             else:
@@ -176,8 +158,8 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
             t = (wit.get("table") or {}).get(key)
             if t:
                 lines += _table([t["symbol"], "value (re-optimised)"],
-                                [[_int_or_num(row[key]) if key == "n" else _num(row[key]),
-                                  _num(row["value"])] for row in t["rows"]])
+                                [[_int_orfmt(row[key]) if key == "n" else fmt(row[key]),
+                                  fmt(row["value"])] for row in t["rows"]])
     if r.assumptions:
         lines += ["## Assumptions", ""]
         lines += [f"- [{a['status']}] {a['text']}" for a in r.assumptions]

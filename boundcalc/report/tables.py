@@ -24,7 +24,11 @@ KIND_MEANING = {
 
 
 def fmt(x: Any, digits: int = 6) -> str:
-    """A number for a table: finite floats in %g, arrays summarised."""
+    """A value for a table or report: floats in %g, arrays summarised, None as a dash."""
+    if x is None:
+        return "—"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
     if isinstance(x, (list, tuple, np.ndarray)):
         arr = np.asarray(x, dtype=float)
         if arr.size <= 6:
