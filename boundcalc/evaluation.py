@@ -7,7 +7,6 @@ validate once, then call :meth:`Prepared.value` many times with different free p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -18,106 +17,9 @@ from .engine.compile import Compiled, Context, axes_for
 from .engine.functions import GridMin
 from .errors import DomainError, MissingValueError
 from .registry.schema import Entry, ParameterSpec, PriorSpec
+from .result import Result
 
 LN10 = math.log(10.0)
-
-
-@dataclass
-class Result:
-    """The outcome of evaluating (or optimizing) one entry. See :meth:`to_json`."""
-
-    id: str
-    title: str
-    family: str
-    kind: str
-    variant: str | None
-    value: float
-    log10_value: float
-    estimated: bool
-    estimated_inputs: list[str]
-    parameters: dict[str, Any]
-    parameter_choice: dict[str, str]
-    terms: dict[str, float]
-    delta: float | None
-    delta_effective: float | None
-    union_bound_cost: dict[str, float]
-    assumptions: list[dict[str, Any]]
-    hidden_constants: dict[str, float]
-    inputs: dict[str, Any]
-    source: str = ""
-    provenance: str = ""
-    method: str = "evaluate"
-    notes: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    output: str = "risk"
-
-    @property
-    def failed_assumptions(self) -> list[str]:
-        return [a["text"] for a in self.assumptions if a["status"] == "fails"]
-
-    @property
-    def is_bound(self) -> bool:
-        """True only for a certified entry with no estimated input and no failed assumption."""
-        return self.kind == "certified" and not self.estimated and not self.failed_assumptions
-
-    @property
-    def label(self) -> str:
-        """How this number may be called: 'certified bound', 'estimated', 'rate', 'proxy'."""
-        if self.kind == "proxy":
-            return "proxy (complexity measure, not a bound)"
-        if self.kind == "rate":
-            consts = ", ".join(f"{k}={v:g}" for k, v in self.hidden_constants.items())
-            return f"rate (O(·) with hidden constant {consts})"
-        if self.failed_assumptions:
-            return "not a bound: an assumption fails"
-        if self.estimated:
-            return "estimated (uses a stochastic estimate without its confidence term)"
-        if self.output != "risk":
-            return f"certified {self.output} (exact under the assumptions; not a risk bound)"
-        return "certified bound"
-
-    @property
-    def vacuous(self) -> bool | None:
-        """For a certified bound on a [0,1] risk: is it ≥ 1? None for rates and proxies."""
-        return (self.value >= 1.0) if self.is_bound and self.output == "risk" else None
-
-    def value_text(self, digits: int = 6) -> str:
-        if math.isfinite(self.value):
-            return f"{self.value:.{digits}g}"
-        if math.isfinite(self.log10_value):
-            exp = math.floor(self.log10_value)
-            return f"{10 ** (self.log10_value - exp):.{min(digits, 4)}f}e+{exp}"
-        return str(self.value)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id, "title": self.title, "family": self.family, "kind": self.kind,
-            "variant": self.variant, "label": self.label, "is_bound": self.is_bound,
-            "value": self.value if math.isfinite(self.value) else None,
-            "value_text": self.value_text(), "log10_value": self.log10_value,
-            "vacuous": self.vacuous, "output": self.output, "estimated": self.estimated,
-            "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
-            "parameter_choice": self.parameter_choice, "terms": self.terms,
-            "delta": self.delta, "delta_effective": self.delta_effective,
-            "union_bound_cost": self.union_bound_cost,
-            "union_bound_cost_total": float(sum(self.union_bound_cost.values())),
-            "assumptions": self.assumptions, "hidden_constants": self.hidden_constants,
-            "inputs": _jsonable(self.inputs), "source": self.source,
-            "provenance": self.provenance, "method": self.method, "notes": self.notes,
-            **_jsonable(self.extra),
-        }
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 # ---- compiled-entry cache ---------------------------------------------------------------------
