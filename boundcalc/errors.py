@@ -60,3 +60,10 @@ def where(file: str | None = None, entry: str | None = None, symbol: str | None 
     if symbol:
         parts.append(f"symbol '{symbol}'")
     return (": ".join(parts) + ": ") if parts else ""
+
+
+def one_line(text: str, limit: int = 1000) -> str:
+    """``text`` made safe to print as one line: control characters (newlines, terminal escape
+    sequences) are written as escapes, and very long text is shortened."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return out if len(out) <= limit else out[: limit - 1] + "…"

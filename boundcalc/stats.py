@@ -41,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StatsError
+from .errors import StatsError, one_line
 
 SCHEMA = "boundcalc.stats"
 VERSION = 1
 _MAX_SV = 1_000_000  # singular values per matrix; larger arrays are refused as hostile
+_MAX_INDEX = 1_000_000  # layer / head indices; larger ones are refused as hostile
+MAX_FILE_BYTES = 1 << 30
 
 
 @dataclass
@@ -160,7 +162,10 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
 def _finite(value: Any, what: str, nonneg: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise StatsError(f"{what}: expected a number, got {type(value).__name__} {value!r:.40}")
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:
+        raise StatsError(f"{what}: number too large for double precision") from None
     if not math.isfinite(x):
         raise StatsError(f"{what}: expected a finite number, got {x}")
     if nonneg and x < 0:
@@ -178,15 +183,20 @@ def _quantity(obj: Any, what: str) -> Quantity:
         if not isinstance(ci, list) or len(ci) != 2:
             raise StatsError(f"{what}.ci: expected [low, high]")
         ci = (_finite(ci[0], f"{what}.ci[0]"), _finite(ci[1], f"{what}.ci[1]"))
+        if ci[0] > ci[1]:
+            raise StatsError(f"{what}.ci: low end {ci[0]} is above high end {ci[1]}")
     conf = obj.get("confidence")
     if conf is not None:
         conf = _finite(conf, f"{what}.confidence")
         if not 0 < conf < 1:
             raise StatsError(f"{what}.confidence: expected a number in (0, 1), got {conf}")
     stderr = obj.get("stderr")
+    estimated = obj.get("estimated", False)
+    if not isinstance(estimated, bool):
+        raise StatsError(f"{what}.estimated: expected true or false, got {estimated!r:.40}")
     return Quantity(
         value=_finite(obj["value"], f"{what}.value"),
-        estimated=bool(obj.get("estimated", False)),
+        estimated=estimated,
         stderr=None if stderr is None else _finite(stderr, f"{what}.stderr", nonneg=True),
         ci=ci,
         confidence=conf,
@@ -206,6 +216,8 @@ def _opt_int(value: Any, what: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise StatsError(f"{what}: expected a non-negative integer or null, got {value!r:.40}")
+    if value > _MAX_INDEX:
+        raise StatsError(f"{what}: {value} is implausibly large (at most {_MAX_INDEX})")
     return value
 
 
@@ -239,9 +251,12 @@ def _matrix(obj: Any, i: int) -> MatrixStats:
         arr = np.array([_finite(x, f"{what}.singular_values[{j}]", nonneg=True)
                         for j, x in enumerate(sv)], dtype=np.float64)
         sv = arr
+    name = obj.get("name", "")
+    if not isinstance(name, str):
+        raise StatsError(f"{what}.name: expected a string")
     return MatrixStats(
         type=obj["type"], layer=_opt_int(obj.get("layer"), f"{what}.layer"),
-        head=_opt_int(obj.get("head"), f"{what}.head"), name=str(obj.get("name", "")),
+        head=_opt_int(obj.get("head"), f"{what}.head"), name=name,
         shape=(shape[0], shape[1]), stats=stats, singular_values=sv,
     )
 
@@ -253,7 +268,8 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             raise StatsError("top level: expected a JSON object")
         if data.get("schema") != SCHEMA:
             raise StatsError(f"field 'schema': expected '{SCHEMA}', got {data.get('schema')!r:.60}")
-        if data.get("version") != VERSION:
+        version = data.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version != VERSION:
             raise StatsError(f"field 'version': this boundcalc reads version {VERSION}, "
                              f"got {data.get('version')!r:.20}")
         for key, typ in (("model", dict), ("matrices", list), ("scalars", dict)):
@@ -265,6 +281,12 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
         for key in ("n_layers", "n_heads", "hidden"):
             if key in model:
                 _opt_int(model[key], f"model.{key}")
+        for key, value in model.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                _finite(value, f"model.{key}")
+        for key, typ in (("layer_map", list), ("excluded", list), ("provenance", dict)):
+            if data.get(key) is not None and not isinstance(data[key], typ):
+                raise StatsError(f"field '{key}': expected a JSON {typ.__name__}")
         groups = data.get("groups", {}) or {}
         if not isinstance(groups, dict):
             raise StatsError("field 'groups': expected an object")
@@ -273,11 +295,18 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             gstats = groups.get("stats", {})
             if not isinstance(names, list) or not isinstance(gstats, dict):
                 raise StatsError("groups: expected 'names' (list) and 'stats' (object)")
+            if not all(isinstance(n, str) for n in names):
+                raise StatsError("groups.names: expected a list of strings")
             for k, v in gstats.items():
                 if not isinstance(v, list) or len(v) != len(names):
                     raise StatsError(f"groups.stats.{k}: expected a list of {len(names)} numbers")
                 for j, x in enumerate(v):
                     _finite(x, f"groups.stats.{k}[{j}]")
+            est = groups.get("estimated", {})
+            if est is None:
+                est = {}
+            if not isinstance(est, dict) or not all(isinstance(b, bool) for b in est.values()):
+                raise StatsError("groups.estimated: expected an object of name -> true/false")
         return Stats(
             model=model,
             matrices=[_matrix(m, i) for i, m in enumerate(data["matrices"])],
@@ -288,15 +317,23 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             provenance=dict(data.get("provenance", {}) or {}),
         )
     except StatsError as exc:
-        raise StatsError(f"{source}: {exc}") from None
+        raise StatsError(one_line(f"{source}: {exc}")) from None
 
 
 def load_stats(path: str | os.PathLike) -> Stats:
     """Read and validate a stats file. Raises :class:`StatsError` naming the bad field."""
-    p = Path(path)
+    try:
+        return _load_stats(Path(path))
+    except StatsError as exc:
+        raise StatsError(one_line(str(exc))) from None
+
+
+def _load_stats(p: Path) -> Stats:
     if not p.is_file():
         raise StatsError(f"{p}: no such stats file")
     try:
+        if p.stat().st_size > MAX_FILE_BYTES:
+            raise StatsError(f"{p}: larger than {MAX_FILE_BYTES >> 20} MiB; refused")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise StatsError(f"{p}: cannot read ({exc.__class__.__name__})") from None

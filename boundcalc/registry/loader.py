@@ -7,6 +7,7 @@ and symbol. See ``formulas/README.md`` for the file format.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -14,9 +15,9 @@ from typing import Any
 
 import sympy as sp
 
-from ..errors import FormulaError
+from ..errors import FormulaError, one_line
 from .parser import Namespace, parse_expression
-from .schema import (CHOICES, KINDS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
+from .schema import (CHOICES, KINDS, OUTPUTS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
                      ParameterSpec, PriorSpec, SymbolSpec)
 
 if sys.version_info >= (3, 11):
@@ -32,7 +33,7 @@ _RESERVED = {"Sum", "Product", "GridMin", "Piecewise", "Min", "Max", "sqrt", "lo
              "False", "None"}
 _ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "expression",
                "terms", "definitions", "symbols", "parameters", "indices", "variant",
-               "description", "notes", "estimated_inputs_ok"}
+               "description", "notes", "estimated_inputs_ok", "output"}
 _SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
 _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
                "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize"}
@@ -40,7 +41,13 @@ _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "close
 
 def load_file(path: str | Path) -> list[Entry]:
     """Parse one formula file into its entries. Raises :class:`FormulaError` on any problem."""
-    path = Path(path)
+    try:
+        return _load_file(Path(path))
+    except FormulaError as exc:  # messages quote file contents: keep them on one line
+        raise FormulaError(one_line(str(exc))) from None
+
+
+def _load_file(path: Path) -> list[Entry]:
     fname = path.name
     try:
         raw = path.read_bytes()
@@ -53,12 +60,23 @@ def load_file(path: str | Path) -> list[Entry]:
     except UnicodeDecodeError:
         raise FormulaError(f"{fname}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise FormulaError(f"{fname}: not valid TOML ({exc})") from None
+        raise FormulaError(f"{fname}: not valid TOML ({str(exc).splitlines()[0][:200]})") from None
+    except RecursionError:
+        raise FormulaError(f"{fname}: not valid TOML (nested too deeply)") from None
     return entries_from_document(doc, fname)
 
 
 def entries_from_document(doc: dict[str, Any], fname: str) -> list[Entry]:
     """Build entries from a parsed TOML document (``fname`` is used in messages)."""
+    try:
+        return _entries_from_document(doc, fname)
+    except FormulaError as exc:
+        raise FormulaError(one_line(str(exc))) from None
+
+
+def _entries_from_document(doc: dict[str, Any], fname: str) -> list[Entry]:
+    if not isinstance(doc, dict):
+        raise FormulaError(f"{fname}: expected a table at the top level")
     family = doc.get("family")
     if not isinstance(family, str) or not _ID.match(family):
         raise FormulaError(f"{fname}: top-level 'family' must be a lower-case identifier")
@@ -120,6 +138,9 @@ class _EntryBuilder:
         if kind not in KINDS:
             raise self.fail(f"kind must be one of {', '.join(KINDS)}; got '{kind}'")
 
+        output = self.text("output", required=False, default="risk")
+        if output not in OUTPUTS:
+            raise self.fail(f"output must be one of {', '.join(OUTPUTS)}; got '{output}'")
         symbols = self._symbols()
         indices, index_symbols = self._indices(symbols)
         params = self._parameters(symbols, index_symbols)
@@ -137,6 +158,10 @@ class _EntryBuilder:
         expression = parse_expression(self.text("expression"), ns, self._where("expression"))
         if not isinstance(expression, sp.Expr):
             raise self.fail("expression must be a number-valued expression")
+        free = sorted(s.name for s in expression.free_symbols if s.name in index_symbols)
+        if free:
+            raise self.fail(f"expression: index '{free[0]}' is free; wrap it in Sum(...) or "
+                            f"Product(...) so that the expression is one number")
         self._finish_parameters(params, ns)
         terms = raw.get("terms", [])
         if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
@@ -144,11 +169,19 @@ class _EntryBuilder:
         for t in terms:
             if t not in definitions and t not in symbols:
                 raise self.fail(f"term '{t}' is neither a definition nor a symbol")
+            if (t in definitions and definitions[t].indices) or (t in symbols
+                                                                 and symbols[t].indexed):
+                raise self.fail(f"term '{t}' is indexed; terms must be single numbers")
         symbols = self._prune_shared(symbols, expression, params, definitions)
         self._check_kind(kind, symbols)
         notes = raw.get("notes", [])
         if isinstance(notes, str):
             notes = [notes]
+        if not isinstance(notes, list) or not all(isinstance(t, str) for t in notes):
+            raise self.fail("'notes' must be a string or a list of strings")
+        ok_est = raw.get("estimated_inputs_ok", [])
+        if not isinstance(ok_est, list) or not all(isinstance(t, str) for t in ok_est):
+            raise self.fail("'estimated_inputs_ok' must be a list of symbol names")
         return Entry(
             id=raw["id"], title=self.text("title"), family=self.family, kind=kind,
             source=self.text("source"), provenance=self.text("provenance"),
@@ -157,7 +190,7 @@ class _EntryBuilder:
             definitions=definitions, terms=list(terms), assumptions=self._assumptions(ns),
             file=self.fname, variant=self.text("variant", required=False) or None,
             description=self.text("description", required=False), notes=list(notes),
-            estimated_inputs_ok=tuple(raw.get("estimated_inputs_ok", ())),
+            estimated_inputs_ok=tuple(ok_est), output=output,
         )
 
     def _where(self, what: str) -> str:
@@ -191,13 +224,15 @@ class _EntryBuilder:
             raise self.fail(f"role must be one of {', '.join(ROLES)}; got {role!r}", name)
         if role == "free":
             raise self.fail("free parameters are declared under [entry.parameters]", name)
-        try:
-            domain = Domain.parse(spec.get("domain", ""), bool(spec.get("integer", False)))
-        except ValueError as exc:
-            raise self.fail(str(exc), name) from None
+        domain = self._domain(spec, f"symbol '{name}': ")
         indices = spec.get("indices", [])
         if not isinstance(indices, list) or not all(isinstance(i, str) for i in indices):
             raise self.fail("'indices' must be a list of index names", name)
+        if len(set(indices)) != len(indices):
+            raise self.fail("'indices' lists the same index twice", name)
+        latex = spec.get("latex")
+        if latex is not None and not isinstance(latex, str):
+            raise self.fail("'latex' must be a string", name)
         default = spec.get("default")
         if default is not None:
             if isinstance(default, bool) or not isinstance(default, (int, float)):
@@ -213,7 +248,20 @@ class _EntryBuilder:
         return SymbolSpec(name=name, meaning=meaning, role=role, domain=domain,
                           indices=tuple(indices), stat=stat,
                           default=None if default is None else float(default),
-                          latex=spec.get("latex"), symbol=symbol)
+                          latex=latex, symbol=symbol)
+
+    def _domain(self, spec: dict, where: str) -> Domain:
+        text = spec.get("domain", "")
+        if not isinstance(text, str) or len(text) > 100:
+            raise self.fail(where + "'domain' must be an interval such as \"(0, 1)\" or "
+                            "\"[0, inf)\"")
+        try:
+            domain = Domain.parse(text, bool(spec.get("integer", False)))
+        except ValueError as exc:
+            raise self.fail(where + str(exc)) from None
+        if math.isnan(domain.lo) or math.isnan(domain.hi):
+            raise self.fail(where + f"domain {text!r} has a NaN end point")
+        return domain
 
     def _indices(self, symbols: dict[str, SymbolSpec]) -> tuple[dict[str, str], dict[str, sp.Symbol]]:
         raw = self.raw.get("indices", {})
@@ -255,11 +303,11 @@ class _EntryBuilder:
             if choice not in CHOICES:
                 raise self.fail(where + f"choice must be one of {', '.join(CHOICES)}; "
                                 f"got {choice!r}")
-            try:
-                domain = Domain.parse(spec.get("domain", ""), bool(spec.get("integer", False)))
-            except ValueError as exc:
-                raise self.fail(where + str(exc)) from None
-            indices = tuple(spec.get("indices", []))
+            domain = self._domain(spec, where)
+            indices = spec.get("indices", [])
+            if not isinstance(indices, list) or not all(isinstance(i, str) for i in indices):
+                raise self.fail(where + "'indices' must be a list of index names")
+            indices = tuple(indices)
             for i in indices:
                 if i not in index_symbols:
                     raise self.fail(where + f"index '{i}' is not declared")
@@ -281,8 +329,10 @@ class _EntryBuilder:
                     raise self.fail(where + "'bounds' must be [low, high] with low < high")
                 bounds = (float(bounds[0]), float(bounds[1]))
             default = spec.get("default")
-            if default is not None and not isinstance(default, (int, float)):
-                raise self.fail(where + "'default' must be a number")
+            if default is not None and (isinstance(default, bool)
+                                        or not isinstance(default, (int, float))
+                                        or not math.isfinite(default)):
+                raise self.fail(where + "'default' must be a finite number")
             out[name] = ParameterSpec(
                 name=name, choice=choice, domain=domain, indices=indices, grid=grid,
                 prior=prior, closed_form_text=spec.get("closed_form"), bounds=bounds,
@@ -307,6 +357,12 @@ class _EntryBuilder:
                             + ("" if kind == "values" else " of 3 items"))
         if len(args) > 10_000:
             raise self.fail(where + "at most 10000 explicit values")
+        if kind in ("linspace", "geomspace"):
+            num = args[2]
+            if isinstance(num, bool) or (isinstance(num, (int, float))
+                                         and not (1 <= num <= 100_000 and num == int(num))):
+                raise self.fail(where + f"'{kind}' needs a whole number of points between 1 "
+                                "and 100000")
         return GridSpec(kind=kind, args=tuple(args))  # parsed in _finish_parameters
 
     def _prior(self, name: str, prior: Any) -> PriorSpec:
@@ -318,7 +374,7 @@ class _EntryBuilder:
             c, b = float(prior["c"]), float(prior["b"])
         except (KeyError, TypeError, ValueError):
             raise self.fail(where + "needs numbers c and b") from None
-        if not (c > 0 and b > 0):
+        if not (0 < c < math.inf and 0 < b < math.inf):
             raise self.fail(where + "c and b must be positive")
         return PriorSpec(c=c, b=b, squared=bool(prior.get("squared", True)))
 
@@ -355,6 +411,8 @@ class _EntryBuilder:
                 text, indices = spec["expr"], spec.get("indices", [])
             else:
                 raise self.fail(f"definition '{name}' must be a string or {{expr, indices}}")
+            if not isinstance(indices, list) or not all(isinstance(i, str) for i in indices):
+                raise self.fail(f"definition '{name}': 'indices' must be a list of index names")
             for i in indices:
                 if i not in index_symbols:
                     raise self.fail(f"definition '{name}' uses undeclared index '{i}'")

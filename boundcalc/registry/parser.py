@@ -9,18 +9,27 @@ error that names the construct. Nothing in a formula file is ever executed.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import sympy as sp
 
 from ..engine.functions import Cases, GridMin, kl, kl_inv
-from ..errors import FormulaError
+from ..errors import FormulaError, one_line
 
 MAX_EXPRESSION_CHARS = 20_000
 MAX_DEPTH = 60
 MAX_NUMBER_CHARS = 60
 MAX_EXPONENT = 400
+# Numeric constants must be doubles: the evaluator works in float64 / signed-log, and a SymPy
+# integer such as 10**10**10 would take forever (or all memory) to build.
+MAX_CONSTANT = 1.7976931348623157e308
+MIN_CONSTANT = 2.2250738585072014e-308
+MAX_CONSTANT_DIGITS = 1000
+# Tree size (after substituting definitions) of one expression: bounds the work of every
+# later pass over it; nested definitions could otherwise double the size at each level.
+MAX_TREE_NODES = 50_000
 
 _BINOPS: dict[type, Callable[[sp.Expr, sp.Expr], sp.Expr]] = {
     ast.Add: lambda a, b: a + b,
@@ -74,6 +83,13 @@ def parse_expression(text: str, ns: Namespace, where: str = "") -> sp.Expr:
 
     Raises :class:`FormulaError` prefixed with ``where`` on anything unsafe or unknown.
     """
+    try:
+        return _parse(text, ns, where)
+    except FormulaError as exc:
+        raise FormulaError(one_line(str(exc))) from None
+
+
+def _parse(text: str, ns: Namespace, where: str) -> sp.Expr:
     if not isinstance(text, str):
         raise FormulaError(f"{where}expression must be a string, got {type(text).__name__}")
     if len(text) > MAX_EXPRESSION_CHARS:
@@ -87,16 +103,55 @@ def parse_expression(text: str, ns: Namespace, where: str = "") -> sp.Expr:
                            f"{exc.msg}") from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise FormulaError(f"{where}cannot parse expression ({exc.__class__.__name__})") from None
+    builder = _Builder(ns, where, text.strip())
     try:
-        return _Builder(ns, where).build(tree.body, 0)
+        expr = builder.build(tree.body, 0)
     except RecursionError:
         raise FormulaError(f"{where}expression is nested too deeply") from None
+    builder.check_result(expr)
+    return expr
 
 
 class _Builder:
-    def __init__(self, ns: Namespace, where: str):
+    def __init__(self, ns: Namespace, where: str, source: str = ""):
         self.ns = ns
         self.where = where
+        self.source = source
+        self.inserted = 0  # tree nodes brought in by substituted definitions
+        self._sizes: dict[int, int] = {}
+
+    def _insert(self, name: str, expr: sp.Basic) -> None:
+        """Account for substituting definition ``name``; refuse exponential blow-up."""
+        self.inserted += _tree_size(expr, self._sizes)
+        if self.inserted > MAX_TREE_NODES:
+            raise self.fail(f"expression is too large after substituting definitions (at "
+                            f"'{name}': more than {MAX_TREE_NODES} nodes)")
+
+    def check_result(self, expr: sp.Basic) -> None:
+        """Refuse results that are not finite real numbers or not representable as doubles."""
+        if _tree_size(expr, self._sizes) > MAX_TREE_NODES:
+            raise self.fail(f"expression has more than {MAX_TREE_NODES} nodes")
+        bad = {sp.zoo: "a division by zero or log(0)", sp.nan: "an undefined constant (0/0)",
+               sp.oo: "an infinite constant", -sp.oo: "an infinite constant",
+               sp.I: "an imaginary constant (square root or log of a negative number)"}
+        for atom, what in bad.items():
+            if expr.has(atom):
+                raise self.fail(f"expression contains {what}")
+        for p in expr.atoms(sp.Pow):
+            if p.base.is_Number and p.base.is_negative and p.exp.is_Number \
+                    and not p.exp.is_Integer:
+                raise self.fail(f"expression contains a fractional power of a negative number "
+                                f"({_short(p)})")
+        for num in expr.atoms(sp.Rational):
+            self._check_constant(num)
+
+    def _check_constant(self, num: sp.Rational) -> None:
+        if _digits(num) > MAX_CONSTANT_DIGITS:
+            raise self.fail(f"a numeric constant has more than {MAX_CONSTANT_DIGITS} digits")
+        mag = abs(num)
+        if mag > MAX_CONSTANT or (mag != 0 and mag < MIN_CONSTANT):
+            raise self.fail(f"numeric constant {_short(num)} lies outside the range of double "
+                            f"precision (about 1e-308 to 1e308)")
 
     def fail(self, msg: str) -> FormulaError:
         return FormulaError(f"{self.where}{msg}")
@@ -127,6 +182,11 @@ class _Builder:
             mant, _, exp = rep.partition("e")
             if exp and abs(int(exp)) > MAX_EXPONENT:
                 raise self.fail(f"number literal {rep} has an exponent beyond ±{MAX_EXPONENT}")
+            if value == 0.0 and node.col_offset is not None and _has_nonzero_digit(node, self):
+                raise self.fail("number literal underflows to 0 in double precision")
+            if value != 0.0 and abs(value) < MIN_CONSTANT:
+                raise self.fail(f"number literal {rep} is below the double-precision range "
+                                f"(subnormal)")
             return sp.Rational(rep)
         raise self.fail(f"literal {type(value).__name__} {value!r:.30} is not allowed "
                         f"(only numbers)")
@@ -135,6 +195,7 @@ class _Builder:
         name = node.id
         ns = self.ns
         if name in ns.definitions:
+            self._insert(name, ns.definitions[name])
             return ns.definitions[name]
         if name in ns.scalars:
             return ns.scalars[name]
@@ -161,7 +222,22 @@ class _Builder:
         left = self.build(node.left, depth)
         right = self.build(node.right, depth)
         _require_expr(self, left, right)
+        if isinstance(node.op, ast.Pow):
+            self._check_power(left, right)
         return op(left, right)
+
+    def _check_power(self, base: sp.Expr, expo: sp.Expr) -> None:
+        """Refuse powers whose exact evaluation by SymPy would explode (10**10**10)."""
+        if not expo.is_Number:
+            return
+        if not expo.is_finite:
+            raise self.fail("exponent is not finite")
+        mag = abs(expo)
+        if mag <= 1:
+            return
+        digits = max([_digits(n) for n in base.atoms(sp.Rational)] + [1])
+        if mag * digits > 4 * MAX_CONSTANT_DIGITS:
+            raise self.fail(f"power with exponent {_short(expo)} is too large to evaluate")
 
     def _UnaryOp(self, node: ast.UnaryOp, depth: int) -> sp.Basic:
         operand = self.build(node.operand, depth)
@@ -193,6 +269,8 @@ class _Builder:
         idx = [self.build(n, depth) for n in idx_nodes]
         _require_expr(self, *idx)
         for i in idx:
+            if i.is_Number and not i.is_Integer:
+                raise self.fail(f"index of '{name}' must be an integer, got {_short(i)}")
             bad = [s for s in i.free_symbols if s.name not in self.ns.indices
                    and s.name not in self.ns.scalars]
             if bad:
@@ -208,6 +286,7 @@ class _Builder:
             if len(idx) != len(vars_):
                 raise self.fail(f"definition '{name}' takes {len(vars_)} indices, "
                                 f"used with {len(idx)}")
+            self._insert(name, expr)
             return expr.xreplace(dict(zip(vars_, idx)))
         raise self.fail(f"'{name}' is not a declared indexed symbol")
 
@@ -231,10 +310,15 @@ class _Builder:
                             f"{', '.join(sorted([*FUNCTIONS, *REDUCTIONS, 'GridMin', 'Piecewise']))}")
         ctor, counts = FUNCTIONS[name]
         if len(node.args) not in counts:
-            raise self.fail(f"'{name}' takes {' or '.join(map(str, counts[:3]))} arguments, "
-                            f"got {len(node.args)}")
+            want = (" or ".join(map(str, counts)) if len(counts) <= 2
+                    else f"{counts[0]} to {counts[-1]}")
+            raise self.fail(f"'{name}' takes {want} arguments, got {len(node.args)}")
         args = [self.build(a, depth) for a in node.args]
         _require_expr(self, *args)
+        if name == "log" and len(args) == 2:
+            b = args[1]
+            if b.is_Number and (b <= 0 or b == 1):
+                raise self.fail(f"log base must be positive and not 1, got {_short(b)}")
         return ctor(*args)
 
     def _reduction(self, name: str, node: ast.Call, depth: int) -> sp.Basic:
@@ -285,6 +369,44 @@ class _Builder:
 
     def _Tuple(self, node: ast.Tuple, depth: int) -> sp.Basic:
         raise self.fail("a tuple is only allowed as a Sum/Product limit or a Piecewise pair")
+
+
+def _tree_size(expr: sp.Basic, memo: dict[int, int]) -> int:
+    """Number of nodes of ``expr`` as a tree, computed over the shared DAG (linear time)."""
+    stack = [(expr, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if key in memo:
+            continue
+        if done:
+            memo[key] = 1 + sum(memo[id(a)] for a in node.args)
+        else:
+            stack.append((node, True))
+            stack.extend((a, False) for a in node.args if id(a) not in memo)
+    return memo[id(expr)]
+
+
+def _digits(num: sp.Rational) -> int:
+    """Decimal digits of the larger of numerator and denominator (without str())."""
+    p, q = int(num.p), int(num.q)
+    return int(max(abs(p).bit_length(), q.bit_length()) * 0.30103) + 1
+
+
+def _short(x: sp.Basic) -> str:
+    if isinstance(x, sp.Rational) and x != 0 and _digits(x) > 30:
+        return f"about {'-' if x < 0 else ''}1e{math.log10(abs(int(x.p))) - math.log10(int(x.q)):.0f}"
+    text = str(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _has_nonzero_digit(node: ast.Constant, builder: "_Builder") -> bool:
+    """Whether a float literal that parsed to 0.0 was written with a nonzero mantissa."""
+    seg = ast.get_source_segment(builder.source, node) if builder.source else None
+    if seg is None:
+        return False
+    mant = seg.lower().split("e")[0]
+    return any(c in "123456789" for c in mant)
 
 
 def _require_expr(builder: _Builder, *items: sp.Basic) -> None:
