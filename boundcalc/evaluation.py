@@ -237,14 +237,7 @@ class Prepared:
                     f"with --set {p.name}=... or choose it with `boundcalc optimize`")
             values[p.name] = v  # type: ignore[assignment]
             choice[p.name] = src
-        # closed forms may depend on data and on other parameters: evaluate after the others
-        for p in pending:
-            if values[p.name] is None:
-                ctx = self.context({k: v for k, v in values.items() if v is not None})
-                values[p.name] = self.eval_scalar(p.closed_form, ctx)
-                if not math.isfinite(values[p.name]):
-                    raise DomainError(f"entry '{self.entry.id}': closed form of '{p.name}' "
-                                      f"is not finite")
+        self._closed_forms([p for p in pending if values[p.name] is None], values, choice)
         for p in pending:
             v = values[p.name]
             if p.choice == "grid":
@@ -277,6 +270,53 @@ class Prepared:
                 raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = "
                                   f"{values[p.name]:g} lies outside {p.domain.text()}")
         return values, choice, costs
+
+    def _closed_forms(self, todo: list[ParameterSpec], values: dict[str, float],
+                      choice: dict[str, str]) -> None:
+        """Evaluate closed forms, which may depend on data and on each other (even in a cycle,
+        e.g. σ* needs λ and λ* needs KL(σ)): a fixed-point iteration from a seed."""
+        if not todo:
+            return
+        for p in todo:
+            values[p.name] = self._seed(p)
+        for _ in range(100):
+            moved = False
+            for p in todo:
+                v = self._tame(p, self.eval_scalar(p.closed_form, self.context(values)), choice)
+                moved |= not math.isclose(v, values[p.name], rel_tol=1e-12, abs_tol=0.0)
+                values[p.name] = v
+            if not moved:
+                return
+        for p in todo:
+            choice[p.name] += " (fixed-point iteration of the closed forms did not settle)"
+
+    def _seed(self, p: ParameterSpec) -> float:
+        if p.choice == "grid":
+            grid = self.grids[p.name]
+            return float(grid[len(grid) // 2])
+        if p.choice == "prior":
+            return float(p.prior.value(1))
+        if p.bounds is not None:
+            lo, hi = p.bounds
+            return math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
+        return 1.0
+
+    def _tame(self, p: ParameterSpec, v: float, choice: dict[str, str]) -> float:
+        """A closed form is only a heuristic for where to evaluate a grid/prior parameter (any
+        grid point is valid): an undefined, infinite or non-positive value goes to a grid end."""
+        if math.isfinite(v) and (v > 0 or p.choice not in ("grid", "prior")):
+            return v
+        if p.choice == "grid":
+            grid = self.grids[p.name]
+            end = float(grid.max() if v == math.inf else grid.min() if v <= 0 else grid[0])
+        elif p.choice == "prior":
+            end = float(p.prior.value(p.prior.j_max if v <= 0 else 1))
+        else:
+            raise DomainError(f"entry '{self.entry.id}': closed form of '{p.name}' is not "
+                              f"finite ({v})")
+        if "(closed form" not in choice[p.name]:
+            choice[p.name] += f" (closed form gave {v:g}; took the grid end {end:g})"
+        return end
 
     def delta_effective(self, costs: Mapping[str, float]) -> float | None:
         conf = confidence_symbol(self.entry)

@@ -816,14 +816,6 @@ def test_cli_bad_values(sets, code, culprits):
     assert_one_line_error(res, code, *culprits)
 
 
-_MARKUP_XFAIL = pytest.mark.xfail(
-    strict=True, reason="boundcalc/cli/app.py fail(): the error message is printed as Rich markup, "
-                        "so user text such as '[/]' from a formula or stats file raises "
-                        "rich.errors.MarkupError (exit 1, traceback) and '[bold]...' is "
-                        "silently restyled; print it with rich.markup.escape(message)")
-
-
-@_MARKUP_XFAIL
 def test_cli_error_text_from_a_formula_file_is_not_rich_markup(tmp_path):
     (tmp_path / "m.toml").write_text('family = "t"\n[[entry]]\nid = "e"\ntitle = "t"\n'
                                      'source = "s"\nprovenance = "p"\nkind = "[/]"\n'
@@ -832,7 +824,6 @@ def test_cli_error_text_from_a_formula_file_is_not_rich_markup(tmp_path):
     assert_one_line_error(res, FormulaError.exit_code, "m.toml", "kind", "[/]")
 
 
-@_MARKUP_XFAIL
 def test_cli_error_text_from_a_stats_file_is_not_rich_markup(tmp_path):
     doc = valid_stats()
     doc["scalars"]["[/]"] = "not a number"
@@ -841,11 +832,6 @@ def test_cli_error_text_from_a_stats_file_is_not_rich_markup(tmp_path):
     assert_one_line_error(res, StatsError.exit_code, "scalars.[/]")
 
 
-@pytest.mark.xfail(strict=True, reason="boundcalc/report/tables.py passes entry title/source/"
-                   "provenance strings to Rich as markup: a downloaded formula file titled '[/]' "
-                   "crashes `list`, `show` and `evaluate` with MarkupError (exit 1, traceback), "
-                   "and '[bold green]...' restyles the output; wrap them in rich.text.Text or "
-                   "rich.markup.escape")
 @pytest.mark.parametrize("command", [["list"], ["show", "e"], ["evaluate", "e", "--set", "x=1"]])
 def test_cli_tables_print_formula_text_literally(tmp_path, command):
     (tmp_path / "m.toml").write_text(
@@ -1028,10 +1014,6 @@ def test_cli_measure_raw_pickle_is_refused_and_nothing_runs(raw_pickle_cli):
 
 
 @needs_measure
-@pytest.mark.xfail(strict=True, reason="boundcalc/measure/io.py _torch_file: torch.load("
-                   "weights_only=True) emits a 2-line UserWarning ('Detected pickle protocol 4 "
-                   "in the checkpoint ...') on stderr before the one-line error; wrap the call "
-                   "in warnings.catch_warnings() + warnings.simplefilter('ignore')")
 def test_cli_measure_raw_pickle_error_is_one_line(raw_pickle_cli):
     res, _ = raw_pickle_cli
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import pickle
 import re
 from collections.abc import Iterator, Mapping
@@ -233,11 +234,15 @@ def _refusal(path: Path, exc: BaseException) -> str:
 def _torch_file(path: Path, config: dict[str, Any] | None) -> DictSource:
     try:
         try:  # memory-mapped: tensors are paged in when read, not all at once
-            obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+            with warnings.catch_warnings():  # the error below is the message, not torch's
+                warnings.simplefilter("ignore")
+                obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError as exc:
             if "mmap" not in str(exc):
                 raise
-            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(_refusal(path, exc)) from None
     except Exception as exc:

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 RANK_TOL = 1e-10
-_CHUNK_BYTES = 256 * 2**20  # per-head products are formed in chunks of at most this size
+_CHUNK_BYTES = 64 * 2**20  # per-head products are formed in chunks of at most this size
+# (each chunk has two same-size temporaries in _norms: 64 MiB keeps a layer of N = 1024
+# under ~0.2 GB of transients; a 12-head N = 384 layer still fits in one chunk)
 
 
 def numerical_rank(sv: np.ndarray | torch.Tensor, k: int | None = None) -> int:
@@ -46,13 +48,23 @@ def schatten_sum(singular_values: Sequence[float] | np.ndarray, p: float,
 def schatten_grid(sv: Sequence[float] | np.ndarray, grid: Sequence[float],
                   rank: int | None = None, k: int | None = None) -> np.ndarray:
     """``S_p`` for every p of ``grid`` (same conventions as :func:`schatten_sum`)."""
-    return np.array([schatten_sum(sv, float(p), rank, k) for p in grid], dtype=np.float64)
+    s = np.asarray(sv, dtype=np.float64)
+    g = np.asarray(grid, dtype=np.float64).reshape(-1)
+    if np.any(g < 0):
+        raise ValueError(f"schatten_sum: p must be >= 0, got {float(g[g < 0][0])}")
+    out = np.empty(g.size, dtype=np.float64)
+    zero = g == 0
+    if zero.any():
+        out[zero] = float(rank if rank is not None else numerical_rank(s, k))
+    if not zero.all():  # one (grid × values) power table; row sums as in schatten_sum
+        out[~zero] = np.sum(s[s > 0][None, :] ** g[~zero, None], axis=1)
+    return out
 
 
 def _norms(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(frobenius, norm_21 = sum of column l2 norms, norm_11) of a matrix or a batch."""
-    return (torch.linalg.matrix_norm(W, "fro"), torch.linalg.vector_norm(W, dim=-2).sum(-1),
-            torch.linalg.vector_norm(W, ord=1, dim=(-2, -1)))
+    col_sq = W.square().sum(-2)  # one pass gives both; a strided vector_norm is ~3x slower
+    return col_sq.sum(-1).sqrt(), col_sq.sqrt().sum(-1), W.abs().sum((-2, -1))
 
 
 def _from_sv(sv: torch.Tensor, fro: torch.Tensor, n21: torch.Tensor, n11: torch.Tensor,
@@ -65,8 +77,16 @@ def _from_sv(sv: torch.Tensor, fro: torch.Tensor, n21: torch.Tensor, n11: torch.
 
 
 def svdvals(W: torch.Tensor) -> torch.Tensor:
-    """Singular values, descending; computed on the tall orientation (about 2x faster in LAPACK)."""
-    return torch.linalg.svdvals(W if W.shape[-2] >= W.shape[-1] else W.transpose(-2, -1))
+    """Singular values, descending; computed on the tall orientation (about 2x faster in LAPACK).
+
+    A clearly tall matrix (rows ≥ 11/6 · cols, LAPACK's own crossover for this path) is first
+    reduced to its square R factor: gesdd does the same QR internally, so the values are the
+    same, but the explicit R skips its extra copies (about 15 % faster on FFN matrices).
+    """
+    T = W if W.shape[-2] >= W.shape[-1] else W.transpose(-2, -1)
+    if 6 * T.shape[-2] >= 11 * T.shape[-1] and T.shape[-1] > 0:
+        T = torch.linalg.qr(T, mode="r")[1]
+    return torch.linalg.svdvals(T)
 
 
 def matrix_stats(W: torch.Tensor, sv: torch.Tensor | None = None,
@@ -121,8 +141,7 @@ def product_stats(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = No
         fro, n21, n11 = _norms(P)
         if A0 is not None:
             D = P - A0[lo:hi].transpose(-2, -1) @ B0[lo:hi]
-            dfro = torch.linalg.matrix_norm(D, "fro")
-            d21 = torch.linalg.vector_norm(D, dim=-2).sum(-1)
+            dfro, d21, _ = _norms(D)
         for i in range(hi - lo):
             h = lo + i
             stats = _from_sv(sv[h], fro[i], n21[i], n11[i], N)

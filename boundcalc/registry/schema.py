@@ -140,8 +140,8 @@ class PriorSpec:
     j_max: int = 100_000
 
     def value(self, j: np.ndarray | int) -> np.ndarray:
-        v = self.c * np.exp(-np.asarray(j, dtype=np.float64) / self.b)
-        return np.sqrt(v) if self.squared else v
+        log_v = math.log(self.c) - np.asarray(j, dtype=np.float64) / self.b
+        return np.exp(0.5 * log_v) if self.squared else np.exp(log_v)  # no underflow of σ²
 
     def index_of(self, value: float) -> int:
         """Nearest grid index (in log space) to ``value``; clipped to [1, j_max]."""

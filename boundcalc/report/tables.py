@@ -23,6 +23,11 @@ KIND_MEANING = {
 }
 
 
+def _row(table: Table, *cells: Any) -> None:
+    """Add a row; text from formula and stats files is printed literally, never as markup."""
+    table.add_row(*[c if isinstance(c, Text) else Text(str(c)) for c in cells])
+
+
 def fmt(x: Any, digits: int = 6) -> str:
     """A value for a table or report: floats in %g, arrays summarised, None as a dash."""
     if x is None:
@@ -50,7 +55,7 @@ def entries_table(entries: list[Entry]) -> Table:
     table.add_column("title")
     table.add_column("source", overflow="fold", max_width=40)
     for e in entries:
-        table.add_row(e.id, Text(e.kind, style=KIND_STYLE[e.kind]), e.family, e.title,
+        _row(table, e.id, Text(e.kind, style=KIND_STYLE[e.kind]), e.family, e.title,
                       e.source)
     return table
 
@@ -59,28 +64,28 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
     head = Table.grid(padding=(0, 1))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("id", entry.id)
-    head.add_row("kind", Text(f"{entry.kind}: {KIND_MEANING[entry.kind]}",
+    _row(head, "id", entry.id)
+    _row(head, "kind", Text(f"{entry.kind}: {KIND_MEANING[entry.kind]}",
                               style=KIND_STYLE[entry.kind]))
-    head.add_row("family", entry.family)
+    _row(head, "family", entry.family)
     if entry.variant:
-        head.add_row("variant", entry.variant)
-    head.add_row("source", entry.source)
-    head.add_row("provenance", entry.provenance)
-    head.add_row("file", entry.file)
-    head.add_row("expression", entry.expression_text)
+        _row(head, "variant", entry.variant)
+    _row(head, "source", entry.source)
+    _row(head, "provenance", entry.provenance)
+    _row(head, "file", entry.file)
+    _row(head, "expression", entry.expression_text)
     for name, d in entry.definitions.items():
         idx = f"[{', '.join(d.indices)}]" if d.indices else ""
-        head.add_row("", f"{name}{idx} = {d.text}")
+        _row(head, "", f"{name}{idx} = {d.text}")
     if latex:
-        head.add_row("LaTeX", latex)
-    parts: list[Any] = [Panel(head, title=entry.title, expand=False)]
+        _row(head, "LaTeX", latex)
+    parts: list[Any] = [Panel(head, title=Text(entry.title), expand=False)]
 
     syms = Table(title="symbols")
     for col in ("name", "role", "domain", "indices", "stat", "default", "meaning"):
         syms.add_column(col, overflow="fold")
     for s in entry.symbols.values():
-        syms.add_row(s.name, s.role, s.domain.text(), ",".join(s.indices), s.stat or "",
+        _row(syms, s.name, s.role, s.domain.text(), ",".join(s.indices), s.stat or "",
                      "" if s.default is None else fmt(s.default), s.meaning)
     parts.append(syms)
     if entry.parameters:
@@ -96,7 +101,7 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
                            f"{p.prior.c:g}·exp(−j/{p.prior.b:g})")
             if p.closed_form_text:
                 how.append(f"closed form: {p.closed_form_text}")
-            pars.add_row(p.name, p.choice, p.domain.text(), ",".join(p.indices), "; ".join(how),
+            _row(pars, p.name, p.choice, p.domain.text(), ",".join(p.indices), "; ".join(how),
                          p.note)
         parts.append(pars)
     if entry.assumptions:
@@ -104,7 +109,7 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
         asm.add_column("assumption", overflow="fold")
         asm.add_column("check")
         for a in entry.assumptions:
-            asm.add_row(a.text, a.check_text or "(stated, not checkable)")
+            _row(asm, a.text, a.check_text or "(stated, not checkable)")
         parts.append(asm)
     for note in entry.notes:
         parts.append(Text(f"note: {note}", style="dim"))
@@ -118,39 +123,39 @@ def result_panel(result: Result) -> Group:
     head = Table.grid(padding=(0, 1))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("value", Text(result.value_text(8), style=style))
-    head.add_row("label", Text(result.label, style=style))
+    _row(head, "value", Text(result.value_text(8), style=style))
+    _row(head, "label", Text(result.label, style=style))
     if result.vacuous is not None:
-        head.add_row("vacuous", "yes (≥ 1)" if result.vacuous else "no (< 1)")
+        _row(head, "vacuous", "yes (≥ 1)" if result.vacuous else "no (< 1)")
     if result.delta is not None:
-        head.add_row("δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})")
+        _row(head, "δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})")
     if result.union_bound_cost:
         total = sum(result.union_bound_cost.values())
         costs = ", ".join(f"{k}: {v:.4g}" for k, v in result.union_bound_cost.items())
         eff = "" if result.delta_effective is None else \
             f"; formula evaluated at δ·e^(−{total:.4g}) = {result.delta_effective:.4g}"
-        head.add_row("union-bound cost", f"{costs}{eff}")
+        _row(head, "union-bound cost", f"{costs}{eff}")
     if result.hidden_constants:
-        head.add_row("hidden constants",
+        _row(head, "hidden constants",
                      ", ".join(f"{k} = {v:g}" for k, v in result.hidden_constants.items()))
     if result.estimated_inputs:
-        head.add_row("estimated inputs", "; ".join(result.estimated_inputs))
-    head.add_row("method", result.method)
-    parts: list[Any] = [Panel(head, title=f"{result.id}: {result.title}", expand=False)]
+        _row(head, "estimated inputs", "; ".join(result.estimated_inputs))
+    _row(head, "method", result.method)
+    parts: list[Any] = [Panel(head, title=Text(f"{result.id}: {result.title}"), expand=False)]
     if result.parameters:
         t = Table(title="free parameters")
         t.add_column("name")
         t.add_column("value")
         t.add_column("how chosen", overflow="fold")
         for k, v in result.parameters.items():
-            t.add_row(k, fmt(v), result.parameter_choice.get(k, ""))
+            _row(t, k, fmt(v), result.parameter_choice.get(k, ""))
         parts.append(t)
     if result.terms:
         t = Table(title="terms")
         t.add_column("term")
         t.add_column("value", justify="right")
         for k, v in result.terms.items():
-            t.add_row(k, fmt(v))
+            _row(t, k, fmt(v))
         parts.append(t)
     if result.assumptions:
         t = Table(title="assumptions")
@@ -159,7 +164,7 @@ def result_panel(result: Result) -> Group:
         colours = {"holds": "green", "fails": "bold red", "unknown": "yellow",
                    "unchecked": "dim"}
         for a in result.assumptions:
-            t.add_row(Text(a["status"], style=colours.get(a["status"], "")), a["text"])
+            _row(t, Text(a["status"], style=colours.get(a["status"], "")), a["text"])
         parts.append(t)
     for note in result.notes:
         parts.append(Text(f"note: {note}", style="dim"))
