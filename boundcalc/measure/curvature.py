@@ -134,7 +134,9 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Closure, *, n_probes: int 
     live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
     gen = torch.Generator().manual_seed(seed)
     per_group = np.zeros((len(order), n_probes))
-    batched = True
+    # Batched probes (vmap over double backward) pay off on a GPU; on a CPU one probe at a time
+    # through the retained graph is faster (benchmarks/: 130 ms vs 66 ms per probe).
+    batched = any(p.is_cuda for p in params)
     for lo in range(0, n_probes, batch_size):
         b = min(batch_size, n_probes - lo)
         vs = [_rademacher((b, *p.shape), p, gen) for p in params]
@@ -142,18 +144,18 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Closure, *, n_probes: int 
             continue
         args = ([grads[i] for i in live], [params[i] for i in live], [vs[i] for i in live])
         try:
-            hv = _hvp_batch(*args, batched)
-        except RuntimeError:
-            if not batched:
-                raise
-            batched = False  # some op lacks a vmap rule: fall back to one probe at a time
             try:
                 hv = _hvp_batch(*args, batched)
-            except RuntimeError as exc:
-                msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
-                raise BoundcalcError(f"hutchinson_trace: no second derivatives through this model "
-                                     f"({msg}); use eager attention, e.g. "
-                                     "attn_implementation='eager'") from None
+            except RuntimeError:
+                if not batched:
+                    raise
+                batched = False  # some op lacks a vmap rule: fall back to one probe at a time
+                hv = _hvp_batch(*args, batched)
+        except RuntimeError as exc:
+            msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
+            raise BoundcalcError(f"hutchinson_trace: no second derivatives through this model "
+                                 f"({msg}); use eager attention, e.g. "
+                                 "attn_implementation='eager'") from None
         for j, i in enumerate(live):
             quad = (vs[i] * hv[j]).reshape(b, -1).sum(1).detach().double().cpu().numpy()
             per_group[order.index(labels[i]), lo:lo + b] += quad
