@@ -102,14 +102,7 @@ class Compiled:
             parts = [self.compile(a) for a in e.args]
             return lambda ctx: ls.add([p(ctx) for p in parts])
         if isinstance(e, sp.Mul):
-            parts = [self.compile(a) for a in e.args]
-
-            def mul(ctx):
-                out = parts[0](ctx)
-                for p in parts[1:]:
-                    out = ls.mul(out, p(ctx))
-                return out
-            return mul
+            return _fold([self.compile(a) for a in e.args], ls.mul)
         if isinstance(e, sp.Pow):
             base = self.compile(e.args[0])
             expo = self.compile(e.args[1])
@@ -124,15 +117,8 @@ class Compiled:
             arg = self.compile(e.args[0])
             return lambda ctx: ls.absolute(arg(ctx))
         if isinstance(e, (sp.Min, sp.Max)):
-            parts = [self.compile(a) for a in e.args]
-            op = ls.minimum if isinstance(e, sp.Min) else ls.maximum
-
-            def minmax(ctx):
-                out = parts[0](ctx)
-                for p in parts[1:]:
-                    out = op(out, p(ctx))
-                return out
-            return minmax
+            return _fold([self.compile(a) for a in e.args],
+                         ls.minimum if isinstance(e, sp.Min) else ls.maximum)
         if isinstance(e, (sp.ceiling, sp.floor)):
             arg = self.compile(e.args[0])
             f = np.ceil if isinstance(e, sp.ceiling) else np.floor
@@ -215,15 +201,8 @@ class Compiled:
             op = ops[type(c)]
             return lambda ctx: op(lhs(ctx), rhs(ctx))
         if isinstance(c, (sp.And, sp.Or)):
-            parts = [self._condition(a) for a in c.args]
-            red = np.logical_and if isinstance(c, sp.And) else np.logical_or
-
-            def combined(ctx):
-                out = parts[0](ctx)
-                for p in parts[1:]:
-                    out = red(out, p(ctx))
-                return out
-            return combined
+            return _fold([self._condition(a) for a in c.args],
+                         np.logical_and if isinstance(c, sp.And) else np.logical_or)
         raise DomainError(f"cannot evaluate condition '{c}'")
 
     def _reduction(self, e: sp.Sum | sp.Product) -> Fn:
@@ -266,6 +245,16 @@ class Compiled:
                 np.broadcast_to(self.shape_axis(ctx.grids[name], axis), shape), idx, axis=axis)
             return ls.take(full, idx, axis)
         return gridmin
+
+
+def _fold(parts: list[Callable[[Context], object]], op: Callable) -> Callable[[Context], object]:
+    """Left fold of a binary ``op`` over the values of ``parts`` (products, Min/Max, And/Or)."""
+    def folded(ctx: Context):
+        out = parts[0](ctx)
+        for p in parts[1:]:
+            out = op(out, p(ctx))
+        return out
+    return folded
 
 
 def _scalar(ctx: Context, name: str) -> LV:
