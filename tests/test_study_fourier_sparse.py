@@ -3,7 +3,6 @@ the sharpness measurements against independent computations, and the example end
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -18,25 +17,8 @@ from boundcalc.errors import DomainError
 from boundcalc.experiments import fourier_sparse as fs
 from boundcalc.experiments.report import StudyReport
 
-ROOT = Path(__file__).resolve().parents[1]
+from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
 
-
-def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def check_png(path: Path) -> None:
-    import matplotlib.image as mpimg
-
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
-    assert len(data) > 10_000, (path, len(data))
-    img = mpimg.imread(path)
-    assert img.ndim == 3 and img.shape[0] >= 250 and img.shape[1] >= 400, (path, img.shape)
-    assert float(img[..., :3].std()) > 0.03, path
 
 
 def target_by_loops(sets, coeffs, x: tuple[int, ...]) -> float:
@@ -215,7 +197,7 @@ def test_example_writes_report_with_readable_plots(study):
         assert f"]({name})" in report
         check_png(out / name)
     assert sorted(p.name for p in out.glob("*.png")) == sorted(figures)
-    assert sorted(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)) == sorted(figures)
+    assert sorted(figure_refs(report)) == sorted(figures)
 
 
 def test_report_compares_construction_and_learned_models(study):

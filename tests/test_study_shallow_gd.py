@@ -7,9 +7,7 @@ and the spectral norms, and Theorem 5 typed in from the seed with math.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -20,25 +18,17 @@ pytest.importorskip("sklearn", reason="the study's digits data ships with scikit
 
 from boundcalc.experiments import shallow_gd as sg  # noqa: E402
 from _measure_helpers import single_thread  # noqa: E402
+from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 FIGURES = {"radii_vs_N.png", "bound_vs_N.png", "loss_curves.png"}
 
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("study_shallow_gd",
-                                                  ROOT / "examples" / "study_shallow_gd.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study_gd")
     with single_thread():
-        assert load_script().main(["--out", str(out)]) == 0
+        assert load_example("study_shallow_gd").main(["--out", str(out)]) == 0
     return out
 
 
@@ -78,17 +68,10 @@ def theorem5(v, rho_power):
 
 
 def test_report_lists_valid_pngs(study):
-    import matplotlib.image as mpimg
-
-    text = (study / "report.md").read_text()
-    refs = set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text))
+    refs = set(figure_refs((study / "report.md").read_text()))
     assert refs == FIGURES == {p.name for p in study.glob("*.png")}
     for name in FIGURES:
-        path = study / name
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
-        img = mpimg.imread(path)
-        assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 500
-        assert float(img[..., :3].var()) > 1e-3
+        check_png(study / name, min_bytes=20_000, min_shape=(300, 500))
 
 
 def test_bound_matches_theorem5_typed_in_here(study):
@@ -174,7 +157,7 @@ def test_tokenize_refuses_too_narrow_models():
 
 def test_help_teaches(capsys):
     with pytest.raises(SystemExit) as exc:
-        load_script().main(["--help"])
+        load_example("study_shallow_gd").main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for word in ("--full", "--hidden-constant", "RATE", "bound_vs_N.png", "scikit-learn"):

@@ -7,17 +7,15 @@ safetensors weights: dense float64 SVDs, loops over layers and heads.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 from _measure_helpers import single_thread  # noqa: E402
+from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 L, A, N, DH = 6, 12, 384, 32
 L_PHI = 1.13
 FIGURES = {"selected_p.png", "p_contribution.png", "spectral_decay.png", "scaling_width.png",
@@ -25,18 +23,11 @@ FIGURES = {"selected_p.png", "p_contribution.png", "spectral_decay.png", "scalin
 
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study_sa")
     with single_thread():
-        rc = load_script("study_spectrum_adaptive").main(["--out", str(out)])
+        rc = load_example("study_spectrum_adaptive").main(["--out", str(out)])
     assert rc == 0
     return out
 
@@ -102,19 +93,11 @@ def reference():
 
 
 def test_report_lists_valid_pngs(study):
-    import matplotlib.image as mpimg
-
-    text = (study / "report.md").read_text()
-    refs = set(re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text))
+    refs = set(figure_refs((study / "report.md").read_text()))
     assert refs == FIGURES
     assert {p.name for p in study.glob("*.png")} == FIGURES
     for name in FIGURES:
-        path = study / name
-        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert path.stat().st_size > 20_000
-        img = mpimg.imread(path)
-        assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 500
-        assert float(img[..., :3].var()) > 1e-3
+        check_png(study / name, min_bytes=20_000, min_shape=(300, 500))
 
 
 def test_all_156_matrices_reported_with_their_selected_p(study, reference):
@@ -157,7 +140,7 @@ def test_scaling_grid_is_labelled_as_locally_trained(study):
 
 
 def test_help_teaches(capsys):
-    mod = load_script("study_spectrum_adaptive")
+    mod = load_example("study_spectrum_adaptive")
     with pytest.raises(SystemExit) as exc:
         mod.main(["--help"])
     assert exc.value.code == 0
@@ -167,7 +150,7 @@ def test_help_teaches(capsys):
 
 
 def test_unknown_model_is_one_line_error(tmp_path, capsys):
-    mod = load_script("study_spectrum_adaptive")
+    mod = load_example("study_spectrum_adaptive")
     rc = mod.main(["--out", str(tmp_path), "--model", str(tmp_path / "nope"),
                    "--depths", "2", "--widths", "32"])
     err = capsys.readouterr().err.strip()
@@ -193,7 +176,7 @@ def test_checkpoint_list_replaces_the_local_grid(tmp_path):
             paths[(layers, hidden)] = str(path)
     out = tmp_path / "out"
     with single_thread():
-        rc = load_script("study_spectrum_adaptive").main(
+        rc = load_example("study_spectrum_adaptive").main(
             ["--out", str(out), "--model", paths[(2, 64)], "--checkpoints", *paths.values()])
     assert rc == 0
     df = pd.read_csv(out / "observed_bounds.csv")
