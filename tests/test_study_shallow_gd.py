@@ -8,7 +8,6 @@ and the spectral norms, and Theorem 5 typed in from the seed with math.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

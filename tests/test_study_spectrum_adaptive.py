@@ -8,7 +8,6 @@ safetensors weights: dense float64 SVDs, loops over layers and heads.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
