@@ -118,6 +118,34 @@ def test_model_equals_full_keras_attention_reference():
     assert np.allclose(ours, ref, atol=1e-12)
 
 
+def test_forward_from_ids_equals_forward_on_embeddings_values_and_gradients():
+    torch.manual_seed(3)
+    data = sm.make_data(T=17, n_train=7, n_test=3, seed=4)
+    tokens = torch.as_tensor(data.tokens)
+    pe = torch.as_tensor(data.pe)
+    a = SparseMajorityTransformer().double()
+    with torch.no_grad():
+        for p in a.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    b = SparseMajorityTransformer().double()
+    b.load_state_dict(a.state_dict())
+    ids = data.ids(slice(0, 10))
+    assert ids.shape == (10, 18) and bool((ids[:, -1] == 2).all())
+    X = data.embed(slice(0, 10), dtype=torch.float64)
+    assert np.allclose(X.numpy(), data.tokens[ids.numpy()] + data.pe[None])
+    ya, yb = a(X), b.forward_ids(ids, tokens, pe)
+    assert torch.allclose(ya, yb, atol=1e-12)
+    w = torch.randn(10, 2, dtype=torch.float64)
+    (ya * w).sum().backward()
+    (yb * w).sum().backward()
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.allclose(pa.grad, pb.grad, atol=1e-11), name
+    # any ids, not only CLS-last strings: the last token's query is used, as forward does
+    odd = torch.randint(0, 3, (4, 18))
+    Xo = tokens[odd] + pe[None]
+    assert torch.allclose(a(Xo), b.forward_ids(odd, tokens, pe), atol=1e-12)
+
+
 def test_keras_init_uses_keras_fans():
     model = SparseMajorityTransformer()
     model.keras_init(torch.Generator().manual_seed(0))
@@ -161,6 +189,63 @@ def test_training_schedule_and_checkpoint_follow_the_official_loop():
     # the reloaded weights are the best-validation ones
     val, _ = sm._loss_acc(model, data, data.test_rows, 1000)
     assert val == pytest.approx(min(out.history["val_loss"]), rel=1e-5)
+
+
+def test_recipes_official_and_fast():
+    from boundcalc.errors import BoundcalcError
+
+    off, fast = sm.recipe("official"), sm.recipe("fast")
+    assert (off.optimizer, off.lr, off.momentum, off.lr_decay, off.lr_floor, off.batch_size,
+            off.max_epochs) == ("keras_sgd", 0.01, 0.9, 0.999, 0.001, 128, 200_000)
+    assert (fast.optimizer, fast.lr, fast.betas, fast.lr_decay, fast.batch_size,
+            fast.max_epochs) == ("adam", 3e-3, (0.9, 0.9), 1.0, None, 20_000)
+    assert sm.recipe("fast", max_epochs=7, batch_size=None).max_epochs == 7
+    assert sm.RECIPES["fast"].max_epochs == 20_000          # overrides copy, never mutate
+    with pytest.raises(BoundcalcError, match="unknown recipe 'adamw'"):
+        sm.recipe("adamw")
+
+
+def test_fast_recipe_is_full_batch_adam_with_constant_lr():
+    """Twenty epochs of train() against a hand-written full-batch Adam loop on the reference
+    (embedding) forward pass."""
+    data = sm.make_data(T=9, n_train=24, n_test=10, seed=6)
+    init = SparseMajorityTransformer()
+    init.keras_init(torch.Generator().manual_seed(2))
+    model = SparseMajorityTransformer()
+    model.load_state_dict(init.state_dict())
+    out = sm.train(model, data, sm.recipe("fast", max_epochs=20), seed=0)
+    assert out.history["lr"] == [3e-3] * out.epochs
+    ref = SparseMajorityTransformer()
+    ref.load_state_dict(init.state_dict())
+    opt = torch.optim.Adam(ref.parameters(), lr=3e-3, betas=(0.9, 0.9))
+    X = data.embed(data.train_rows)
+    y = torch.as_tensor(data.labels[:24])
+    X_val = data.embed(data.test_rows).double()
+    y_val = data.labels[24:]
+    accs, val_losses = [], []
+    for _ in range(out.epochs):
+        logits = ref(X)
+        accs.append(int((logits.argmax(1) == y).sum()) / 24)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, torch.nn.functional.one_hot(y, 2).float())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            z = ref.double()(X_val).numpy()
+            ref.float()
+        onehot = np.eye(2)[y_val]
+        bce = np.maximum(z, 0) - z * onehot + np.log1p(np.exp(-np.abs(z)))
+        val_losses.append(float(bce.mean()))
+    assert out.history["train_acc"] == pytest.approx(accs, abs=1e-12)
+    assert out.history["val_loss"] == pytest.approx(val_losses, rel=1e-5)
+    assert max(val_losses) - min(val_losses) > 1e-3            # training moved the model
+    assert not out.reached_full_train_accuracy
+    for k, v in ref.state_dict().items():
+        # k.bias has true gradient 0 (softmax ignores a shift common to all positions), so
+        # Adam moves it by normalised rounding noise, different in the two computations
+        if k != "k.bias":
+            assert torch.allclose(out.final_state[k], v, atol=1e-4), k
 
 
 # ---- norms and registry quantities -----------------------------------------------------------
@@ -235,19 +320,57 @@ def test_example_writes_report_with_readable_plots(study):
     assert sorted(referenced) == sorted(figures)
 
 
+def test_example_reduced_run_learns_every_T(study):
+    """The reduced run (fast recipe) fits the training set at every T: the stop rule fires, and
+    the weights it accepted classify every training string correctly when re-evaluated."""
+    out, _, _ = study
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["recipe"] == "fast" and res["config"]["batch_size"] is None
+    runs = res["results"]
+    assert [r["T"] for r in runs] == [10, 20, 40]
+    for r in runs:
+        assert r["reached_full_train_accuracy"], (r["T"], r["epochs"])
+        assert r["epochs"] < res["config"]["max_epochs"]
+        assert r["at_stop"]["train_acc"] == 1.0, r["T"]
+        assert 1 <= r["best_epoch"] <= r["epochs"]
+        assert r["at_stop"]["test_acc"] > 0.6, r["T"]        # learned, not chance (≈ 0.5)
+    assert runs[0]["at_stop"]["test_acc"] > 0.95              # T = 10 is learned almost exactly
+
+
 def test_example_report_labels_and_results(study):
     out, _, _ = study
     report = (out / "report.md").read_text()
     res = json.loads((out / "results.json").read_text())
     runs = res["results"]
-    assert [r["T"] for r in runs] == [10, 20, 40]
     for r in runs:
-        assert r["acc_gap"] == pytest.approx(r["train_acc"] - r["test_acc"])
+        for q in (r, r["at_stop"]):
+            assert q["acc_gap"] == pytest.approx(q["train_acc"] - q["test_acc"])
+            assert q["loss_gap"] == pytest.approx(q["test_loss"] - q["train_loss"])
+            assert q["registry"]["trauger_tewari"]["value"] == pytest.approx(
+                q["norms"]["l1_sum"] - q["norms"]["l1_bias"], rel=1e-10)
         assert f"| {r['T']} | 0 | trauger_tewari_l11_sum | proxy |" in report
         assert f"| {r['T']} | 0 | edelman_cor45_rate | rate |" in report
+        s = r["at_stop"]
+        assert f"| {r['T']} | 0 | {r['epochs']} | 1 | {s['test_acc']:.4g} |" in report
     assert "certified bound" not in report
-    if not all(r["reached_full_train_accuracy"] for r in runs):
-        assert "Caution" in report and "say nothing" in report
+    assert "Caution" not in report and "3 of 3 runs" in report
+    assert "a deviation from the official code" in report and "Adam" in report
+    assert "All runs reached training accuracy 1.0 under the fast recipe" in report
+
+
+def test_example_official_recipe_short_run_carries_the_caution(tmp_path):
+    mod = load_example("study_sequence_length")
+    out = tmp_path / "official"
+    rc = mod.main(["--out", str(out), "--recipe", "official", "--T", "9", "11", "13",
+                   "--max-epochs", "3", "--n-test", "40"])
+    assert rc == 0
+    report = (out / "report.md").read_text()
+    res = json.loads((out / "results.json").read_text())
+    assert res["config"]["recipe"] == "official" and res["config"]["batch_size"] == 128
+    assert all(not r["reached_full_train_accuracy"] and r["epochs"] == 3
+               for r in res["results"])
+    assert "Caution" in report and "say nothing" in report and "--recipe fast" in report
+    assert "(the official one)" in report and "Training recipe `fast`" not in report
 
 
 def test_help_teaches(capsys):
@@ -255,7 +378,8 @@ def test_help_teaches(capsys):
     with pytest.raises(SystemExit):
         mod.main(["--help"])
     text = capsys.readouterr().out
-    for needle in ("sparse majority", "--full", "PROXY", "RATE", "--max-epochs"):
+    for needle in ("sparse majority", "--full", "PROXY", "RATE", "--max-epochs", "--recipe",
+                   "official", "DEVIATION", "full-batch Adam", "Neither is a bound"):
         assert needle in text
 
 
