@@ -3,11 +3,8 @@ computations, and the example end to end at reduced scale."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,26 +14,8 @@ from boundcalc.experiments import sparse_majority as sm
 from boundcalc.experiments.report import StudyReport
 from boundcalc.experiments.tiny_transformers import KerasSGD, SparseMajorityTransformer
 
-ROOT = Path(__file__).resolve().parents[1]
+from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
 
-
-def load_example(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def check_png(path: Path) -> None:
-    """A valid, non-trivial PNG: signature, size, and visible variation."""
-    import matplotlib.image as mpimg
-
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
-    assert len(data) > 10_000, (path, len(data))
-    img = mpimg.imread(path)
-    assert img.ndim == 3 and img.shape[0] >= 250 and img.shape[1] >= 400, (path, img.shape)
-    assert float(img[..., :3].std()) > 0.03, path
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -316,7 +295,7 @@ def test_example_writes_report_with_readable_plots(study):
         assert f"]({name})" in report
         check_png(out / name)
     assert sorted(p.name for p in out.glob("*.png")) == sorted(figures)
-    referenced = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report)
+    referenced = figure_refs(report)
     assert sorted(referenced) == sorted(figures)
 
 
