@@ -34,3 +34,23 @@ def check_png(path: Path, min_bytes: int = 10_000, min_shape: tuple[int, int] = 
 def figure_refs(report_text: str) -> list[str]:
     """The image files a Markdown report references, in order."""
     return re.findall(r"!\[[^\]]*\]\(([^)]+)\)", report_text)
+
+
+def run_capturing_figures(name: str, out: Path) -> tuple[int, list[str]]:
+    """Run ``examples/<name>.py --out OUT``; return its exit code and the figures its
+    StudyReport listed when it wrote the report."""
+    from boundcalc.experiments.report import StudyReport
+
+    captured: list[str] = []
+    original = StudyReport.write
+
+    def spy(self):
+        captured.extend(self.figures)
+        return original(self)
+
+    StudyReport.write = spy
+    try:
+        rc = load_example(name).main(["--out", str(out)])
+    finally:
+        StudyReport.write = original
+    return rc, captured

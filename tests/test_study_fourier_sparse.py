@@ -14,9 +14,9 @@ import torch
 
 from boundcalc.errors import DomainError
 from boundcalc.experiments import fourier_sparse as fs
-from boundcalc.experiments.report import StudyReport
 
-from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
+from _study_helpers import (check_png, figure_refs, load_example,  # noqa: E402
+                            run_capturing_figures)
 
 
 
@@ -170,20 +170,8 @@ def test_parity_curves_against_the_transcribed_formula(registry):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("fourier")
-    mod = load_example("study_fourier_sparse")
-    captured: dict = {}
-    original = StudyReport.write
-
-    def spy(self):
-        captured["figures"] = list(self.figures)
-        return original(self)
-
-    StudyReport.write = spy
-    try:
-        rc = mod.main(["--out", str(out)])
-    finally:
-        StudyReport.write = original
-    return out, rc, captured
+    rc, figures = run_capturing_figures("study_fourier_sparse", out)
+    return out, rc, {"figures": figures}
 
 
 def test_example_writes_report_with_readable_plots(study):

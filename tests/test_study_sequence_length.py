@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from boundcalc.experiments import sparse_majority as sm
-from boundcalc.experiments.report import StudyReport
 from boundcalc.experiments.tiny_transformers import KerasSGD, SparseMajorityTransformer
 
-from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
+from _study_helpers import (check_png, figure_refs, load_example,  # noqa: E402
+                            run_capturing_figures)
 
 
 
@@ -269,20 +269,8 @@ def test_norms_and_registry_quantities_against_direct_formulas(registry):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("seqlen")
-    mod = load_example("study_sequence_length")
-    captured: dict = {}
-    original = StudyReport.write
-
-    def spy(self):
-        captured["figures"] = list(self.figures)
-        return original(self)
-
-    StudyReport.write = spy
-    try:
-        rc = mod.main(["--out", str(out)])
-    finally:
-        StudyReport.write = original
-    return out, rc, captured
+    rc, figures = run_capturing_figures("study_sequence_length", out)
+    return out, rc, {"figures": figures}
 
 
 def test_example_writes_report_with_readable_plots(study):
