@@ -113,9 +113,6 @@ class Stats:
     provenance: dict[str, Any] = field(default_factory=dict)
 
     # ---- queries used by binding -------------------------------------------------------
-    def matrix_types(self) -> list[str]:
-        return sorted({m.type for m in self.matrices})
-
     def of_type(self, mtype: str) -> list[MatrixStats]:
         return [m for m in self.matrices if m.type == mtype]
 

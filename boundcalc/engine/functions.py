@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import struct
 
-import numpy as np
 import sympy as sp
 
 
@@ -117,9 +116,6 @@ def _phi(x: float) -> float:
             power *= x
         return total
     return x - math.log1p(x)
-
-
-kl_inv_upper_vec = np.vectorize(kl_inv_upper, otypes=[np.float64])
 
 
 class kl_inv(sp.Function):  # noqa: N801  (SymPy naming convention for functions)

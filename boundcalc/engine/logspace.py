@@ -59,10 +59,6 @@ def mul(x: LV, y: LV) -> LV:
     return _fix(s, a, v)
 
 
-def neg(x: LV) -> LV:
-    return LV(-x.s, x.a, -x.v)
-
-
 def add(terms: list[LV]) -> LV:
     """Sum: exact float addition where all terms are representable, else stable log-sum."""
     if len(terms) == 1:

@@ -225,9 +225,6 @@ class Entry:
         """Stats-file paths this entry binds to (``matrix.QK.spectral``, ``scalars.n``, ...)."""
         return sorted({s.stat for s in self.symbols.values() if s.stat})
 
-    def symbols_by_role(self, role: str) -> list[SymbolSpec]:
-        return [s for s in self.symbols.values() if s.role == role]
-
     def summary(self) -> dict[str, Any]:
         """The fields of the ``list --json`` contract."""
         return {
