@@ -20,8 +20,16 @@ formula symbols to it). Layout, version 1::
                      "method": "hutchinson, 100 Rademacher probes"}, ...},
       "groups":    {"names": ["layer.0", ...],
                     "stats": {"hessian_trace": [..], "dist_init_sq": [..], "n_params": [..]},
-                    "estimated": {"hessian_trace": true}}
+                    "estimated": {"hessian_trace": true}},
+      "curves":    {"gibbs_risk": {"param": "sigma", "at": [0.01, 0.02],
+                     "value": [0.12, 0.15], "ci": [[0.10, 0.14], [0.13, 0.17]],
+                     "confidence": 0.99, "estimated": true, "n_samples": 1000,
+                     "method": "Monte Carlo, 64 draws of N(w, σ²I)"}}
     }
+
+``curves`` (optional) holds statistics measured at a few values of a free parameter of the
+bounds (the Gibbs risk or the perturbed loss P̂ at each σ where it was measured). A formula may
+choose that parameter only among the ``at`` points, paying the union bound over them.
 
 Matrix ``type`` is one of the spectrum-adaptive types ``QK``, ``V`` (Ṽ = V·O per head),
 ``M_in``, ``M_out`` or a raw role (``q``, ``k``, ``v``, ``o``, ``ffn_in``, ``ffn_out``, ...).
@@ -101,6 +109,32 @@ class MatrixStats:
 
 
 @dataclass
+class Curve:
+    """A statistic measured at several values (``at``) of one free parameter (``param``)."""
+
+    param: str
+    at: np.ndarray
+    value: np.ndarray
+    ci: np.ndarray | None = None  # shape (len(at), 2)
+    confidence: float | None = None
+    estimated: bool = False
+    n_samples: int | None = None
+    method: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"param": self.param, "at": [float(x) for x in self.at],
+                               "value": [float(x) for x in self.value]}
+        if self.ci is not None:
+            out["ci"] = [[float(a), float(b)] for a, b in self.ci]
+        if self.estimated:
+            out["estimated"] = True
+        for key in ("confidence", "n_samples", "method"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass
 class Stats:
     """All statistics of one model, plus the provenance needed to reproduce them."""
 
@@ -111,6 +145,7 @@ class Stats:
     layer_map: list[dict[str, Any]] = field(default_factory=list)
     excluded: list[dict[str, Any]] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    curves: dict[str, Curve] = field(default_factory=dict)
 
     # ---- queries used by binding -------------------------------------------------------
     def of_type(self, mtype: str) -> list[MatrixStats]:
@@ -139,6 +174,8 @@ class Stats:
             "matrices": [m.to_json() for m in self.matrices],
             "scalars": {k: q.to_json() for k, q in sorted(self.scalars.items())},
             "groups": self.groups,
+            **({"curves": {k: c.to_json() for k, c in sorted(self.curves.items())}}
+               if self.curves else {}),
         }
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -258,6 +295,56 @@ def _matrix(obj: Any, i: int) -> MatrixStats:
     )
 
 
+def _curve(obj: Any, what: str) -> Curve:
+    if not isinstance(obj, dict):
+        raise StatsError(f"{what}: expected an object")
+    for key in ("param", "at", "value"):
+        if key not in obj:
+            raise StatsError(f"{what}: missing field '{key}'")
+    param = obj["param"]
+    if not isinstance(param, str) or not param.isidentifier():
+        raise StatsError(f"{what}.param: expected a parameter name")
+    at, value = obj["at"], obj["value"]
+    if not isinstance(at, list) or not isinstance(value, list) or not at:
+        raise StatsError(f"{what}: 'at' and 'value' must be non-empty lists")
+    if len(at) != len(value) or len(at) > _MAX_SV:
+        raise StatsError(f"{what}: {len(at)} points in 'at' but {len(value)} values")
+    at_arr = np.array([_finite(x, f"{what}.at[{j}]") for j, x in enumerate(at)])
+    if len(set(at_arr.tolist())) != len(at_arr):
+        raise StatsError(f"{what}.at: repeated points")
+    val_arr = np.array([_finite(x, f"{what}.value[{j}]") for j, x in enumerate(value)])
+    ci = obj.get("ci")
+    ci_arr = None
+    if ci is not None:
+        if not isinstance(ci, list) or len(ci) != len(at):
+            raise StatsError(f"{what}.ci: expected one [low, high] per point")
+        rows = []
+        for j, pair in enumerate(ci):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise StatsError(f"{what}.ci[{j}]: expected [low, high]")
+            lo, hi = _finite(pair[0], f"{what}.ci[{j}][0]"), _finite(pair[1], f"{what}.ci[{j}][1]")
+            if not lo <= val_arr[j] <= hi:
+                raise StatsError(f"{what}.ci[{j}]: [{lo}, {hi}] does not contain the value "
+                                 f"{val_arr[j]}")
+            rows.append((lo, hi))
+        ci_arr = np.array(rows, dtype=np.float64)
+    conf = obj.get("confidence")
+    if conf is not None:
+        conf = _finite(conf, f"{what}.confidence")
+        if not 0 < conf < 1:
+            raise StatsError(f"{what}.confidence: expected a number in (0, 1), got {conf}")
+    estimated = obj.get("estimated", False)
+    if not isinstance(estimated, bool):
+        raise StatsError(f"{what}.estimated: expected true or false, got {estimated!r:.40}")
+    n_samples = obj.get("n_samples")
+    if n_samples is not None and (isinstance(n_samples, bool) or not isinstance(n_samples, int)
+                                  or n_samples < 1):
+        raise StatsError(f"{what}.n_samples: expected a positive integer")
+    return Curve(param=param, at=at_arr, value=val_arr, ci=ci_arr, confidence=conf,
+                 estimated=estimated, n_samples=n_samples,
+                 method=_opt_str(obj.get("method"), f"{what}.method"))
+
+
 def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
     """Validate a parsed stats document and build :class:`Stats`; errors name the field."""
     try:
@@ -312,9 +399,18 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             layer_map=list(data.get("layer_map", []) or []),
             excluded=list(data.get("excluded", []) or []),
             provenance=dict(data.get("provenance", {}) or {}),
+            curves=_curves(data.get("curves")),
         )
     except StatsError as exc:
         raise StatsError(one_line(f"{source}: {exc}")) from None
+
+
+def _curves(obj: Any) -> dict[str, Curve]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise StatsError("field 'curves': expected an object of name -> curve")
+    return {str(k): _curve(v, f"curves.{k}") for k, v in obj.items()}
 
 
 def load_stats(path: str | os.PathLike) -> Stats:
