@@ -74,21 +74,33 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-_state: dict[str, Any] = {"formulas": None}
+_state: dict[str, Any] = {"formulas": None, "replace": None, "quiet": False}
 
 
 @app.callback()
 def _global_options(
     formulas: list[str] = typer.Option(
         None, "--formulas", metavar="DIR",
-        help="Load formula files from DIR instead of the bundled formulas/ (repeatable).",
+        help="Also load the formula files in DIR (a folder or one .toml), on top of the bundled "
+             "formulas and $BOUNDCALC_FORMULAS (repeatable).",
     ),
+    replace: bool = typer.Option(
+        False, "--replace",
+        help="Let an entry from --formulas / $BOUNDCALC_FORMULAS replace a bundled entry with "
+             "the same id (without it, a repeated id is an error). Also BOUNDCALC_REPLACE=1.",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress bar or stage messages on stderr."),
 ) -> None:
     _state["formulas"] = list(formulas) if formulas else None
+    _state["replace"] = True if replace else None
+    _state["quiet"] = quiet
 
 
 def registry():
     """The registry for this invocation (errors become one-line messages)."""
     from ..registry import load_registry
+    from ..registry.registry import default_formula_dirs
 
-    return guarded(lambda: load_registry(_state["formulas"]))
+    return guarded(lambda: load_registry(default_formula_dirs(_state["formulas"]),
+                                         replace=_state["replace"]))

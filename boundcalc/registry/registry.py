@@ -11,13 +11,35 @@ from .loader import load_file
 from .schema import Entry
 
 
-def default_formula_dirs() -> list[Path]:
-    """``$BOUNDCALC_FORMULAS`` (os.pathsep-separated), else the repository's ``formulas/``."""
-    env = os.environ.get("BOUNDCALC_FORMULAS")
-    if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    here = Path(__file__).resolve().parents[2] / "formulas"
-    return [here]
+ENV_VAR = "BOUNDCALC_FORMULAS"
+
+
+def bundled_formula_dir() -> Path:
+    """The formula files that ship with boundcalc.
+
+    In an installed wheel they are package data (``boundcalc/formulas/``, copied there from the
+    repository's top-level ``formulas/`` at build time) and are found through
+    :mod:`importlib.resources`; in a checkout the top-level ``formulas/`` is read directly.
+    """
+    from importlib.resources import files
+
+    packaged = files("boundcalc") / "formulas"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "formulas"
+
+
+def user_formula_dirs(extra: Iterable[str | Path] | None = None) -> list[Path]:
+    """User folders: ``$BOUNDCALC_FORMULAS`` (``os.pathsep``-separated), then ``extra``."""
+    env = os.environ.get(ENV_VAR, "")
+    out = [Path(p) for p in env.split(os.pathsep) if p]
+    out.extend(Path(p) for p in (extra or ()))
+    return out
+
+
+def default_formula_dirs(extra: Iterable[str | Path] | None = None) -> list[Path]:
+    """The bundled formulas, then the user folders of :func:`user_formula_dirs`."""
+    return [bundled_formula_dir(), *user_formula_dirs(extra)]
 
 
 class Registry:
@@ -32,7 +54,12 @@ class Registry:
         if entry.id in self._entries:
             other = self._entries[entry.id]
             raise FormulaError(f"{entry.file}: entry id '{entry.id}' is already defined in "
-                               f"{other.file}")
+                               f"{other.file} (pass --replace, or BOUNDCALC_REPLACE=1, to let "
+                               f"the later file replace it)")
+        self._entries[entry.id] = entry
+
+    def replace(self, entry: Entry) -> None:
+        """Put ``entry`` in place of the entry with the same id (keeping its position)."""
         self._entries[entry.id] = entry
 
     def __len__(self) -> int:
@@ -77,12 +104,21 @@ class Registry:
 _CACHE: dict[tuple, Registry] = {}
 
 
-def load_registry(paths: Iterable[str | Path] | None = None) -> Registry:
+def load_registry(paths: Iterable[str | Path] | None = None, *,
+                  replace: bool | None = None) -> Registry:
     """Load every ``*.toml`` formula file in the given folders (or files).
+
+    ``paths=None`` loads the bundled formulas plus the user folders named in
+    ``$BOUNDCALC_FORMULAS`` (:func:`default_formula_dirs`). An id defined twice is an error naming
+    both files, unless ``replace`` is true: then a later file's entry replaces the earlier one
+    (user folders come after the bundled formulas, so a user entry replaces a bundled one).
+    ``replace=None`` reads ``$BOUNDCALC_REPLACE`` (``1`` means true).
 
     Parsed registries are cached by file path, size and modification time, so repeated calls
     (``optimize("id")`` in a loop, say) do not re-parse unchanged files.
     """
+    if replace is None:
+        replace = os.environ.get("BOUNDCALC_REPLACE", "") == "1"
     files: list[Path] = []
     for base in (list(paths) if paths is not None else default_formula_dirs()):
         base = Path(base)
@@ -96,13 +132,21 @@ def load_registry(paths: Iterable[str | Path] | None = None) -> Registry:
         key = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
     except OSError as exc:
         raise FormulaError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+    key = (*key, replace)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
     reg = Registry()
+    seen: set[Path] = set()
     for f in files:
+        if f.resolve() in seen:  # the same file named twice (a folder given twice, say)
+            continue
+        seen.add(f.resolve())
         for entry in load_file(f):
-            reg.add(entry)
+            if replace and entry.id in reg:
+                reg.replace(entry)
+            else:
+                reg.add(entry)
     _CACHE.clear()  # keep only the latest registry
     _CACHE[key] = reg
     return reg
