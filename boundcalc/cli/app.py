@@ -9,10 +9,44 @@ from typing import Any, Callable
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from ..errors import BoundcalcError
 
+try:  # typer ≥ 0.2x vendors click; older versions use click itself
+    from typer._click import exceptions as _cx
+except ImportError:  # pragma: no cover
+    from click import exceptions as _cx
+
+
+class OneLineErrors(TyperGroup):
+    """The command group, with usage errors (unknown option, missing argument, bad value) as one
+    line on stderr and click's exit code 2, instead of click's multi-line box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **extra):  # type: ignore[override]
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _cx.NoArgsIsHelpError as exc:
+            print(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            rv = 0 if exc.ctx is None else exc.exit_code
+        except _cx.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            message = " ".join(exc.format_message().split())
+            Console(stderr=True).print(f"[bold red]error:[/] {escape(message)}{escape(hint)}",
+                                       highlight=False, soft_wrap=True)
+            rv = exc.exit_code
+        except typer.Abort:
+            Console(stderr=True).print("[bold red]error:[/] aborted", highlight=False)
+            rv = 1
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="boundcalc",
     help=(
         "Turn published generalization bounds for Transformers into honest numbers for one "

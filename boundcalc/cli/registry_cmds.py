@@ -20,9 +20,10 @@ def list_entries(
     kind: Optional[str] = typer.Option(None, help="Only this kind: certified, rate or proxy."),
     requires: Optional[str] = typer.Option(
         None, help="Only entries binding to this stats path (prefix), e.g. matrix.QK"),
+    wide: bool = typer.Option(False, "--wide", help="Also show each entry's title and source."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON array for scripts."),
 ) -> None:
-    """List registry entries with their kind, family and source.
+    """List registry entries: id, kind and family (--wide adds title and source).
 
     Kinds: [green]certified[/] (a valid bound), [yellow]rate[/] (O(·), hidden constant),
     [cyan]proxy[/] (complexity measure).
@@ -32,7 +33,7 @@ def list_entries(
     if json_out:
         emit_json([e.summary() for e in entries])
     else:
-        console.print(entries_table(entries))
+        console.print(entries_table(entries, wide=wide))
 
 
 @app.command("show")
@@ -116,6 +117,8 @@ def latex_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="The .tex file to write."),
     sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
     stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (the file written, the "
+                                  "entry's LaTeX and, with values, the result) for scripts."),
 ) -> None:
     """Write a standalone LaTeX document: the bound in paper notation and, with values, the
     instantiated bound and a table of its terms."""
@@ -129,4 +132,8 @@ def latex_cmd(
     else:
         entry, result = guarded(lambda: registry().get(entry_id)), None
     path = guarded(lambda: write_latex(output, entry, result))
-    console.print(f"wrote {path}")
+    if json_out:
+        emit_json({"output": str(path), "id": entry.id, "latex": _latex_or_none(entry),
+                   "result": result.to_json() if result is not None else None})
+    else:
+        console.print(f"wrote {path}")

@@ -47,26 +47,49 @@ def fmt(x: Any, digits: int = 6) -> str:
     return str(x)
 
 
-def entries_table(entries: list[Entry]) -> Table:
-    table = Table(title=f"{len(entries)} registry entries", show_lines=False)
-    table.add_column("id", style="bold")
-    table.add_column("kind")
-    table.add_column("family")
-    table.add_column("title")
-    table.add_column("source", overflow="fold", max_width=40)
+def entries_table(entries: list[Entry], wide: bool = False) -> Table:
+    """One row per entry; ids are never cut. Compact columns (id, kind, family) by default;
+    ``wide`` puts the kind, family, title and source beside each id, wrapped at word
+    boundaries, so it also reads at 80 columns."""
+    width = max([len(e.id) for e in entries] + [2])
+    if not wide:
+        table = Table(title=f"{len(entries)} registry entries")
+        table.add_column("id", style="bold", no_wrap=True, min_width=width)
+        table.add_column("kind", no_wrap=True)
+        table.add_column("family", no_wrap=True)
+        for e in entries:
+            _row(table, e.id, Text(e.kind, style=KIND_STYLE.get(e.kind, "bold")), e.family)
+        return table
+    table = Table(title=f"{len(entries)} registry entries", show_lines=True)
+    table.add_column("id", style="bold", no_wrap=True, min_width=width)
+    table.add_column("kind · family / title / source", overflow="fold", ratio=1)
     for e in entries:
-        _row(table, e.id, Text(e.kind, style=KIND_STYLE[e.kind]), e.family, e.title,
-                      e.source)
+        body = Text(e.kind, style=KIND_STYLE.get(e.kind, "bold"))
+        body.append(f" · {e.family}\n", style="dim")
+        body.append(f"{e.title}\n")
+        body.append(e.source, style="dim")
+        table.add_row(Text(e.id), body)
     return table
 
 
+def _described(name: str, facts: list[str], text: str) -> tuple[Text, Text]:
+    """A name and, beside it, one line of short facts then a wrapped description."""
+    body = Text(" · ".join(f for f in facts if f), style="dim")
+    if text:
+        body.append("\n")
+        body.append(text)
+    return Text(name, style="bold"), body
+
+
 def entry_panel(entry: Entry, latex: str | None = None) -> Group:
+    """Everything about one entry, laid out to wrap at word boundaries in 80 columns."""
     head = Table.grid(padding=(0, 1))
-    head.add_column(style="bold")
-    head.add_column()
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
     _row(head, "id", entry.id)
-    _row(head, "kind", Text(f"{entry.kind}: {KIND_MEANING[entry.kind]}",
-                              style=KIND_STYLE[entry.kind]))
+    _row(head, "title", entry.title)
+    _row(head, "kind", Text(f"{entry.kind}: {KIND_MEANING.get(entry.kind, '')}",
+                              style=KIND_STYLE.get(entry.kind, "bold")))
     _row(head, "family", entry.family)
     if entry.variant:
         _row(head, "variant", entry.variant)
@@ -79,19 +102,24 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
         _row(head, "", f"{name}{idx} = {d.text}")
     if latex:
         _row(head, "LaTeX", latex)
-    parts: list[Any] = [Panel(head, title=Text(entry.title), expand=False)]
+    parts: list[Any] = [Panel(head)]
 
-    syms = Table(title="symbols")
-    for col in ("name", "role", "domain", "indices", "stat", "default", "meaning"):
-        syms.add_column(col, overflow="fold")
+    def listing(title: str) -> Table:
+        t = Table.grid(padding=(0, 2))
+        t.add_column(no_wrap=True)
+        t.add_column(overflow="fold", ratio=1)
+        parts.append(Text(title, style="bold underline"))
+        parts.append(t)
+        return t
+
+    syms = listing("symbols")
     for s in entry.symbols.values():
-        _row(syms, s.name, s.role, s.domain.text(), ",".join(s.indices), s.stat or "",
-                     "" if s.default is None else fmt(s.default), s.meaning)
-    parts.append(syms)
+        facts = [s.role, s.domain.text(), f"indices {','.join(s.indices)}" if s.indices else "",
+                 f"stat {s.stat}" if s.stat else "",
+                 "" if s.default is None else f"default {fmt(s.default)}"]
+        syms.add_row(*_described(s.name, facts, s.meaning))
     if entry.parameters:
-        pars = Table(title="free parameters")
-        for col in ("name", "choice", "domain", "indices", "grid / prior / closed form", "note"):
-            pars.add_column(col, overflow="fold")
+        pars = listing("free parameters")
         for p in entry.parameters.values():
             how = []
             if p.grid is not None:
@@ -101,16 +129,17 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
                            f"{p.prior.c:g}·exp(−j/{p.prior.b:g})")
             if p.closed_form_text:
                 how.append(f"closed form: {p.closed_form_text}")
-            _row(pars, p.name, p.choice, p.domain.text(), ",".join(p.indices), "; ".join(how),
-                         p.note)
-        parts.append(pars)
+            facts = [p.choice, p.domain.text(),
+                     f"indices {','.join(p.indices)}" if p.indices else ""]
+            text = "; ".join(how) + ("\n" if how and p.note else "") + (p.note or "")
+            pars.add_row(*_described(p.name, facts, text))
     if entry.assumptions:
-        asm = Table(title="assumptions")
-        asm.add_column("assumption", overflow="fold")
-        asm.add_column("check")
+        asm = listing("assumptions")
         for a in entry.assumptions:
-            _row(asm, a.text, a.check_text or "(stated, not checkable)")
-        parts.append(asm)
+            body = Text(a.text)
+            body.append(f"\ncheck: {a.check_text}" if a.check_text else
+                        "\n(stated, not checkable)", style="dim")
+            asm.add_row(Text("•"), body)
     for note in entry.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
