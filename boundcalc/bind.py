@@ -166,11 +166,49 @@ def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None
             continue
         out.missing.append(name)
     if strict and out.missing:
-        first = entry.symbols[out.missing[0]]
-        where = f" (stats path '{first.stat}')" if first.stat else ""
-        raise MissingValueError(
-            f"entry '{entry.id}': no value for '{first.name}' ({first.meaning}){where}; "
-            f"give it with --set {first.name}=VALUE"
-            + (f" (also missing: {', '.join(out.missing[1:6])})" if len(out.missing) > 1 else ""))
+        raise MissingValueError(f"entry '{entry.id}': " + missing_message(entry, out.missing))
     return out
 
+
+
+# Stats paths that only a data pass measures (``boundcalc measure MODEL --data DATA``).
+_DATA_STATS = ("scalars.n", "scalars.emp_risk", "scalars.loss_mean", "scalars.gibbs_risk",
+               "scalars.gibbs_draws", "scalars.rademacher", "scalars.perturbation_term",
+               "scalars.subgaussian_sigma", "scalars.input_token_norm_max", "scalars.seq_len",
+               "scalars.feature_sigma_min", "scalars.margin", "groups.hessian_trace")
+
+
+def how_to_give(spec: SymbolSpec) -> str:
+    """Where a missing value comes from: ``--set`` for a scalar, a stats file for an array."""
+    stat = spec.stat or ""
+    if spec.indices or stat.startswith(("matrix.", "groups.")):
+        source = ("`boundcalc measure MODEL --data DATA`" if stat.startswith(_DATA_STATS)
+                  else "`boundcalc measure MODEL`")
+        if "init" in stat:
+            source = "`boundcalc measure MODEL --init INIT`"
+        return f"an array: pass --stats FILE from {source}"
+    if stat.startswith(_DATA_STATS):
+        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc measure MODEL --data DATA`"
+    if stat.startswith(("scalars.dist_init", "scalars.feature_sigma_min_init")):
+        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc measure MODEL --init INIT`"
+    if stat:
+        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc measure MODEL`"
+    return f"--set {spec.name}=VALUE"
+
+
+def missing_message(entry: Entry, missing: list[str]) -> str:
+    """One line naming the missing symbols and how to give them (``--stats`` where ``--set``
+    cannot help: per-layer / per-head arrays)."""
+    specs = [entry.symbols[m] for m in missing]
+    arrays = [s for s in specs if s.indices or (s.stat or "").startswith(("matrix.", "groups."))]
+    if arrays:
+        first = arrays[0]
+        rest = [s.name for s in specs if s is not first]
+        return (f"no value for '{first.name}' ({first.meaning}), {how_to_give(first)}"
+                + (f" (also missing: {', '.join(rest[:8])}"
+                   + (", …" if len(rest) > 8 else "") + ")" if rest else ""))
+    first = specs[0]
+    where = f" (stats path '{first.stat}')" if first.stat else ""
+    return (f"no value for '{first.name}' ({first.meaning}){where}; give it with "
+            f"{how_to_give(first)}"
+            + (f" (also missing: {', '.join(missing[1:6])})" if len(missing) > 1 else ""))

@@ -125,6 +125,8 @@ def _extra_tables(r: Result) -> list[Any]:
                           f"{s['indices'][0] if s['indices'] else ''}={k}",
                           " ".join(f"{v:.3g}" for v in row))
         parts.append(t)
+    for note in x.get("selection_notes", []):
+        parts.append(Text(f"note: {note}", style="yellow"))
     sens = x.get("sensitivity")
     if sens:
         t = Table(title="sensitivity at the optimum (parameters held fixed; arrays scaled whole)")
@@ -141,6 +143,27 @@ def _extra_tables(r: Result) -> list[Any]:
     if wit:
         parts.append(_what_if_table(r, wit))
     return parts
+
+
+def selection_notes(selections: list[dict[str, Any]]) -> list[str]:
+    """Explain a per-matrix grid choice that looks suspicious: every instance at the grid's
+    lowest point (for the spectrum-adaptive entries p = 0, the rank term)."""
+    low = [s for s in selections if np.asarray(s["values"]).size
+           and np.all(np.asarray(s["values"], dtype=float) == s["grid_min"])]
+    if not low:
+        return []
+    names = ", ".join(s["parameter"] for s in low)
+    count = sum(np.asarray(s["values"]).size for s in low)
+    text = (f"every instance of {names} ({count} in all) selects the lowest point of its grid "
+            f"({low[0]['grid_min']:g}): there each term is "
+            f"smallest, so its ratio to that value is above 1 at every other grid point.")
+    if all((s["parameter"] == "p" or s["parameter"].startswith("p_")) and s["grid_min"] == 0
+           for s in low):
+        text += (" For the Schatten index: T_p/T_0 > 1 for every p > 0, because the spectral "
+                 "scale γαL and the factor N^((p+1)/(p+2)) grow faster than the Schatten sum "
+                 "shrinks, so the rank term √(rank·N) wins. Expected for trained BERT-size "
+                 "models (MiniLM gives the same), not a bug.")
+    return [text]
 
 
 def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
@@ -210,6 +233,9 @@ def optimize_cmd(
     Example: boundcalc optimize pac_bayes_lambda --set emp_risk=0.05 --set KL=5000 --set n=60000
     """
     result = _optimize(entry_id, sets, stats, target, shrink, what_if)
+    notes = selection_notes(result.extra.get("selections") or [])
+    if notes:
+        result.extra["selection_notes"] = notes
     plots: dict[str, Path] = {}
     if plot is not None:
         from ..report.plots import write_plots
@@ -284,12 +310,11 @@ def compare_cmd(
     values = guarded(lambda: parse_sets(sets))
     groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
     failed = []
-    skipped: dict[str, list[str]] = {}
+    skipped: list[dict[str, Any]] = []
     for entry in reg:
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
         if not applicable(entry, st, own):
-            for name in bind(entry, st, own, strict=False).missing[:1]:
-                skipped.setdefault(name, []).append(entry.id)
+            skipped.append(_skipped_row(entry, st, own))
             continue
         try:
             r = optimize(entry, st, own, registry=reg, sensitivity=False, contributions=False)
@@ -303,7 +328,7 @@ def compare_cmd(
              f"symbols)")
     if json_out:
         emit_json({k: [_compare_row(r) for r in v] for k, v in groups.items()}
-                  | {"failed": failed})
+                  | {"failed": failed, "skipped": skipped})
         return
     if groups["certified"]:
         t = Table(title="certified entries (bounds only where the label says 'certified bound')")
@@ -340,10 +365,7 @@ def compare_cmd(
                            f"× {m.get('n_heads', '?')} heads, hidden {m.get('hidden', '?')}",
                            style="dim"))
     if skipped:
-        needs = "; ".join(f"{name} ({len(ids)} entries, e.g. {ids[0]})"
-                          for name, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1]))[:4])
-        console.print(Text(f"{sum(map(len, skipped.values()))} entries need values this stats "
-                           f"file lacks — give them with --set: {needs}", style="dim"))
+        console.print(_skipped_table(skipped))
     console.print(Text("methods, parameters and δ accounting: boundcalc compare --json, or "
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
@@ -357,4 +379,35 @@ def _compare_row(r: Result) -> dict[str, Any]:
             "delta_effective": r.delta_effective,
             "union_bound_cost": r.union_bound_cost, "method": r.method,
             "certified_optimum": r.extra.get("certified_optimum"),
-            "hidden_constants": r.hidden_constants, "parameters": r.parameters}
+            "hidden_constants": r.hidden_constants, "parameters": r.parameters,
+            "terms": r.terms, "assumptions": r.assumptions}
+
+
+def _skipped_row(entry, st, own: dict[str, Any]) -> dict[str, Any]:
+    """An entry compare cannot compute: every symbol it lacks, and where each would come from."""
+    from ..bind import how_to_give
+    from ..optimize.per_instance import per_instance_symbols
+
+    try:
+        missing = bind(entry, st, own, strict=False).missing
+    except BoundcalcError as exc:
+        return {"id": entry.id, "kind": entry.kind, "missing": [],
+                "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    chosen = {p.name for p in per_instance_symbols(entry)}
+    return {"id": entry.id, "kind": entry.kind, "missing": [
+        {"symbol": m, "stat": entry.symbols[m].stat, "meaning": entry.symbols[m].meaning,
+         "give": how_to_give(entry.symbols[m])} for m in missing if m not in chosen]}
+
+
+def _skipped_table(skipped: list[dict[str, Any]]) -> Table:
+    t = Table(title=f"{len(skipped)} entries not computed: values this stats file lacks",
+              caption="scalars: --set NAME=VALUE; arrays: a stats file from `boundcalc measure` "
+                      "(--data DATA for data statistics, --init INIT for distances); "
+                      "details: --json", caption_justify="left")
+    t.add_column("id", no_wrap=True)
+    t.add_column("lacks", overflow="fold", ratio=1)
+    for row in skipped:
+        lacks = ", ".join(m["symbol"] + (" (array)" if "array" in m["give"] else "")
+                          for m in row["missing"]) or row.get("error", "")
+        t.add_row(Text(row["id"]), Text(lacks))
+    return t

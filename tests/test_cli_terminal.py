@@ -1,0 +1,152 @@
+"""The CLI in an 80-column terminal: whole ids in `list`, no word broken in `show`, one-line
+usage errors, `--json` on every command, `compare`'s skipped entries (text and JSON) and the
+hints that point to a stats file where `--set` cannot help."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+from rich.cells import cell_len
+import pytest
+from typer.testing import CliRunner
+
+import boundcalc as bc
+from boundcalc.bind import lookup
+from boundcalc.errors import BoundcalcError
+from boundcalc.cli import app
+from test_optimize_sensitivity import spectrum_stats
+
+runner = CliRunner()
+BOX = re.compile(r"[│┃╭╮╰╯─━┏┓┗┛┡┩┣┫╇╈┼├┤┬┴└┘┌┐═║]")
+
+
+def invoke(*args, columns: int = 80):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
+
+
+def words(text: str) -> set[str]:
+    return set(BOX.sub(" ", text).split())
+
+
+@pytest.mark.parametrize("extra", [[], ["--wide"]])
+def test_list_shows_every_id_whole_at_80_columns(registry, extra):
+    res = invoke("list", *extra)
+    assert res.exit_code == 0, res.output
+    assert max(cell_len(line) for line in res.stdout.splitlines()) <= 80
+    shown = words(res.stdout)
+    assert {e.id for e in registry} <= shown
+    assert "…" not in res.stdout
+    if extra:
+        assert "Catoni 2007, Theorem 1.2.6" in " ".join(BOX.sub(" ", res.stdout).split())
+
+
+def test_show_breaks_no_word_at_80_columns(registry):
+    for entry in registry:
+        res = invoke("show", entry.id)
+        assert res.exit_code == 0, (entry.id, res.output)
+        assert max(cell_len(line) for line in res.stdout.splitlines()) <= 80, entry.id
+        texts = [entry.title, entry.source, entry.provenance, *entry.notes]
+        texts += [s.meaning for s in entry.symbols.values()]
+        texts += [a.text for a in entry.assumptions]
+        out = words(res.stdout)
+        for token in {t for text in texts for t in text.split() if len(t) <= 40}:
+            assert token in out, (entry.id, token)
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["list", "--no-such-option"], "--no-such-option"),
+    (["evaluate"], "ID"),
+    (["show"], "ID"),
+    (["measure", "model.safetensors", "--n-heads", "0"], "--n-heads"),
+    (["optimize", "mcallester", "--target", "abc"], "--target"),
+])
+def test_usage_errors_are_one_line(args, culprit):
+    res = invoke(*args)
+    assert res.exit_code == 2
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and culprit in lines[0], res.stderr
+    assert "╭" not in res.stderr and "Traceback" not in res.stderr
+
+
+def test_latex_has_json(tmp_path):
+    out = tmp_path / "m.tex"
+    res = invoke("latex", "mcallester", "-o", out, "--set", "emp_risk=0.05", "--set", "KL=5000",
+                 "--set", "n=60000", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["output"] == str(out) and out.read_text().startswith("\\documentclass")
+    assert "\\mathrm{KL}" in doc["latex"] or "KL" in doc["latex"]
+    assert doc["result"]["value"] == pytest.approx(0.05 + np.sqrt(
+        (5000 + np.log(2 * np.sqrt(60000) / 0.05)) / 120000), rel=1e-12)
+
+
+def _has_value(stats, spec) -> bool:
+    if spec.default is not None or spec.role == "size":
+        return True
+    if not spec.stat:
+        return False
+    try:
+        return lookup(stats, spec.stat, spec)[0] is not None
+    except (KeyError, BoundcalcError):
+        return False
+
+
+def test_compare_lists_every_skipped_entry_with_what_it_lacks(tmp_path, registry):
+    st = spectrum_stats(L=2, A=2, seed=1)
+    path = st.save(tmp_path / "s.json")
+    res = invoke("compare", "--stats", path, "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    computed = [r["id"] for k in ("certified", "rate", "proxy") for r in out.get(k, [])]
+    skipped = [r["id"] for r in out["skipped"]]
+    failed = [r["id"] for r in out["failed"]]
+    everything = computed + skipped + failed
+    assert len(everything) == len(set(everything))
+    assert set(everything) == {e.id for e in registry}
+    assert "spectrum_adaptive_ours" in computed
+    for r in out["skipped"]:
+        entry = registry.get(r["id"])
+        lacks = {m["symbol"] for m in r["missing"]}
+        assert lacks, r
+        # independently: exactly the symbols with no value from the file or a default
+        without = {n for n, s in entry.symbols.items() if not _has_value(st, s)}
+        assert lacks <= without and lacks, (r["id"], lacks, without)
+    mc = next(r for r in out["skipped"] if r["id"] == "mcallester")
+    assert {m["symbol"] for m in mc["missing"]} == {"emp_risk", "KL"}
+    for row in out["certified"] + out["proxy"]:
+        assert {"terms", "assumptions"} <= set(row)
+    assert out["proxy"][0]["terms"]
+
+    text = invoke("compare", "--stats", path)
+    assert text.exit_code == 0
+    shown = words(text.stdout)
+    assert set(skipped) <= shown
+    assert f"{len(skipped)} entries not computed" in text.stdout
+
+
+def test_missing_arrays_point_to_stats_not_set():
+    res = invoke("optimize", "spectrum_adaptive_ours")
+    assert res.exit_code != 0
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1 and "--stats" in err and "--set C_QK" not in err
+    res = invoke("evaluate", "mcallester", "--set", "KL=1", "--set", "n=100")
+    assert "--set emp_risk=VALUE" in res.stderr and "--data" in res.stderr
+
+
+def test_optimize_explains_p_zero_everywhere(tmp_path):
+    path = spectrum_stats(L=2, A=2, seed=1, scale=(20, 60), n=100).save(tmp_path / "big.json")
+    res = invoke("optimize", "spectrum_adaptive_ours", "--stats", path, "--no-what-if", "--json")
+    out = json.loads(res.stdout)
+    chosen = np.concatenate([np.ravel(s["values"]) for s in out["selections"]])
+    assert np.all(chosen == 0) and chosen.size == 12
+    assert any("T_p/T_0 > 1" in n for n in out["selection_notes"])
+    text = invoke("optimize", "spectrum_adaptive_ours", "--stats", path, "--no-what-if")
+    assert "T_p/T_0 > 1 for every p > 0" in " ".join(text.stdout.split())
+    # a mixed choice gets no such note
+    mixed = spectrum_stats(L=2, A=2, seed=1).save(tmp_path / "s.json")
+    out = json.loads(invoke("optimize", "spectrum_adaptive_ours", "--stats", mixed,
+                            "--no-what-if", "--json").stdout)
+    assert "selection_notes" not in out
