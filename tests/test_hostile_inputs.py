@@ -832,7 +832,8 @@ def test_cli_error_text_from_a_stats_file_is_not_rich_markup(tmp_path):
     assert_one_line_error(res, StatsError.exit_code, "scalars.[/]")
 
 
-@pytest.mark.parametrize("command", [["list"], ["show", "e"], ["evaluate", "e", "--set", "x=1"]])
+@pytest.mark.parametrize("command", [["list", "--wide"], ["show", "e"],
+                                     ["evaluate", "e", "--set", "x=1"]])
 def test_cli_tables_print_formula_text_literally(tmp_path, command):
     (tmp_path / "m.toml").write_text(
         'family = "t"\n[[entry]]\nid = "e"\ntitle = "[/]"\nsource = "[bold]s[/bold]"\n'
