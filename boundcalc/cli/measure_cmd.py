@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from .app import app, console, emit_json, err_console, guarded
+from .progress import Stages, require_paths
 
 
 def _summary(stats, output: Path) -> dict:
@@ -73,11 +74,14 @@ def measure_cmd(
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file."""
 
     def run() -> None:
+        require_paths(model=model, init=init)  # before torch and the model are loaded
+        stages = Stages("measure")
         from ..measure import measure
 
         stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
-                        progress=not as_json and err_console.is_terminal)
+                        progress=stages.measure_progress(model))
         path = stats.save(output)
+        stages.done()
         if as_json:
             emit_json(_summary(stats, path))
         else:

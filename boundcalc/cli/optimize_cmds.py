@@ -17,6 +17,7 @@ from ..errors import BoundcalcError
 from ..evaluation import Result
 from ..report.tables import fmt
 from .app import app, console, emit_json, fail, guarded, registry
+from .progress import Stages, require_paths
 from .sets import SET_HELP, STATS_HELP, parse_sets
 
 
@@ -298,10 +299,12 @@ def compare_cmd(
     reg = registry()
     if (stats is None) == (model is None):
         fail("give exactly one of --stats FILE or --model MODEL")
+    stages = Stages("compare")
+    guarded(lambda: require_paths(stats=stats, model=model, output=None))
     if model is not None:
         from ..measure import measure
 
-        st = guarded(lambda: measure(model, progress=not json_out))
+        st = guarded(lambda: measure(model, progress=stages.measure_progress(model)))
         if output is not None:
             guarded(lambda: st.save(output))
         stats = Path(output) if output is not None else Path(str(model))
@@ -311,7 +314,7 @@ def compare_cmd(
     groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
     failed = []
     skipped: list[dict[str, Any]] = []
-    for entry in reg:
+    for entry in stages.track(list(reg), len(reg), "optimising the applicable entries"):
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
         if not applicable(entry, st, own):
             skipped.append(_skipped_row(entry, st, own))
@@ -323,6 +326,7 @@ def compare_cmd(
                            "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
             continue
         groups[r.kind].append(r)
+    stages.done()
     if not any(groups.values()) and not failed:
         fail(f"{stats}: no registry entry applies to this stats file (add --set for missing "
              f"symbols)")

@@ -1,0 +1,118 @@
+"""Progress for long commands, and the cheap checks that run before any expensive loading.
+
+On a terminal a progress bar (stderr); otherwise a few one-line stage messages on stderr, and
+only once the work has run for ``BOUNDCALC_PROGRESS_AFTER`` seconds (default 1), so quick
+commands and their one-line errors stay quiet. ``boundcalc --quiet`` silences both.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from ..errors import CheckpointError, StatsError
+from .app import _state, err_console
+
+T = TypeVar("T")
+
+
+def require_paths(**paths: Any) -> None:
+    """One-line error naming the option whose path does not exist (before anything is loaded).
+
+    Keys are option names (``init="path"`` → ``--init``; ``model`` is the argument). A value that
+    is not path-like (a bundled model name such as ``minilm``, a live object) is left alone.
+    """
+    for option, value in paths.items():
+        if value is None or not isinstance(value, (str, os.PathLike)):
+            continue
+        p = Path(value)
+        error = StatsError if option == "stats" else CheckpointError
+        what = "stats file" if option == "stats" else "file or directory"
+        if p.exists():
+            if p.is_file() and not os.access(p, os.R_OK):
+                raise error(f"{_label(option)} {p}: not readable")
+            continue
+        looks_like_path = option != "model" or os.sep in str(value) or "/" in str(value) \
+            or p.suffix != ""
+        if looks_like_path:
+            raise error(f"{_label(option)} {p}: no such {what}")
+
+
+def _label(option: str) -> str:
+    return option.upper() if option == "model" else f"--{option.replace('_', '-')}"
+
+
+class Stages:
+    """Stage messages of one command (``boundcalc <command>: <message>`` on stderr)."""
+
+    def __init__(self, command: str):
+        self.command = command
+        self.quiet = bool(_state.get("quiet"))
+        self.terminal = err_console.is_terminal
+        self.start = time.monotonic()
+        try:
+            self.after = float(os.environ.get("BOUNDCALC_PROGRESS_AFTER", "1"))
+        except ValueError:
+            self.after = 1.0
+        self.spoke = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def say(self, message: str, force: bool = False) -> None:
+        """One line on stderr (not on a terminal, where a bar shows the stage instead)."""
+        if self.quiet or self.terminal:
+            return
+        if not force and self.elapsed() < self.after:
+            return
+        self.spoke = True
+        sys.stderr.write(f"boundcalc {self.command}: {message}\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.spoke:
+            self.say(f"done in {self.elapsed():.1f} s", force=True)
+
+    def measure_progress(self, what: str) -> bool | Callable[[int, int, str], None]:
+        """The ``progress`` argument of :func:`boundcalc.measure.measure`."""
+        if self.quiet:
+            return False
+        if self.terminal:
+            return True
+        marks: set[int] = set()
+
+        def report(done: int, total: int, description: str) -> None:
+            if not total:
+                return
+            quarter = min(4, int(4 * done / total))
+            if quarter in marks or self.elapsed() < self.after:
+                return
+            marks.add(quarter)
+            self.say(f"measuring {what}: {done}/{total} steps ({description})")
+        return report
+
+    def track(self, items: Iterable[T], total: int, description: str) -> Iterator[T]:
+        """Iterate with a bar on a terminal, else with a message at each quarter."""
+        if self.quiet:
+            yield from items
+            return
+        if self.terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          console=err_console, transient=True) as bar:
+                task = bar.add_task(description, total=total)
+                for item in items:
+                    yield item
+                    bar.advance(task)
+            return
+        marks: set[int] = set()
+        for k, item in enumerate(items):
+            quarter = int(4 * k / max(total, 1))
+            if quarter not in marks and self.elapsed() >= self.after:
+                marks.add(quarter)
+                self.say(f"{description}: {k}/{total}")
+            yield item
