@@ -67,10 +67,11 @@ PARITY_M = [10_000, 100_000, 1_000_000]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from boundcalc.experiments.report import add_study_options
+
     p = argparse.ArgumentParser(prog="study_fourier_sparse.py", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="output folder for report.md and plots")
-    p.add_argument("--full", action="store_true", help="the paper's grid and sample size")
+    add_study_options(p, "fourier_sparse", "the paper's grid and sample size")
     p.add_argument("--T", type=int, help="number of input bits (default 10; 20 with --full)")
     p.add_argument("--degrees", type=int, nargs="+", help="Fourier degrees D_f of the grid")
     p.add_argument("--sparsities", type=int, nargs="+", help="Fourier sparsities omega (<= T)")

@@ -71,11 +71,12 @@ FULL = {"T": [10, 20, 50, 100, 200], "runs": 3, "n_test": 10_000, "recipe": "off
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from boundcalc.experiments.report import add_study_options
+
     p = argparse.ArgumentParser(prog="study_sequence_length.py", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="output folder for report.md and plots")
-    p.add_argument("--full", action="store_true",
-                   help="the paper's scale (300/10,000 strings, 5 T x 3 runs, official recipe)")
+    add_study_options(p, "sequence_length",
+                      "the paper's scale (300/10,000 strings, 5 T x 3 runs, official recipe)")
     p.add_argument("--recipe", choices=("official", "fast"),
                    help="training recipe (default: fast, or official with --full; see above)")
     p.add_argument("--T", type=int, nargs="+", metavar="T",
@@ -192,6 +193,7 @@ def _plots(report, results: list[dict], Ts: list[int], m: int) -> None:
     axes[1].plot(Ts, creep, ":", color="grey", lw=2,
                  label=f"ln(m(T+1)) growth alone, from T={Ts[0]} (norms held fixed)")
     axes[1].set_yscale("log")
+    axes[1].set_ylabel("edelman_cor45_rate (hidden constants = 1)")
     axes[1].set_title("Edelman et al. — RATE, hidden constants = 1 (not a bound)", fontsize=10)
     axes[1].legend(fontsize=8, loc="best")
     for ax in axes:

@@ -22,10 +22,10 @@ from boundcalc.experiments.shallow_gd import ShallowGDConfig, run_study
 
 EPILOG = """\
 what you get (in --out):
-  report.md         tables of the measured quantities, the bound as a rate a + C·b with its
+  report.md         tables of the measured quantities, Theorem 5 as a rate a + C·b with its
                     hidden constant C, which conditions of Theorem 5 hold, and the findings
   radii_vs_N.png    R_Q, R_K, R_V, R_O (max over GD steps) against N, one line per d_m
-  bound_vs_N.png    the rate (both ρ-variants) and the measured test loss against N
+  rate_vs_N.png     the rate (both ρ-variants) and the measured test loss against N
   loss_curves.png   train/test loss along GD (like the seed's Figures 1-3)
   runs.csv          every number, one row per (N, d_m)
 
@@ -46,16 +46,15 @@ needs scikit-learn (its digits data set ships inside the package; nothing is dow
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    from boundcalc.experiments.report import add_study_options
+
     ap = argparse.ArgumentParser(
         prog="study_shallow_gd.py", description=__doc__.split("\n\n")[0] + "\n\n"
         + __doc__.split("\n\n")[1], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("out/study_shallow_gd"),
-                    help="folder for report.md, the PNG figures and runs.csv "
-                         "(default: %(default)s)")
-    ap.add_argument("--full", action="store_true",
-                    help="larger grid: N in {10,20,40,80,160,260}, d_m in {16,64,256,1024}, "
-                         "1000 GD steps (5-10 minutes on 2 cores)")
+    add_study_options(ap, "shallow_gd",
+                      "larger grid: N in {10,20,40,80,160,260}, d_m in {16,64,256,1024}, "
+                      "1000 GD steps (5-10 minutes on 2 cores)")
     ap.add_argument("--sizes", type=int, nargs="+", metavar="N",
                     help="training-set sizes (at most 360 minus --n-test)")
     ap.add_argument("--widths", type=int, nargs="+", metavar="D_M",

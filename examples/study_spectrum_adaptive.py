@@ -50,22 +50,21 @@ examples:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
+    from boundcalc.experiments.report import add_study_options
+
     ap = argparse.ArgumentParser(
         prog="study_spectrum_adaptive.py",
         description="\n\n".join(__doc__.split("\n\n")[:3]), epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("out/study_spectrum_adaptive"),
-                    help="folder for report.md, the PNG figures and the CSV files "
-                         "(default: %(default)s)")
+    add_study_options(ap, "spectrum_adaptive",
+                      "locally trained grid L in {2,4,6,8,10,12} x N in {128,256,512,768}, "
+                      "head dim 64, 100 steps (the miniatures' shapes; tens of minutes)")
     ap.add_argument("--model", metavar="PATH_OR_NAME",
                     help="model for part 1: a local checkpoint (HF folder, safetensors, "
                          "state_dict) or a Hugging Face name (default: packaged MiniLM-L6)")
     ap.add_argument("--checkpoints", nargs="+", metavar="PATH_OR_NAME",
                     help="part 2 over these checkpoints instead of locally trained models; "
                          "their depth and hidden size are read from the weights")
-    ap.add_argument("--full", action="store_true",
-                    help="locally trained grid L in {2,4,6,8,10,12} x N in {128,256,512,768}, "
-                         "head dim 64, 100 steps (the miniatures' shapes; tens of minutes)")
     ap.add_argument("--depths", type=int, nargs="+", metavar="L",
                     help="depths of the locally trained grid (default 2 4 6)")
     ap.add_argument("--widths", type=int, nargs="+", metavar="N",

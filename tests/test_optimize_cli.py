@@ -110,7 +110,7 @@ def test_plots_and_markdown_report(tmp_path):
     md2 = tmp_path / "mc.md"
     res = run("optimize", "mcallester", *MC, "--plot", str(tmp_path / "p2"), "--report", str(md2))
     assert res.exit_code == 0, res.output
-    assert (tmp_path / "p2" / "mcallester_bound_vs.png").exists()
+    assert (tmp_path / "p2" / "mcallester_value_vs.png").exists()
     text = md2.read_text()
     assert "**Certified bound:" in text and "non-vacuous" in text and "smallest n" in text
 

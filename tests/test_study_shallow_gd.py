@@ -19,7 +19,7 @@ from boundcalc.experiments import shallow_gd as sg  # noqa: E402
 from _measure_helpers import single_thread  # noqa: E402
 from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
 
-FIGURES = {"radii_vs_N.png", "bound_vs_N.png", "loss_curves.png"}
+FIGURES = {"radii_vs_N.png", "rate_vs_N.png", "loss_curves.png"}
 
 
 
@@ -78,8 +78,8 @@ def test_bound_matches_theorem5_typed_in_here(study):
     assert sorted(zip(df["N"], df["d_m"])) == [(n, d) for n in (20, 40, 80, 160) for d in (16, 64)]
     for _, r in df.iterrows():
         v = r.to_dict()
-        assert r["bound_rho4"] == pytest.approx(theorem5(v, 4), rel=1e-9)
-        assert r["bound_rho2"] == pytest.approx(theorem5(v, 2), rel=1e-9)
+        assert r["rate_rho4"] == pytest.approx(theorem5(v, 4), rel=1e-9)
+        assert r["rate_rho2"] == pytest.approx(theorem5(v, 2), rel=1e-9)
         # measured quantities are sane: radii positive, norms at init, inputs within R_X ≤ 1
         assert min(r["R_Q"], r["R_K"], r["R_V"], r["R_O"]) > 0
         assert 0 < r["R_X"] <= 1 and r["full_row_rank"]
@@ -159,5 +159,5 @@ def test_help_teaches(capsys):
         load_example("study_shallow_gd").main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for word in ("--full", "--hidden-constant", "RATE", "bound_vs_N.png", "scikit-learn"):
+    for word in ("--full", "--hidden-constant", "RATE", "rate_vs_N.png", "scikit-learn"):
         assert word in out

@@ -65,3 +65,13 @@ def _cell(c: Any) -> str:
     if isinstance(c, float):
         return f"{c:.4g}"
     return str(c).replace("|", "\\|")
+
+
+def add_study_options(parser: Any, name: str, full_help: str) -> None:
+    """The options every study shares: ``--out`` (default ``out/study_<name>``) and ``--full``."""
+    from pathlib import Path
+
+    parser.add_argument("--out", type=Path, default=Path(f"out/study_{name}"),
+                        help="folder for report.md, the PNG figures and the data files "
+                             "(default: %(default)s)")
+    parser.add_argument("--full", action="store_true", help=full_help)

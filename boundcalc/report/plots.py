@@ -115,7 +115,7 @@ def plot_selections(result: Result, path: str | Path) -> Path | None:
     return _save(fig, Path(path))
 
 
-def plot_bound_vs(result: Result, path: str | Path) -> Path | None:
+def plot_value_vs(result: Result, path: str | Path) -> Path | None:
     """The re-optimised value against n and against δ (target line for certified bounds)."""
     table = (result.extra.get("what_it_takes") or {}).get("table") or {}
     if not table:
@@ -162,7 +162,7 @@ def write_plots(result: Result, directory: str | Path) -> dict[str, Path]:
     d = Path(directory)
     out = {}
     for name, fn in (("contributions", plot_contributions), ("selections", plot_selections),
-                     ("bound_vs", plot_bound_vs), ("sensitivity", plot_tornado)):
+                     ("value_vs", plot_value_vs), ("sensitivity", plot_tornado)):
         p = fn(result, d / f"{result.id}_{name}.png")
         if p is not None:
             out[name] = p
