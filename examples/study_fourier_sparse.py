@@ -177,6 +177,7 @@ def _plots(rep, cells: list[dict], parity: dict) -> None:
     for ax in axes:
         _log_axis(ax)
         ax.set_xticks(x, labels, fontsize=8)
+        ax.set_xlabel("target class (degree D_f, sparsity ω)")
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
     fig.suptitle("Domination check: learned models against the hard-coded construction")
@@ -196,6 +197,7 @@ def _plots(rep, cells: list[dict], parity: dict) -> None:
     ax.set_xticks(x, [f"{lab}\nσ={c['sigma_p']:.3g}" for lab, c in zip(labels, cells)],
                   fontsize=8)
     ax.set_ylabel("mean training MSE under u ~ N(0, σ²I)")
+    ax.set_xlabel("target class (degree D_f, sparsity ω) and the σ used")
     ax.set_title("Perturbed-loss domination: learned should be ≤ construction")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
@@ -216,6 +218,7 @@ def _plots(rep, cells: list[dict], parity: dict) -> None:
     ax.axhline(1.0, color="grey", ls="--", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(x, labels, rotation=20, fontsize=8)
+    ax.set_xlabel("target class (degree D_f, sparsity ω)")
     ax.set_ylabel("risk (squared loss)")
     ax.set_title(f"Theorem 2 bound values at m = {cells[0]['m']} (on the Gibbs risk)")
     ax.grid(alpha=0.3)

@@ -116,3 +116,11 @@ def test_quick_start_compare_on_bundled_minilm():
     # matrices of MiniLM (rank 32 per head product, 384 per FFN matrix), N = 384, L = 6
     expected = 144 * math.sqrt(32 * 384) + 12 * math.sqrt(384 * 384) + math.sqrt(6)
     assert ours == pytest.approx(expected, rel=1e-12)
+    # every entry of the registry is computed, failed or skipped with what it lacks
+    done = [r["id"] for k, rows in doc.items() if k not in ("failed", "skipped")
+              for r in rows]  # every kind's group (certified, rate, proxy, …)
+    skipped = {r["id"]: r for r in doc["skipped"]}
+    ids = done + list(skipped) + [r["id"] for r in doc["failed"]]
+    assert sorted(ids) == sorted(e.id for e in bc.load_registry())
+    assert {m["symbol"] for m in skipped["mcallester"]["missing"]} == {"emp_risk", "KL"}
+    assert all(r["missing"] or r.get("error") for r in skipped.values())

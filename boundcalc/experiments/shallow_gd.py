@@ -356,6 +356,7 @@ def fig_radii(records: Sequence[RunRecord]):
         _n_axis(ax, records)
         ax.set_ylim(bottom=0)
         ax.set_title(names[key], fontsize=10)
+        ax.set_ylabel(f"{key} (distance from init)")
         ax.grid(True, which="both", alpha=0.3)
     for ax in axes[1]:
         ax.set_xlabel("training examples $N$")
