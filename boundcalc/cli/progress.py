@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from ..errors import CheckpointError, StatsError
+from ..errors import CheckpointError, StatsError, one_line
 from .app import _state, err_console
 
 T = TypeVar("T")
@@ -33,12 +33,12 @@ def require_paths(**paths: Any) -> None:
         what = "stats file" if option == "stats" else "file or directory"
         if p.exists():
             if p.is_file() and not os.access(p, os.R_OK):
-                raise error(f"{_label(option)} {p}: not readable")
+                raise error(f"{_label(option)} {one_line(str(p))}: not readable")
             continue
         looks_like_path = option != "model" or os.sep in str(value) or "/" in str(value) \
             or p.suffix != ""
         if looks_like_path:
-            raise error(f"{_label(option)} {p}: no such {what}")
+            raise error(f"{_label(option)} {one_line(str(p))}: no such {what}")
 
 
 def _label(option: str) -> str:
@@ -69,7 +69,7 @@ class Stages:
         if not force and self.elapsed() < self.after:
             return
         self.spoke = True
-        sys.stderr.write(f"boundcalc {self.command}: {message}\n")
+        sys.stderr.write(f"boundcalc {self.command}: {one_line(message)}\n")
         sys.stderr.flush()
 
     def done(self) -> None:
