@@ -122,5 +122,5 @@ def test_quick_start_compare_on_bundled_minilm():
     skipped = {r["id"]: r for r in doc["skipped"]}
     ids = done + list(skipped) + [r["id"] for r in doc["failed"]]
     assert sorted(ids) == sorted(e.id for e in bc.load_registry())
-    assert {m["symbol"] for m in skipped["mcallester"]["missing"]} == {"emp_risk", "KL"}
+    assert {m["symbol"] for m in skipped["mcallester"]["missing"]} == {"emp_risk", "KL", "n"}
     assert all(r["missing"] or r.get("error") for r in skipped.values())
