@@ -394,7 +394,7 @@ def _skipped_row(entry, st, own: dict[str, Any]) -> dict[str, Any]:
 
     try:
         missing = bind(entry, st, own, strict=False).missing
-    except BoundcalcError as exc:
+    except Exception as exc:  # noqa: BLE001 - as in `applicable`: a malformed section skips
         return {"id": entry.id, "kind": entry.kind, "missing": [],
                 "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
     chosen = {p.name for p in per_instance_symbols(entry)}
