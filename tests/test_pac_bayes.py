@@ -623,7 +623,7 @@ def test_every_entry_is_tested_and_declared_honestly():
     kl_values = {"gaussian_kl_isotropic", "gaussian_kl_groups", "gaussian_kl_diagonal_groups"}
     assert ids == set(BASE) | kl_values
     for e in REG.filter(family="pac_bayes"):
-        assert e.kind == "certified" and e.provenance.startswith("pac_bayes.md §")
+        assert e.kind == "certified" and e.provenance.startswith("docs/sources/pac_bayes.md §")
         for p in e.parameters.values():
             assert p.choice in ("simultaneous", "grid", "prior")
     assert REG.get("pac_bayes_lambda").parameters["lam"].choice == "simultaneous"
