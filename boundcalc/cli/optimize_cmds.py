@@ -266,7 +266,6 @@ def compare_cmd(
     Certified bounds in one table (with vacuous yes/no); rates and proxies in their own
     tables, which never call their numbers bounds.
     """
-    from ..optimize import applicable, optimize
     from ..stats import load_stats
 
     reg = registry()
@@ -282,22 +281,10 @@ def compare_cmd(
     else:
         st = guarded(lambda: load_stats(stats))
     values = guarded(lambda: parse_sets(sets))
-    groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
-    failed = []
-    skipped: dict[str, list[str]] = {}
-    for entry in reg:
-        own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
-        if not applicable(entry, st, own):
-            for name in bind(entry, st, own, strict=False).missing[:1]:
-                skipped.setdefault(name, []).append(entry.id)
-            continue
-        try:
-            r = optimize(entry, st, own, registry=reg, sensitivity=False, contributions=False)
-        except BoundcalcError as exc:
-            failed.append({"id": entry.id, "kind": entry.kind,
-                           "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
-            continue
-        groups[r.kind].append(r)
+    from ..optimize.compare import compare_entries
+
+    comparison = compare_entries(st, values, reg)
+    groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
         fail(f"{stats}: no registry entry applies to this stats file (add --set for missing "
              f"symbols)")
