@@ -39,34 +39,40 @@ class LocalExecutor:
             raise BoundcalcError(f"--workers must be at least 1, got {workers}")
         self.workers = workers
         self.max_retries = max_retries
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _get_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers,
+                                             mp_context=mp.get_context("spawn"))
+        return self._pool
 
     def map(self, fn: Callable[[dict[str, Any]], dict[str, Any]],
             tasks: Sequence[dict[str, Any]], done: Done | None = None) -> list[dict[str, Any]]:
         results: list[dict[str, Any] | None] = [None] * len(tasks)
         attempts = [0] * len(tasks)
         todo = list(range(len(tasks)))
-        ctx = mp.get_context("spawn")
         while todo:
-            with ProcessPoolExecutor(max_workers=min(self.workers, len(todo)),
-                                     mp_context=ctx) as pool:
-                futures = {pool.submit(fn, tasks[i]): i for i in todo}
-                for i in todo:
-                    attempts[i] += 1
-                pending = set(futures)
+            pool = self._get_pool()
+            futures = {pool.submit(fn, tasks[i]): i for i in todo}
+            for i in todo:
+                attempts[i] += 1
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 broken = False
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for f in finished:
-                        i = futures[f]
-                        try:
-                            results[i] = f.result()
-                        except BrokenProcessPool:
-                            broken = True
-                            continue
-                        if done is not None:
-                            done(i, results[i])
-                    if broken:
-                        break
+                for f in finished:
+                    i = futures[f]
+                    try:
+                        results[i] = f.result()
+                    except BrokenProcessPool:
+                        broken = True
+                        continue
+                    if done is not None:
+                        done(i, results[i])
+                if broken:  # a worker died: every unfinished task goes round again
+                    self.close()
+                    break
             todo = [i for i in todo if results[i] is None]
             for i in [i for i in todo if attempts[i] > self.max_retries]:
                 results[i] = _died(attempts[i], "the process exited abruptly")
@@ -74,6 +80,11 @@ class LocalExecutor:
                     done(i, results[i])
             todo = [i for i in todo if results[i] is None]
         return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 class RayExecutor:

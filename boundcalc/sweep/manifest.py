@@ -209,9 +209,9 @@ def read_manifest(manifest: str | Path, target: str | None = None,
                 raise ManifestError(f"{source}: row {line}: target column '{target}' must be a "
                                     f"number, got {v!r}") from None
             if not math.isfinite(x) or isinstance(v, bool):
+                shown = "NaN" if math.isnan(x) else repr(v)
                 raise ManifestError(f"{source}: row {line}: target column '{target}' is "
-                                    f"{'NaN' if math.isnan(x) else v!r}; every row needs a "
-                                    "finite value")
+                                    f"{shown}; every row needs a finite value")
         key = (row.path, row.init, row.data, row.n_heads, tuple(sorted(row.values.items())),
                tuple((c, str(v)) for c, v in row.columns.items() if c.startswith("hp:")))
         if key in seen:

@@ -163,6 +163,9 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
     table = _table(manifest, keys, results)
     table.to_csv(out / "results.csv", index=False)
     table.to_parquet(out / "results.parquet", index=False)
+    import pandas as pd
+
+    table = pd.read_parquet(out / "results.parquet")  # the table as any reader will see it
     failed = [{"row": i + 1, "path": manifest.rows[i].path, "error": results[i]["error"]}
               for i in sorted(results) if not results[i].get("ok")]
     outcome = SweepOutcome(table=table, out=out, computed=len(todo), cached=state.cached,
@@ -263,8 +266,6 @@ def _table(manifest: Manifest, keys: list[str], results: dict[int, dict[str, Any
     df = pd.DataFrame.from_records(records, columns=cols)
     for c in ("value", "log10_value", "delta", "delta_effective", "union_cost"):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
-    for c in ("init", "data", "id", "kind", "label", "parameters", "stats", "status", "error"):
-        df[c] = df[c].astype("object")
     for c in ("estimated", "vacuous"):
         df[c] = df[c].astype("boolean")
     return df

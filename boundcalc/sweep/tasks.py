@@ -42,6 +42,7 @@ def _mark_started(task: dict[str, Any]) -> None:
         Path(folder).mkdir(parents=True, exist_ok=True)
         with open(Path(folder) / f"{task['key']}.log", "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "path": task.get("path"),
                                  "what": task.get("what", "checkpoint")}) + "\n")
     except OSError:
         pass
