@@ -29,12 +29,13 @@ def make_zoo(folder: Path, widths=(32, 48), seeds=range(6), broken: bool = True)
         for s in seeds:
             save_safetensors(tiny_bert_w(w, s), folder / f"w{w}_s{s}")
             rows.append({"path": f"w{w}_s{s}", "init": f"init_w{w}", "set:n": 1000 * (1 + s),
-                         "set:emp_risk": 0.05, "hp:width": w, "hp:seed": s,
+                         "set:emp_risk": 0.05, "set:sigma": 0.01, "hp:width": w, "hp:seed": s,
                          "test_error": round(0.2 + 0.01 * s - 0.001 * w, 6)})
     if broken:
         (folder / "broken.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
         rows.append({"path": "broken.safetensors", "init": "", "set:n": 1000,
-                     "set:emp_risk": 0.05, "hp:width": 0, "hp:seed": 99, "test_error": 0.5})
+                     "set:emp_risk": 0.05, "set:sigma": 0.01, "hp:width": 0, "hp:seed": 99,
+                     "test_error": 0.5})
     manifest = folder / "manifest.csv"
     with open(manifest, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))

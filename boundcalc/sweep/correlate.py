@@ -124,7 +124,7 @@ def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = N
     """
     import pandas as pd
 
-    df = load_table(table) if isinstance(table, (str, Path)) else table
+    df = (load_table(table) if isinstance(table, (str, Path)) else table).reset_index(drop=True)
     for col in ("id", "kind", "log10_value", "status", "path"):
         if col not in df.columns:
             raise BoundcalcError(f"results table: no '{col}' column (is it a sweep's "
