@@ -197,7 +197,8 @@ def plot_correlation(corr: Correlation, path: str | Path) -> Path:
     tau = t["kendall_tau"].to_numpy(float)
     err = None
     if "tau_lo" in t:
-        err = np.vstack([tau - t["tau_lo"].to_numpy(float), t["tau_hi"].to_numpy(float) - tau])
+        err = np.clip(np.vstack([tau - t["tau_lo"].to_numpy(float),
+                                 t["tau_hi"].to_numpy(float) - tau]), 0, None)
     ax.barh(ypos, tau, xerr=err, color=[colors.get(k, "grey") for k in t["kind"]],
             alpha=0.85, capsize=3, label="Kendall τ (bar, bootstrap CI)")
     ax.plot(t["spearman_rho"], ypos, "k|", markersize=12, label="Spearman ρ")
