@@ -224,5 +224,5 @@ def test_bootstrap_interval_and_ranking_and_plot(tmp_path):
 
 def test_correlate_refuses_nan_target():
     t = _table([1.0, 2, 3, 4, 5, 6], [1.0, 2, float("nan"), 4, 5, 6])
-    with pytest.raises(Exception, match="row 3 of the table is nan"):
+    with pytest.raises(Exception, match="row 3 of the table is 'nan'"):
         correlate(t, "gap")

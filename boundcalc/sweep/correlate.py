@@ -136,7 +136,7 @@ def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = N
     if tgt.isna().any() or not np.isfinite(tgt.to_numpy(float)).all():
         bad = int(np.flatnonzero(~np.isfinite(tgt.to_numpy(float)))[0])
         raise BoundcalcError(f"--target {target}: row {bad + 1} of the table is "
-                             f"{df[target].iloc[bad]!r}; every row needs a finite number")
+                             f"{str(df[target].iloc[bad])!r}; every row needs a finite number")
     hps = list(hyperparameters) if hyperparameters is not None else [
         c for c in df.columns if str(c).startswith("hp:")]
     for h in hps:
