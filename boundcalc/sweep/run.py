@@ -162,10 +162,14 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
             ex.close()
     table = _table(manifest, keys, results)
     table.to_csv(out / "results.csv", index=False)
-    table.to_parquet(out / "results.parquet", index=False)
-    import pandas as pd
+    try:
+        table.to_parquet(out / "results.parquet", index=False)
+    except ImportError:  # no pyarrow: the CSV alone (pip install 'boundcalc[ray]' adds it)
+        (out / "results.parquet").unlink(missing_ok=True)
+    else:
+        import pandas as pd
 
-    table = pd.read_parquet(out / "results.parquet")  # the table as any reader will see it
+        table = pd.read_parquet(out / "results.parquet")  # the table as any reader sees it
     failed = [{"row": i + 1, "path": manifest.rows[i].path, "error": results[i]["error"]}
               for i in sorted(results) if not results[i].get("ok")]
     outcome = SweepOutcome(table=table, out=out, computed=len(todo), cached=state.cached,
