@@ -58,16 +58,11 @@ def test_ray_and_local_give_the_same_table(ray_runtime, zoo, tmp_path):
     assert os.getpid() not in pids and len(pids) >= 1
 
 
-def test_worker_killed_mid_task_is_retried(ray_runtime, zoo, tmp_path):
-    big = str(Path(minilm_path()).resolve())  # a few seconds of work: time to kill it
-    manifest = tmp_path / "m.csv"
-    manifest.write_text(f"path,hp:seed\n{big},0\n{zoo.parent / 'w32_s0'},1\n"
-                        f"{zoo.parent / 'w48_s1'},2\n")
-    reference = run_sweep(manifest, tmp_path / "clean", workers=1)
-    out = tmp_path / "killed"
+def _sweep_killing(manifest: Path, out: Path, victim: str, **kw):
+    """Run a sweep in a thread; SIGKILL the process that starts ``victim`` as soon as its
+    attempt log names it (mid-task: the task has only just begun)."""
     box: dict = {}
-    runner = threading.Thread(target=lambda: box.update(
-        outcome=run_sweep(manifest, out, ray=True)))
+    runner = threading.Thread(target=lambda: box.update(outcome=run_sweep(manifest, out, **kw)))
     runner.start()
     killed = None
     deadline = time.monotonic() + 300
@@ -75,17 +70,29 @@ def test_worker_killed_mid_task_is_retried(ray_runtime, zoo, tmp_path):
         for log in (out / "tasks").glob("*.log") if (out / "tasks").is_dir() else []:
             for line in log.read_text().splitlines():
                 rec = json.loads(line)
-                if rec["path"] == big:
+                if rec["path"] == victim and killed is None:
                     os.kill(rec["pid"], signal.SIGKILL)
                     killed = rec["pid"]
         time.sleep(0.02)
     runner.join(timeout=600)
-    assert killed is not None, "the MiniLM task never started"
-    outcome = box["outcome"]
-    assert outcome.failed == []
-    attempts = json.loads((out / "sweep.json").read_text())["attempts"]
-    assert sorted(attempts.values()) == [1, 1, 2]  # the killed task ran twice, the others once
-    assert outcome.table.equals(reference.table)
-    assert (out / "results.csv").read_bytes() == (tmp_path / "clean" / "results.csv").read_bytes()
-    minilm = outcome.table[outcome.table["path"] == big]
-    assert set(minilm["status"]) == {"ok"} and len(minilm) >= 3
+    assert killed is not None, "the task never started"
+    return box["outcome"]
+
+
+def test_worker_killed_mid_task_is_retried(ray_runtime, zoo, tmp_path):
+    big = str(Path(minilm_path()).resolve())  # a few seconds of work: time to kill it
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(f"path,hp:seed\n{big},0\n{zoo.parent / 'w32_s0'},1\n"
+                        f"{zoo.parent / 'w48_s1'},2\n")
+    reference = run_sweep(manifest, tmp_path / "clean", workers=1)
+    for name, kw in (("ray", {"ray": True}), ("local", {"workers": 2})):
+        out = tmp_path / name
+        outcome = _sweep_killing(manifest, out, big, **kw)
+        assert outcome.failed == [] and outcome.executor == name
+        attempts = json.loads((out / "sweep.json").read_text())["attempts"]
+        assert sorted(attempts.values())[-1] == 2  # the killed task ran again
+        assert outcome.table.equals(reference.table), name
+        assert (out / "results.csv").read_bytes() == (tmp_path / "clean" /
+                                                      "results.csv").read_bytes()
+        minilm = outcome.table[outcome.table["path"] == big]
+        assert set(minilm["status"]) == {"ok"} and len(minilm) >= 3
