@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 
 import pandas as pd
+import pytest
 import torch
 
 from _study_helpers import check_png, figure_refs, load_example
 
 
+@pytest.mark.slow
 def test_study_zoo_small_grid(tmp_path):
     out = tmp_path / "zoo"
     rc = load_example("study_zoo").main([

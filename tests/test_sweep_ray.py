@@ -37,6 +37,7 @@ def zoo(tmp_path_factory):
     return make_zoo(tmp_path_factory.mktemp("zoo"))
 
 
+@pytest.mark.slow
 def test_ray_and_local_give_the_same_table(ray_runtime, zoo, tmp_path):
     local = run_sweep(zoo, tmp_path / "local", workers=2)
     on_ray = run_sweep(zoo, tmp_path / "ray", ray=True)
@@ -79,13 +80,14 @@ def _sweep_killing(manifest: Path, out: Path, victim: str, **kw):
     return box["outcome"]
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_task_is_retried(ray_runtime, zoo, tmp_path):
     big = str(Path(minilm_path()).resolve())  # a few seconds of work: time to kill it
     manifest = tmp_path / "m.csv"
     manifest.write_text(f"path,hp:seed\n{big},0\n{zoo.parent / 'w32_s0'},1\n"
                         f"{zoo.parent / 'w48_s1'},2\n")
     reference = run_sweep(manifest, tmp_path / "clean", workers=1)
-    for name, kw in (("ray", {"ray": True}), ("local", {"workers": 2})):
+    for name, kw in (("ray", {"ray": True}), ("local", {"workers": 1})):
         out = tmp_path / name
         outcome = _sweep_killing(manifest, out, big, **kw)
         assert outcome.failed == [] and outcome.executor == name
