@@ -55,7 +55,7 @@ def sweep_cmd(
                              help="Folder for results.csv, results.parquet and the stats files "
                                   "(rerun into the same DIR to resume)."),
     ray: bool = typer.Option(False, "--ray", help="Run the tasks on Ray (pip install "
-                                                  "'boundcalc[ray]') instead of local processes."),
+                                                  "'boundcalc\\[ray]') instead of local processes."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDR",
                                               help="Connect to an existing Ray cluster "
                                                    "(implies --ray)."),
