@@ -143,13 +143,19 @@ def test_split_layers_sharded_checkpoint_equals_measure(tmp_path):
 
     model = tiny_bert_w(32, 5)
     folder = save_sharded(model, tmp_path / "sharded", n_shards=3)
-    (tmp_path / "m.csv").write_text("path\nsharded\n")
+    import torch
+
+    torch.save({"inputs": torch.randint(0, 50, (6, 12), generator=torch.Generator()
+                                        .manual_seed(0))}, tmp_path / "data.pt")
+    (tmp_path / "m.csv").write_text("path,data\nsharded,data.pt\n")  # data passes through
     out = tmp_path / "out"
     outcome = run_sweep(tmp_path / "m.csv", out, workers=2, split_layers=True)
     assert outcome.failed == []
     stats_file = out / outcome.table["stats"].iloc[0]
     with single_thread():
-        direct = measure(str(folder.resolve()), device="cpu", progress=False)
+        direct = measure(str(folder.resolve()), data=str((tmp_path / "data.pt").resolve()),
+                         device="cpu", progress=False)
+    assert "input_token_norm_max" in direct.scalars
     assert stats_file.read_text() == direct.save(tmp_path / "direct.json").read_text()
     # the work really was split: one task per layer, then the merge
     whats = [json.loads(l)["what"] for p in (out / "tasks").iterdir()
