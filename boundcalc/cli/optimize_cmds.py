@@ -293,7 +293,6 @@ def compare_cmd(
     Certified bounds in one table (with vacuous yes/no); rates and proxies in their own
     tables, which never call their numbers bounds.
     """
-    from ..optimize import applicable, optimize
     from ..stats import load_stats
 
     reg = registry()
@@ -311,22 +310,13 @@ def compare_cmd(
     else:
         st = guarded(lambda: load_stats(stats))
     values = guarded(lambda: parse_sets(sets))
-    groups: dict[str, list[Any]] = {"certified": [], "rate": [], "proxy": []}
-    failed = []
-    skipped: list[dict[str, Any]] = []
-    for entry in stages.track(list(reg), len(reg), "optimising the applicable entries"):
-        own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
-        if not applicable(entry, st, own):
-            skipped.append(_skipped_row(entry, st, own))
-            continue
-        try:
-            r = optimize(entry, st, own, registry=reg, sensitivity=False, contributions=False)
-        except BoundcalcError as exc:
-            failed.append({"id": entry.id, "kind": entry.kind,
-                           "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
-            continue
-        groups[r.kind].append(r)
+    from ..optimize.compare import compare_entries
+
+    comparison = compare_entries(
+        st, values, reg,
+        track=lambda es: stages.track(es, len(es), "optimising the applicable entries"))
     stages.done()
+    groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
         fail(f"{stats}: no registry entry applies to this stats file (add --set for missing "
              f"symbols)")
@@ -385,22 +375,6 @@ def _compare_row(r: Result) -> dict[str, Any]:
             "certified_optimum": r.extra.get("certified_optimum"),
             "hidden_constants": r.hidden_constants, "parameters": r.parameters,
             "terms": r.terms, "assumptions": r.assumptions}
-
-
-def _skipped_row(entry, st, own: dict[str, Any]) -> dict[str, Any]:
-    """An entry compare cannot compute: every symbol it lacks, and where each would come from."""
-    from ..bind import how_to_give
-    from ..optimize.per_instance import per_instance_symbols
-
-    try:
-        missing = bind(entry, st, own, strict=False).missing
-    except Exception as exc:  # noqa: BLE001 - as in `applicable`: a malformed section skips
-        return {"id": entry.id, "kind": entry.kind, "missing": [],
-                "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
-    chosen = {p.name for p in per_instance_symbols(entry)}
-    return {"id": entry.id, "kind": entry.kind, "missing": [
-        {"symbol": m, "stat": entry.symbols[m].stat, "meaning": entry.symbols[m].meaning,
-         "give": how_to_give(entry.symbols[m])} for m in missing if m not in chosen]}
 
 
 def _skipped_table(skipped: list[dict[str, Any]]) -> Table:

@@ -144,7 +144,8 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
             n_heads: int | None = None, mapping: Mapping[str, str] | None = None,
             grid: Sequence[float] | None = None, seed: int = 0,
             progress: bool | Progress = True, *, raw: bool = True,
-            loss: LossFn | None = None, features: FeatureFn | None = None) -> Stats:
+            loss: LossFn | None = None, features: FeatureFn | None = None,
+            layer_matrices: Mapping[int, list[MatrixStats]] | None = None) -> Stats:
     """Measure a Transformer checkpoint: layer map, per-matrix statistics, distances, data stats.
 
     ``model_or_path``/``init``: a path (HF folder, safetensors file or sharded index, torch
@@ -153,6 +154,8 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
     architectures. ``grid``: Schatten indices p whose sums S_p are added as ``schatten_<p>``.
     ``raw``: also report the raw q, k, v, o, ffn matrices. ``loss(model, X, y)`` (per-sample
     losses) and ``features(model, X)`` (pooled B × d_m features) need a live module.
+    ``layer_matrices``: ``{layer: matrices}`` already computed by :func:`measure_layer` (a
+    per-layer split across workers); those layers' spectra are taken as given, not recomputed.
     """
     dev = resolve_device(device)
     src = open_source(model_or_path)
@@ -172,7 +175,7 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
                     else (progress or (lambda *a: None), lambda: None))
     try:
         matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report, total,
-                                            per_layer)
+                                            per_layer, layer_matrices or {})
     finally:
         stop()
     scalars: dict[str, Quantity] = {
@@ -214,7 +217,7 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
 
 def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: torch.device,
           raw: bool, grid: Sequence[float] | None, report: Progress, total: int,
-          per_layer: int) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
+          per_layer: int, given: Mapping[int, list[MatrixStats]]) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
                                    torch.Tensor | None]:
     """One pass over the tensors, a layer at a time; returns matrices and group sums."""
     names = lmap.group_names()
@@ -240,7 +243,7 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
             t = src.get(e.name)
             t0 = init.get(e.name) if init is not None else None
             _accumulate(groups, e, t, t0)
-            if e.role in MATRIX_ROLES:
+            if e.role in MATRIX_ROLES and layer not in given:
                 cache[e.name] = t.to(device=dev, dtype=DTYPE)
                 if t0 is not None:
                     cache0[e.name] = t0.to(device=dev, dtype=DTYPE)
@@ -248,11 +251,10 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
                 token_emb = t
         if layer is None:
             break
-        ents = lmap.layer_entries(layer)
-        W = {r: _oriented(src, e, cache, dev) for r, e in ents.items()}
-        W0 = ({r: _oriented(init, e, cache0, dev) for r, e in ents.items()}
-              if init is not None else None)
-        matrices += _layer_matrices(lmap, layer, W, W0, raw, grid)
+        if layer in given:
+            matrices += given[layer]
+        else:
+            matrices += _layer_from_cache(src, init, lmap, layer, cache, cache0, dev, raw, grid)
         done += per_layer
         # Drop the memory maps of the shards read so far (they reopen lazily): mapped pages
         # count in the resident set, which otherwise grows to the checkpoint's size.
@@ -261,6 +263,40 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
             init.close()
     report(total, total, "done")
     return matrices, groups, token_emb
+
+
+def _layer_from_cache(src: TensorSource, init: TensorSource | None, lmap: LayerMap, layer: int,
+                      cache: dict[str, torch.Tensor], cache0: dict[str, torch.Tensor],
+                      dev: torch.device, raw: bool,
+                      grid: Sequence[float] | None) -> list[MatrixStats]:
+    ents = lmap.layer_entries(layer)
+    W = {r: _oriented(src, e, cache, dev) for r, e in ents.items()}
+    W0 = ({r: _oriented(init, e, cache0, dev) for r, e in ents.items()}
+          if init is not None else None)
+    return _layer_matrices(lmap, layer, W, W0, raw, grid)
+
+
+def measure_layer(model_or_path: Any, layer: int, init: Any = None, device: str = "auto",
+                  n_heads: int | None = None, mapping: Mapping[str, str] | None = None,
+                  grid: Sequence[float] | None = None, *, raw: bool = True) -> list[MatrixStats]:
+    """The per-matrix statistics of one layer, reading only that layer's tensors: the unit of
+    work of a per-layer split; ``measure(..., layer_matrices={layer: ...})`` merges them into
+    the stats file that ``measure`` alone would write."""
+    dev = resolve_device(device)
+    src = open_source(model_or_path)
+    init_src = open_source(init) if init is not None else None
+    try:
+        lmap = build_layer_map(src, n_heads=n_heads, mapping=mapping)
+        if not 0 <= layer < lmap.n_layers:
+            raise BoundcalcError(f"{src.source}: no layer {layer} (the model has "
+                                 f"{lmap.n_layers})")
+        if init_src is not None:
+            _check_init(src, init_src, lmap)
+        return _layer_from_cache(src, init_src, lmap, layer, {}, {}, dev, raw, grid)
+    finally:
+        src.close()
+        if init_src is not None:
+            init_src.close()
 
 
 def _accumulate(groups: dict[str, dict[str, float]], e: Entry, t: torch.Tensor,
