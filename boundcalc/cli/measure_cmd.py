@@ -69,6 +69,17 @@ def measure_cmd(
     output: Path = typer.Option(Path("stats.json"), "-o", "--output", help="stats file to write"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
     show_map: bool = typer.Option(False, "--show-map", help="print every layer-map entry"),
+    compress: Optional[str] = typer.Option(
+        None, "--compress", help="code length for compression bounds: 'all' weights or the "
+        "'delta' from --init, quantized; needs --data and an HF folder with a task head"),
+    quantizer: str = typer.Option("uniform", "--quantizer", help="uniform | kmeans levels"),
+    levels: str = typer.Option("2,4,8,16,32,64", "--levels", help="level counts to try; the "
+                               "choice costs log2(count) bits inside the code"),
+    codebook_bits: int = typer.Option(16, "--codebook-bits", help="bits per codebook level "
+                                      "(16 or 32)"),
+    prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
+    max_changed: Optional[float] = typer.Option(None, "--max-changed", help="refuse a quantizer "
+                                                "changing more than this fraction of predictions"),
 ) -> None:
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file."""
 
@@ -77,6 +88,11 @@ def measure_cmd(
 
         stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                         progress=not as_json and err_console.is_terminal)
+        if compress is not None:
+            from ..measure.compression import add_compression, parse_levels
+
+            add_compression(stats, model, data, init, compress, quantizer, parse_levels(levels),
+                            codebook_bits, prefix, max_changed)
         path = stats.save(output)
         if as_json:
             emit_json(_summary(stats, path))
