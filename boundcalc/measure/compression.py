@@ -87,7 +87,10 @@ def quantize(x: np.ndarray, levels: int, kind: str = "uniform", codebook_bits: i
     if kind not in QUANTIZERS:
         raise BoundcalcError(f"quantizer must be one of {', '.join(QUANTIZERS)}, got '{kind}'")
     lo, hi = float(x.min()), float(x.max())
-    if kind == "uniform" or levels == 1 or lo == hi:
+    distinct = np.unique(x)
+    if distinct.size <= levels:  # already quantized (e.g. after codebook fine-tuning): lossless
+        centres = distinct
+    elif kind == "uniform" or levels == 1 or lo == hi:
         centres = np.linspace(lo, hi, int(levels)) if levels > 1 else np.array([x.mean()])
     else:
         centres = np.quantile(x, (np.arange(levels) + 0.5) / levels)
