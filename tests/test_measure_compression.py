@@ -230,3 +230,19 @@ def test_cli_measure_compress_on_a_tiny_hf_classifier(tmp_path):
                               "-o", str(tmp_path / "x.json")])
     assert res.exit_code != 0 and "--compress needs --data" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("opts,msg", [
+    (["--compress", "some"], "--compress must be"),
+    (["--compress", "all", "--quantizer", "lattice"], "--quantizer must be"),
+    (["--compress", "all", "--codebook-bits", "8"], "--codebook-bits"),
+    (["--compress", "all", "--levels", "1000000"], "--levels"),
+    (["--compress", "all", "--max-changed", "2"], "--max-changed"),
+])
+def test_cli_bad_compress_options_are_one_line(tmp_path, opts, msg):
+    torch.save({"inputs": torch.zeros(2, 3, 4), "targets": torch.zeros(2)}, tmp_path / "d.pt")
+    res = runner.invoke(app, ["measure", str(tmp_path / "nothing"), "--data",
+                              str(tmp_path / "d.pt"), *opts, "-o", str(tmp_path / "o.json")])
+    assert res.exit_code != 0
+    assert len(res.output.strip().splitlines()) == 1, res.output
+    assert msg in res.output

@@ -86,13 +86,15 @@ def measure_cmd(
     def run() -> None:
         from ..measure import measure
 
+        if compress is not None:  # options checked before the (slow) measurement
+            from ..measure.compression import add_compression, compression_options
+
+            opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
+                                       max_changed, data)
         stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                         progress=not as_json and err_console.is_terminal)
         if compress is not None:
-            from ..measure.compression import add_compression, parse_levels
-
-            add_compression(stats, model, data, init, compress, quantizer, parse_levels(levels),
-                            codebook_bits, prefix, max_changed)
+            add_compression(stats, model, data, init, **opts)
         path = stats.save(output)
         if as_json:
             emit_json(_summary(stats, path))

@@ -38,6 +38,7 @@ from .data import DataSample, load_data
 
 ALPHA_GRID = (0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5)  # formulas/compression.toml
 LEVELS_GRID = (2, 4, 8, 16, 32, 64)
+MAX_LEVELS = 1 << 16
 QUANTIZERS = ("uniform", "kmeans")
 SELECTIONS = ("all", "delta")
 
@@ -380,8 +381,8 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
     """
     sample = load_data(data)
     grid = tuple(int(k) for k in levels_grid)
-    if not grid or len(set(grid)) != len(grid) or min(grid) < 1:
-        raise BoundcalcError(f"--levels: a grid of distinct positive integers, got {list(grid)}")
+    if not grid or len(set(grid)) != len(grid) or min(grid) < 1 or max(grid) > MAX_LEVELS:
+        raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}], got {list(grid)}")
     if (coded is None) != (rebuild is None):
         raise BoundcalcError("coded tensors and a rebuild function go together")
     if coded is not None:
@@ -475,6 +476,7 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     if data is None:
         raise BoundcalcError("--compress needs --data: a code length is only usable with the "
                              "quantized model's risk, measured on the same data")
+    check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
     module, causal = load_task_model(model)
     init_module = load_task_model(init)[0] if init is not None else None
     result = compress(module, data, init=init_module, select=select, quantizer=quantizer,
@@ -488,12 +490,44 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     return result
 
 
+def compression_options(select: str, quantizer: str, levels: str, codebook_bits: int,
+                        prefix: str, max_changed: float | None, data: Any) -> dict[str, Any]:
+    """The CLI's --compress options, checked (one-line errors), as keywords of
+    :func:`add_compression`."""
+    if data is None:
+        raise BoundcalcError("--compress needs --data: a code length is only usable with the "
+                             "quantized model's risk, measured on the same data")
+    grid = parse_levels(levels)
+    check_options(select, quantizer, grid, codebook_bits, prefix, max_changed)
+    return {"select": select, "quantizer": quantizer, "levels_grid": grid,
+            "codebook_bits": codebook_bits, "prefix": prefix, "max_changed": max_changed}
+
+
+def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,
+                  prefix: str, max_changed: float | None) -> None:
+    """Cheap checks of the --compress options, before any model is loaded (one-line errors)."""
+    if select not in SELECTIONS:
+        raise BoundcalcError(f"--compress must be one of {', '.join(SELECTIONS)}, got '{select}'")
+    if quantizer not in QUANTIZERS:
+        raise BoundcalcError(f"--quantizer must be one of {', '.join(QUANTIZERS)}, "
+                             f"got '{quantizer}'")
+    if codebook_bits not in (16, 32):
+        raise BoundcalcError(f"--codebook-bits must be 16 or 32, got {codebook_bits}")
+    if prefix not in ("none", "authors"):
+        raise BoundcalcError(f"--prefix must be 'none' or 'authors', got '{prefix}'")
+    if max_changed is not None and not 0 <= max_changed <= 1:
+        raise BoundcalcError(f"--max-changed must lie in [0, 1], got {max_changed}")
+    if not levels_grid or max(levels_grid) > MAX_LEVELS:
+        raise BoundcalcError(f"--levels: at most {MAX_LEVELS} levels")
+
+
 def parse_levels(text: str) -> tuple[int, ...]:
     """``"2,4,8"`` → (2, 4, 8); one-line error naming the option otherwise."""
     try:
         out = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
         raise BoundcalcError(f"--levels: comma-separated integers expected, got '{text}'") from None
-    if not out or min(out) < 1 or len(set(out)) != len(out):
-        raise BoundcalcError(f"--levels: distinct positive integers expected, got '{text}'")
+    if not out or min(out) < 1 or len(set(out)) != len(out) or max(out) > MAX_LEVELS:
+        raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}] expected, got "
+                             f"'{text}'")
     return out
