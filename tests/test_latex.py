@@ -98,7 +98,7 @@ def test_every_entry_renders_with_honest_label(registry):
                 assert "= %g$" % s.default in label, (e.id, label)
             assert "bound" not in label
         elif e.kind == "conditional":
-            assert label == "conditional on a named assumption, not a certified bound"
+            assert label == "conditional on a named assumption, not a bound"
         else:
             assert label == "complexity proxy, not a bound"
             # "bound" appears only as "not a bound"

@@ -565,7 +565,7 @@ def honest_label(entry: Entry, result: Result | None = None) -> str:
     if entry.kind == "proxy":
         return "complexity proxy, not a bound"
     if entry.kind == "conditional":
-        return "conditional on a named assumption, not a certified bound"
+        return "conditional on a named assumption, not a bound"
     if entry.kind == "rate":
         consts = dict(result.hidden_constants) if result is not None else {
             s.name: s.default for s in entry.symbols.values() if s.role == "hidden_constant"}
