@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .codecheck import check_compression_binding
 from .errors import BoundcalcError, MissingValueError, StatsError, one_line
 from .registry.schema import Entry, SymbolSpec
 from .stats import Stats
@@ -165,6 +166,8 @@ def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None
         if spec.default is not None or spec.role == "size":
             continue
         out.missing.append(name)
+    if stats is not None:
+        check_compression_binding(entry, out.sources, stats.scalars)
     if strict and out.missing:
         raise MissingValueError(f"entry '{entry.id}': " + missing_message(entry, out.missing))
     return out

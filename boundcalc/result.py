@@ -52,6 +52,8 @@ class Result:
         """How this number may be called: 'certified bound', 'estimated', 'rate', 'proxy'."""
         if self.kind == "proxy":
             return "proxy (complexity measure, not a bound)"
+        if self.kind == "conditional":
+            return "conditional (holds only if its named, uncheckable condition holds)"
         if self.kind == "rate":
             consts = ", ".join(f"{k}={v:g}" for k, v in self.hidden_constants.items())
             return f"rate (O(·) with hidden constant {consts})"
@@ -59,6 +61,8 @@ class Result:
             return "not a bound: an assumption fails"
         if self.estimated:
             return "estimated (uses a stochastic estimate without its confidence term)"
+        if self.output == "loss":
+            return "certified bound on an expected loss (in its own unit; not compared with 1)"
         if self.output != "risk":
             return f"certified {self.output} (exact under the assumptions; not a risk bound)"
         return "certified bound"

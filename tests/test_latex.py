@@ -97,6 +97,8 @@ def test_every_entry_renders_with_honest_label(registry):
             for s in hidden:
                 assert "= %g$" % s.default in label, (e.id, label)
             assert "bound" not in label
+        elif e.kind == "conditional":
+            assert label == "conditional on a named assumption, not a bound"
         else:
             assert label == "complexity proxy, not a bound"
             # "bound" appears only as "not a bound"

@@ -70,16 +70,34 @@ def measure_cmd(
     output: Path = typer.Option(Path("stats.json"), "-o", "--output", help="stats file to write"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
     show_map: bool = typer.Option(False, "--show-map", help="print every layer-map entry"),
+    compress: Optional[str] = typer.Option(
+        None, "--compress", help="code length for compression bounds: 'all' weights or the "
+        "'delta' from --init, quantized; needs --data and an HF folder with a task head"),
+    quantizer: str = typer.Option("uniform", "--quantizer", help="uniform | kmeans levels"),
+    levels: str = typer.Option("2,4,8,16,32,64", "--levels", help="level counts to try; the "
+                               "choice costs log2(count) bits inside the code"),
+    codebook_bits: int = typer.Option(16, "--codebook-bits", help="bits per codebook level "
+                                      "(16 or 32)"),
+    prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
+    max_changed: Optional[float] = typer.Option(None, "--max-changed", help="refuse a quantizer "
+                                                "changing more than this fraction of predictions"),
 ) -> None:
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file."""
 
     def run() -> None:
+        if compress is not None:  # option checks: cheapest first
+            from ..measure.compression import add_compression, compression_options
+
+            opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
+                                       max_changed, data)
         require_paths(model=model, init=init)  # before torch and the model are loaded
         stages = Stages("measure")
         from ..measure import measure
 
         stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                         progress=stages.measure_progress(model))
+        if compress is not None:
+            add_compression(stats, model, data, init, **opts)
         path = stats.save(output)
         stages.done()
         if as_json:

@@ -458,6 +458,8 @@ class _EntryBuilder:
             if p.closed_form is not None:
                 exprs.append(p.closed_form)
         checks = self.raw.get("assumptions", [])
+        if not isinstance(checks, list):  # refused with its own message where it is parsed
+            checks = []
         used: set[str] = set()
         for ex in exprs:
             used |= {s.name for s in ex.free_symbols if isinstance(s, sp.Symbol)}

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-KINDS = ("certified", "rate", "proxy")
-OUTPUTS = ("risk", "divergence", "count", "probability")
+KINDS = ("certified", "conditional", "rate", "proxy")
+OUTPUTS = ("risk", "divergence", "count", "probability", "loss")
 """What an entry's value is. Only a ``risk`` (a loss in [0, 1]) is compared with 1 (vacuity)."""
 ROLES = ("measured", "data_size", "confidence", "hidden_constant", "constant", "free", "size")
 CHOICES = ("simultaneous", "grid", "prior", "fixed")

@@ -551,6 +551,8 @@ _COST_RULE = {
 _KIND_MEANING = {
     "certified": "every constant is known: under the listed assumptions the value is a valid "
                  "upper bound with probability ≥ 1 − δ",
+    "conditional": "valid only if a named condition that cannot be checked here holds; it is "
+                   "not a certified bound",
     "rate": "stated with O(·) in its source: the number depends on the hidden constant, which is "
             "set explicitly; it is not a guarantee",
     "proxy": "a complexity measure evaluated in its source paper, for comparing models; it is "
@@ -562,6 +564,8 @@ def honest_label(entry: Entry, result: Result | None = None) -> str:
     """How the number may be called (LaTeX text): only a certified entry is called a bound."""
     if entry.kind == "proxy":
         return "complexity proxy, not a bound"
+    if entry.kind == "conditional":
+        return "conditional on a named assumption, not a bound"
     if entry.kind == "rate":
         consts = dict(result.hidden_constants) if result is not None else {
             s.name: s.default for s in entry.symbols.values() if s.role == "hidden_constant"}

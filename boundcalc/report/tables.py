@@ -14,10 +14,13 @@ from rich.text import Text
 from ..evaluation import Result
 from ..registry.schema import Entry
 
-KIND_STYLE = {"certified": "bold green", "rate": "bold yellow", "proxy": "bold cyan"}
+KIND_STYLE = {"certified": "bold green", "conditional": "bold magenta", "rate": "bold yellow",
+              "proxy": "bold cyan"}
 KIND_MEANING = {
     "certified": "every constant known: under the listed assumptions a valid upper bound with "
                  "probability ≥ 1 − δ",
+    "conditional": "valid only if a named condition that cannot be checked here holds; not a "
+                   "bound",
     "rate": "stated with O(·): the number depends on the hidden constant you set; not a bound",
     "proxy": "a complexity measure the paper evaluates; for comparing models, not a bound",
 }

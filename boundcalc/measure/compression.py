@@ -1,0 +1,533 @@
+"""Code length of a quantized model and the risk of that quantized model (``measure --compress``).
+
+The coded vector is what differs from a prior fixed before the data: every float weight
+(``select="all"``, prior 0), the difference from the initialisation (``"delta"``), or tensors
+given by the caller (a LoRA adapter, a subspace vector; ``coded=``, with a ``rebuild`` that
+turns the decoded tensors into a model). It is quantized to K levels (uniform between its
+minimum and maximum, or 1-D k-means), K chosen on a declared grid, and coded as:
+
+* the index of K in the grid: log2 |grid| bits (the union bound over the grid, as a code);
+* the codebook: K values at ``codebook_bits`` (16 or 32) bits each;
+* the level counts: K counts of ⌈log2(m + 1)⌉ bits each (m = number of coded numbers);
+* the symbols: an arithmetic (Shannon–Fano–Elias) code under the empirical level distribution,
+  ⌈m·Ĥ⌉ + 1 bits, Ĥ the entropy in bits of the level frequencies;
+* optionally the authors' self-delimiting prefix 2·log2 L (``prefix="authors"``).
+
+Every part's length is known to the decoder from what it has read before, so the whole code
+is prefix-free (Kraft) without the prefix term; the authors of the compression-bound papers add
+it anyway. The decoded model is θ₀ + codebook[codes] with the codebook rounded to its stored
+precision, so the risk measured here is that of exactly the model the code describes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..codecheck import check_compression_scalars  # noqa: F401  (re-exported)
+from ..errors import BoundcalcError
+from ..stats import Curve, Quantity
+from .data import DataSample, load_data
+
+ALPHA_GRID = (0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5)  # formulas/compression.toml
+LEVELS_GRID = (2, 4, 8, 16, 32, 64)
+MAX_LEVELS = 1 << 16
+QUANTIZERS = ("uniform", "kmeans")
+SELECTIONS = ("all", "delta")
+
+Forward = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+
+
+# ---------------------------------------------------------------------------------------------
+# quantizers and code length
+# ---------------------------------------------------------------------------------------------
+
+def _round_codebook(values: np.ndarray, codebook_bits: int) -> np.ndarray:
+    if codebook_bits == 16:
+        out = values.astype(np.float16)
+        if not np.all(np.isfinite(out)):
+            raise BoundcalcError("quantizer: a level does not fit in float16; use "
+                                 "--codebook-bits 32")
+        return out.astype(np.float64)
+    if codebook_bits == 32:
+        return values.astype(np.float32).astype(np.float64)
+    raise BoundcalcError(f"codebook precision must be 16 or 32 bits, got {codebook_bits}")
+
+
+def _assign(x: np.ndarray, codebook: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest level for each value; returns (codes into the sorted codebook, sorted codebook)."""
+    cb = np.unique(codebook)
+    if cb.size == 1:
+        return np.zeros(x.size, dtype=np.int64), cb
+    mids = (cb[1:] + cb[:-1]) / 2
+    return np.searchsorted(mids, x), cb
+
+
+def quantize(x: np.ndarray, levels: int, kind: str = "uniform", codebook_bits: int = 16,
+             iters: int = 25) -> tuple[np.ndarray, np.ndarray]:
+    """Quantize a 1-D float array to at most ``levels`` values.
+
+    Returns ``(codes, codebook)``: integer codes into a sorted codebook already rounded to
+    ``codebook_bits``; ``codebook[codes]`` is the decoded vector. Levels that end up equal after
+    rounding are merged (the codebook may be shorter than ``levels``).
+    """
+    x = np.asarray(x, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise BoundcalcError("quantizer: nothing to code (no selected weights)")
+    if not np.all(np.isfinite(x)):
+        raise BoundcalcError("quantizer: the coded weights contain NaN or infinite values")
+    if int(levels) != levels or levels < 1:
+        raise BoundcalcError(f"quantizer: levels must be a positive integer, got {levels}")
+    if kind not in QUANTIZERS:
+        raise BoundcalcError(f"quantizer must be one of {', '.join(QUANTIZERS)}, got '{kind}'")
+    lo, hi = float(x.min()), float(x.max())
+    distinct = np.unique(x)
+    if distinct.size <= levels:  # already quantized (e.g. after codebook fine-tuning): lossless
+        centres = distinct
+    elif kind == "uniform" or levels == 1 or lo == hi:
+        centres = np.linspace(lo, hi, int(levels)) if levels > 1 else np.array([x.mean()])
+    else:
+        centres = np.quantile(x, (np.arange(levels) + 0.5) / levels)
+        for _ in range(iters):  # Lloyd's algorithm in 1-D
+            codes, cb = _assign(x, centres)
+            sums = np.bincount(codes, weights=x, minlength=cb.size)
+            counts = np.bincount(codes, minlength=cb.size)
+            new = np.where(counts > 0, sums / np.maximum(counts, 1), cb)
+            if new.size == centres.size and np.allclose(new, centres, rtol=0, atol=0):
+                break
+            centres = new
+    codes, cb = _assign(x, _round_codebook(np.asarray(centres), codebook_bits))
+    return codes, cb
+
+
+@dataclass
+class CodeLength:
+    """The parts of a code length, in bits."""
+
+    symbols: int  # number m of coded numbers
+    levels: int  # codebook size actually used
+    entropy_bits: float  # m·Ĥ
+    arithmetic_bits: float  # ⌈m·Ĥ⌉ + 1
+    codebook_bits: float
+    counts_bits: float
+    choice_bits: float
+    prefix_bits: float
+
+    @property
+    def total(self) -> float:
+        return (self.arithmetic_bits + self.codebook_bits + self.counts_bits + self.choice_bits
+                + self.prefix_bits)
+
+    def to_json(self) -> dict[str, float]:
+        return {"symbols": self.symbols, "levels": self.levels,
+                "entropy_bits": self.entropy_bits, "arithmetic_bits": self.arithmetic_bits,
+                "codebook_bits": self.codebook_bits, "counts_bits": self.counts_bits,
+                "choice_bits": self.choice_bits, "prefix_bits": self.prefix_bits,
+                "total_bits": self.total}
+
+
+def code_length(codes: np.ndarray, n_levels: int, codebook_bits: int = 16, n_choices: int = 1,
+                prefix: str = "none") -> CodeLength:
+    """Bits of the code described in the module docstring for ``codes`` in [0, n_levels)."""
+    if prefix not in ("none", "authors"):
+        raise BoundcalcError(f"prefix must be 'none' or 'authors', got '{prefix}'")
+    m = int(codes.size)
+    counts = np.bincount(codes, minlength=n_levels).astype(np.float64)
+    nz = counts[counts > 0]
+    entropy_bits = float(np.sum(nz * np.log2(m / nz)))
+    arith = math.ceil(entropy_bits - 1e-9) + 1.0
+    cb = float(n_levels * codebook_bits)
+    cnt = float(n_levels * math.ceil(math.log2(m + 1)))
+    choice = math.log2(n_choices) if n_choices > 1 else 0.0
+    raw = arith + cb + cnt + choice
+    pre = 2 * math.log2(raw) if prefix == "authors" and raw > 1 else 0.0
+    return CodeLength(m, n_levels, entropy_bits, arith, cb, cnt, choice, pre)
+
+
+# ---------------------------------------------------------------------------------------------
+# which weights are coded
+# ---------------------------------------------------------------------------------------------
+
+def _float_tensors(obj: Any, what: str) -> dict[str, torch.Tensor]:
+    if isinstance(obj, torch.nn.Module):
+        obj = obj.state_dict()
+    if not isinstance(obj, Mapping):
+        raise BoundcalcError(f"{what}: expected an nn.Module or a mapping of tensors")
+    return {k: v.detach() for k, v in obj.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point()}
+
+
+def coded_vector(model: Any, init: Any = None, select: str = "all") -> tuple[np.ndarray,
+                                                                            list[tuple[str, tuple]]]:
+    """The vector to code (float64) and its layout ``[(name, shape), ...]``."""
+    if select not in SELECTIONS:
+        raise BoundcalcError(f"--compress must be one of {', '.join(SELECTIONS)}, got '{select}'")
+    W = _float_tensors(model, "model")
+    if select == "delta":
+        if init is None:
+            raise BoundcalcError("--compress delta needs --init (the weights the delta is from)")
+        W0 = _float_tensors(init, "init")
+        for k, v in W.items():
+            if k not in W0 or tuple(W0[k].shape) != tuple(v.shape):
+                raise BoundcalcError(f"init: tensor '{k}' is missing or has another shape")
+    layout = [(k, tuple(v.shape)) for k, v in sorted(W.items())]
+    parts = [(W[k].double() - (W0[k].double() if select == "delta" else 0.0)).reshape(-1)
+             for k, _ in layout]
+    if not parts:
+        raise BoundcalcError("model: no float tensors to code")
+    return torch.cat(parts).cpu().numpy(), layout
+
+
+def decoded_state(vec: np.ndarray, layout: Sequence[tuple[str, tuple]], init: Any = None,
+                  select: str = "all") -> dict[str, torch.Tensor]:
+    """Tensors θ₀ + decoded vector (θ₀ = 0 for ``select="all"``)."""
+    W0 = _float_tensors(init, "init") if select == "delta" else {}
+    out, pos = {}, 0
+    for name, shape in layout:
+        size = int(np.prod(shape)) if shape else 1
+        t = torch.from_numpy(vec[pos:pos + size].copy()).reshape(shape)
+        if select == "delta":
+            t = W0[name].double() + t
+        out[name] = t
+        pos += size
+    return out
+
+
+def _with_state(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> torch.nn.Module:
+    q = copy.deepcopy(model)
+    own = q.state_dict()
+    q.load_state_dict({k: (state[k].to(own[k].dtype) if k in state else v)
+                       for k, v in own.items()})
+    return q.eval()
+
+
+# ---------------------------------------------------------------------------------------------
+# risk of a model on a data sample
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Risk:
+    """0-1 error and smoothed log-loss (bits) per unit, and the predictions."""
+
+    errors: np.ndarray  # per unit, in [0, 1]
+    smoothed: dict[float, np.ndarray]  # α → per-unit smoothed log-loss in bits
+    predictions: np.ndarray  # flat argmax predictions
+    vocab: int
+
+
+def default_forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``model(x)``, or its ``.logits`` for Hugging Face outputs."""
+    out = model(x)
+    logits = getattr(out, "logits", out)
+    if isinstance(logits, (tuple, list)):
+        logits = logits[0]
+    return logits
+
+
+def model_risk(model: torch.nn.Module, sample: DataSample, forward: Forward = default_forward,
+               alphas: Sequence[float] = ALPHA_GRID, batch_size: int = 256,
+               causal: bool = False) -> Risk:
+    """Per-unit 0-1 error and prediction-smoothed log-loss of ``model`` on ``sample``.
+
+    Logits (B, V) with targets (B,): one unit per example. Logits (B, T, V) with targets
+    (B, T) — or, with ``causal``, next-token targets from the token-id inputs — one unit per
+    sequence, losses averaged over its tokens (the document-level convention of Lotfi et al.).
+    Smoothed probability p_α = (1 − α)·softmax + α/V.
+    """
+    if sample.targets is None and not causal:
+        raise BoundcalcError(f"{sample.source}: the quantized model's risk needs targets; the "
+                             "data has none")
+    errs, preds = [], []
+    smooth: dict[float, list[np.ndarray]] = {float(a): [] for a in alphas}
+    vocab = 0
+    model.eval()
+    with torch.no_grad():
+        for lo in range(0, sample.n, batch_size):
+            x = sample.inputs[lo:lo + batch_size]
+            logits = forward(model, x)
+            if causal:
+                logits, y = logits[:, :-1], x[:, 1:].long()
+            else:
+                y = sample.targets[lo:lo + batch_size].long()
+            if not isinstance(logits, torch.Tensor) or logits.shape[:-1] != y.shape:
+                raise BoundcalcError(f"forward: logits of shape "
+                                     f"{list(getattr(logits, 'shape', []))} do not match targets "
+                                     f"of shape {list(y.shape)}")
+            logits = logits.double()
+            if not bool(torch.isfinite(logits).all()):
+                raise BoundcalcError("forward: the model produced NaN or infinite logits")
+            vocab = int(logits.shape[-1])
+            if int(y.min()) < 0 or int(y.max()) >= vocab:
+                raise BoundcalcError(f"{sample.source}: targets must lie in [0, {vocab})")
+            p = torch.softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            pred = logits.argmax(-1)
+            wrong = (pred != y).double()
+            red = (lambda t: t.reshape(t.shape[0], -1).mean(1))
+            errs.append(red(wrong).numpy())
+            preds.append(pred.reshape(-1).numpy())
+            for a in smooth:
+                pa = (1 - a) * p + a / vocab
+                smooth[a].append(red(-torch.log2(pa)).numpy())
+    return Risk(np.concatenate(errs), {a: np.concatenate(v) for a, v in smooth.items()},
+                np.concatenate(preds), vocab)
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole measurement
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Compression:
+    """Result of :func:`compress`: the chosen level count, its code, and the risks."""
+
+    select: str
+    quantizer: str
+    levels_grid: tuple[int, ...]
+    levels: int
+    code: CodeLength
+    error: float  # 0-1 error of the quantized model
+    float_error: float
+    changed: float  # fraction of predictions the quantizer changed
+    smoothed: dict[float, float]  # α → smoothed log-loss (bits) of the quantized model
+    alpha: float  # the α of the grid with the smallest Hoeffding-Occam smoothed bound
+    vocab: int
+    n: int
+    fingerprint: str
+    per_level: list[dict[str, float]] = field(default_factory=list)
+    codebook_bits: int = 16
+    prefix: str = "none"
+
+    @property
+    def method(self) -> str:
+        what = {"all": "all float weights (prior 0)", "delta": "weights minus the init",
+                "given": "the given tensors (adapter / subspace)"}[self.select]
+        return (f"{self.quantizer} quantizer on {what}, {self.levels} of levels "
+                f"{list(self.levels_grid)} (log2 {len(self.levels_grid)} bits for the choice), "
+                f"float{self.codebook_bits} codebook, counts, arithmetic code ⌈mĤ⌉+1"
+                + (", authors' 2·log2 L prefix" if self.prefix == "authors" else ""))
+
+    def scalars(self) -> dict[str, Quantity]:
+        """Stats-file scalars; each carries the quantized model's fingerprint in its note."""
+        note = f"quantized model {self.fingerprint}"
+        m = self.method
+        c = self.code
+        q = {
+            "code_bits": Quantity(c.total, method=m, note=note),
+            "code_bits_symbols": Quantity(c.arithmetic_bits, method=m, note=note),
+            "code_bits_codebook": Quantity(c.codebook_bits, method=m, note=note),
+            "code_bits_counts": Quantity(c.counts_bits, method=m, note=note),
+            "code_bits_choice": Quantity(c.choice_bits, method=m, note=note),
+            "code_bits_prefix": Quantity(c.prefix_bits, method=m, note=note),
+            "coded_params": Quantity(float(c.symbols), method=m, note=note),
+            "quant_levels": Quantity(float(self.levels), method=m, note=note),
+            "quantized_error": Quantity(self.error, method=f"0-1 error of the quantized model "
+                                        f"on {self.n} units", note=note),
+            "float_error": Quantity(self.float_error, method=f"0-1 error of the unquantized "
+                                    f"model on {self.n} units", note=note),
+            "quantized_changed": Quantity(self.changed, method="fraction of predictions the "
+                                          "quantizer changed", note=note),
+            "quantized_smoothed_nll": Quantity(self.smoothed[self.alpha], method=(
+                f"smoothed log-loss (bits) of the quantized model at α = {self.alpha:g}, "
+                f"p_α = (1−α)p + α/V"), note=note),
+            "smoothing_alpha": Quantity(self.alpha, method="grid α with the smallest "
+                                        "Hoeffding-Occam smoothed bound", note=note),
+            "vocab_size": Quantity(float(self.vocab), method="logit dimension", note=note),
+            "n": Quantity(float(self.n), method="units the quantized risk was measured on"),
+        }
+        return q
+
+    def curves(self) -> dict[str, Curve]:
+        a = np.array(sorted(self.smoothed))
+        return {"quantized_smoothed_nll": Curve(
+            "alpha", a, np.array([self.smoothed[x] for x in a]), n_samples=self.n,
+            method=f"smoothed log-loss (bits) of the quantized model; {self.method}")}
+
+
+def _fingerprint(codes: np.ndarray, codebook: np.ndarray, select: str) -> str:
+    h = hashlib.sha256()
+    h.update(select.encode())
+    h.update(np.ascontiguousarray(codes.astype(np.int64)).tobytes())
+    h.update(np.ascontiguousarray(codebook.astype(np.float64)).tobytes())
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def _occam_kl(err: float, bits: float, n: int, delta: float = 0.05) -> float:
+    from ..engine.functions import kl_inv_upper
+
+    return kl_inv_upper(min(max(err, 0.0), 1.0), (bits * math.log(2) + math.log(1 / delta)) / n)
+
+
+def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = "all",
+             quantizer: str = "uniform", levels_grid: Sequence[int] = LEVELS_GRID,
+             codebook_bits: int = 16, prefix: str = "none",
+             coded: Mapping[str, torch.Tensor] | None = None,
+             rebuild: Callable[[dict[str, torch.Tensor]], torch.nn.Module] | None = None,
+             forward: Forward = default_forward, alphas: Sequence[float] = ALPHA_GRID,
+             causal: bool = False, max_changed: float | None = None) -> Compression:
+    """Quantize, code and evaluate at every level count of ``levels_grid``; keep the level
+    count with the smallest Occam-kl bound on the 0-1 error (any rule is valid: the choice is
+    paid inside the code by log2 |grid| bits).
+
+    ``coded`` + ``rebuild``: code only these tensors (a LoRA adapter, a subspace vector) and
+    evaluate ``rebuild(decoded tensors)``; everything else must be fixed before the data.
+    ``max_changed``: refuse a quantizer that changes more than this fraction of predictions.
+    """
+    sample = load_data(data)
+    grid = tuple(int(k) for k in levels_grid)
+    if not grid or len(set(grid)) != len(grid) or min(grid) < 1 or max(grid) > MAX_LEVELS:
+        raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}], got {list(grid)}")
+    if (coded is None) != (rebuild is None):
+        raise BoundcalcError("coded tensors and a rebuild function go together")
+    if coded is not None:
+        layout = [(k, tuple(v.shape)) for k, v in sorted(coded.items())]
+        vec = torch.cat([coded[k].detach().double().reshape(-1) for k, _ in layout]).numpy()
+        base = rebuild({k: v.detach() for k, v in coded.items()})
+        sel = "given"
+    else:
+        vec, layout = coded_vector(model, init, select)
+        base, sel = model, select
+    ref = model_risk(base, sample, forward, alphas, causal=causal)
+    best = None
+    per_level = []
+    for k in grid:
+        codes, cb = quantize(vec, k, quantizer, codebook_bits)
+        code = code_length(codes, cb.size, codebook_bits, len(grid), prefix)
+        dec = cb[codes]
+        if coded is not None:
+            qmodel = rebuild(decoded_state(dec, layout))
+        else:
+            qmodel = _with_state(model, decoded_state(dec, layout, init, select))
+        risk = model_risk(qmodel, sample, forward, alphas, causal=causal)
+        err = float(risk.errors.mean())
+        crit = _occam_kl(err, code.total, sample.n)
+        per_level.append({"levels": k, "code_bits": code.total, "error": err, "occam_kl": crit})
+        if best is None or crit < best[0]:
+            best = (crit, k, codes, cb, code, risk)
+    _, k, codes, cb, code, risk = best
+    changed = float(np.mean(risk.predictions != ref.predictions))
+    if max_changed is not None and changed > max_changed:
+        raise BoundcalcError(f"quantizer: {changed:.3%} of the predictions change at {k} levels, "
+                             f"more than the allowed {max_changed:.3%}")
+    n = sample.n
+    smoothed = {a: float(v.mean()) for a, v in risk.smoothed.items()}
+    hoeff = {a: smoothed[a] + math.log2(1 + (1 - a) * risk.vocab / a)
+             * math.sqrt((code.total * math.log(2) + math.log(8 / 0.05)) / (2 * n))
+             for a in smoothed}
+    alpha = min(hoeff, key=hoeff.get)
+    return Compression(sel, quantizer, grid, k, code, float(risk.errors.mean()),
+                       float(ref.errors.mean()), changed, smoothed, alpha, risk.vocab, n,
+                       _fingerprint(codes, cb, sel), per_level, codebook_bits, prefix)
+
+
+# ---------------------------------------------------------------------------------------------
+# from a checkpoint on disk (the CLI)
+# ---------------------------------------------------------------------------------------------
+
+_HEADS = {"ForSequenceClassification": ("AutoModelForSequenceClassification", False),
+          "ForCausalLM": ("AutoModelForCausalLM", True)}
+
+
+def load_task_model(path: str) -> tuple[torch.nn.Module, bool]:
+    """A Hugging Face folder with a task head → (module in eval mode, causal?).
+
+    Only a model whose predictions can be evaluated can have its quantized risk measured.
+    """
+    import json
+    from pathlib import Path
+
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file():
+        raise BoundcalcError(f"{path}: --compress needs a Hugging Face folder with a task head "
+                             "(…ForSequenceClassification or …ForCausalLM) so the quantized "
+                             "model's risk can be measured; a bare checkpoint has no predictions")
+    try:
+        archs = json.loads(cfg.read_text()).get("architectures") or []
+    except (OSError, ValueError) as exc:
+        raise BoundcalcError(f"{cfg}: unreadable config ({exc.__class__.__name__})") from None
+    for arch in archs:
+        for suffix, (auto, causal) in _HEADS.items():
+            if str(arch).endswith(suffix):
+                import transformers
+
+                try:
+                    model = getattr(transformers, auto).from_pretrained(path)
+                except Exception as exc:  # transformers raises many types for bad folders
+                    msg = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:120]
+                    raise BoundcalcError(f"{path}: cannot load the model ({msg})") from None
+                return model.float().eval(), causal
+    raise BoundcalcError(f"{path}: architectures {archs} have no task head "
+                         "(…ForSequenceClassification or …ForCausalLM): the quantized model's "
+                         "risk cannot be measured, so no code length is written")
+
+
+def add_compression(stats: Any, model: str, data: str | None, init: str | None = None,
+                    select: str = "all", quantizer: str = "uniform",
+                    levels_grid: Sequence[int] = LEVELS_GRID, codebook_bits: int = 16,
+                    prefix: str = "none", max_changed: float | None = None) -> Compression:
+    """``measure --compress``: code length + quantized risk into ``stats`` (scalars, curves and
+    ``provenance.compression``). Refuses a code length without data to measure its risk on."""
+    if data is None:
+        raise BoundcalcError("--compress needs --data: a code length is only usable with the "
+                             "quantized model's risk, measured on the same data")
+    check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
+    module, causal = load_task_model(model)
+    init_module = load_task_model(init)[0] if init is not None else None
+    result = compress(module, data, init=init_module, select=select, quantizer=quantizer,
+                      levels_grid=levels_grid, codebook_bits=codebook_bits, prefix=prefix,
+                      causal=causal, max_changed=max_changed)
+    stats.scalars.update(result.scalars())
+    stats.curves.update(result.curves())
+    stats.provenance["compression"] = {"method": result.method, "code": result.code.to_json(),
+                                       "per_level": result.per_level,
+                                       "fingerprint": result.fingerprint}
+    return result
+
+
+def compression_options(select: str, quantizer: str, levels: str, codebook_bits: int,
+                        prefix: str, max_changed: float | None, data: Any) -> dict[str, Any]:
+    """The CLI's --compress options, checked (one-line errors), as keywords of
+    :func:`add_compression`."""
+    if data is None:
+        raise BoundcalcError("--compress needs --data: a code length is only usable with the "
+                             "quantized model's risk, measured on the same data")
+    grid = parse_levels(levels)
+    check_options(select, quantizer, grid, codebook_bits, prefix, max_changed)
+    return {"select": select, "quantizer": quantizer, "levels_grid": grid,
+            "codebook_bits": codebook_bits, "prefix": prefix, "max_changed": max_changed}
+
+
+def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,
+                  prefix: str, max_changed: float | None) -> None:
+    """Cheap checks of the --compress options, before any model is loaded (one-line errors)."""
+    if select not in SELECTIONS:
+        raise BoundcalcError(f"--compress must be one of {', '.join(SELECTIONS)}, got '{select}'")
+    if quantizer not in QUANTIZERS:
+        raise BoundcalcError(f"--quantizer must be one of {', '.join(QUANTIZERS)}, "
+                             f"got '{quantizer}'")
+    if codebook_bits not in (16, 32):
+        raise BoundcalcError(f"--codebook-bits must be 16 or 32, got {codebook_bits}")
+    if prefix not in ("none", "authors"):
+        raise BoundcalcError(f"--prefix must be 'none' or 'authors', got '{prefix}'")
+    if max_changed is not None and not 0 <= max_changed <= 1:
+        raise BoundcalcError(f"--max-changed must lie in [0, 1], got {max_changed}")
+    if not levels_grid or max(levels_grid) > MAX_LEVELS:
+        raise BoundcalcError(f"--levels: at most {MAX_LEVELS} levels")
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """``"2,4,8"`` → (2, 4, 8); one-line error naming the option otherwise."""
+    try:
+        out = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise BoundcalcError(f"--levels: comma-separated integers expected, got '{text}'") from None
+    if not out or min(out) < 1 or len(set(out)) != len(out) or max(out) > MAX_LEVELS:
+        raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}] expected, got "
+                             f"'{text}'")
+    return out
