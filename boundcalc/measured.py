@@ -97,22 +97,21 @@ def _value_at(c: Curve, x: float) -> float:
     return float(c.value[j])
 
 
-def _check_points(entry: Entry, p: ParameterSpec, at: np.ndarray,
-                  declared: np.ndarray | None) -> None:
-    """Every measured point must be a point of the parameter's declared grid or prior."""
+def _on_grid(entry: Entry, p: ParameterSpec, at: np.ndarray,
+             declared: np.ndarray | None) -> np.ndarray:
+    """The measured points that are points of the parameter's declared grid or prior (a curve
+    may also hold points for other entries' grids; the choice is only among these)."""
     if p.choice == "prior":
-        for x in at:
-            j = p.prior.index_of(float(x))
-            if not math.isclose(float(p.prior.value(j)), float(x), rel_tol=1e-9):
-                raise StatsError(f"entry '{entry.id}': {p.name} = {x:g} was measured off the "
-                                 f"prior grid (nearest point j={j}: {float(p.prior.value(j)):g}); "
-                                 "measure at grid points")
-        return
-    assert declared is not None
-    for x in at:
-        if not np.any(np.isclose(declared, x, rtol=1e-9, atol=1e-15)):
-            raise StatsError(f"entry '{entry.id}': {p.name} = {x:g} was measured, but it is not "
-                             f"a point of the declared grid of '{p.name}'")
+        keep = [x for x in at if math.isclose(float(p.prior.value(p.prior.index_of(float(x)))),
+                                              float(x), rel_tol=1e-9)]
+    else:
+        assert declared is not None
+        keep = [x for x in at if np.any(np.isclose(declared, x, rtol=1e-9, atol=1e-15))]
+    if not keep:
+        where = "prior grid" if p.choice == "prior" else "declared grid"
+        raise StatsError(f"entry '{entry.id}': none of the measured {p.name} "
+                         f"({', '.join(f'{x:g}' for x in at[:6])}) is a point of its {where}")
+    return np.asarray(keep, dtype=np.float64)
 
 
 def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
@@ -146,7 +145,8 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
     if p.choice == "grid":
         probe = Prepared(entry, {k: v for k, v in first.items() if k in entry.symbols})
         declared = probe.grids[p.name]
-    _check_points(entry, p, at, declared)
+    at = _on_grid(entry, p, at, declared)
+    n_points = len(at)
     variant = entry
     charged = confidence_symbol(entry)
     split: dict[str, float] = {}
