@@ -19,8 +19,9 @@ TASKS = {  # architecture-name suffix -> task
     "ForImageClassification": "image_classification",
     "ForCausalLM": "causal_lm",
     "ForMaskedLM": "masked_lm",
+    "LMHeadModel": "causal_lm",  # GPT-2 style naming of a causal LM head
 }
-SUPPORTED = ", ".join(f"*{k}" for k in TASKS)
+SUPPORTED = ", ".join(f"*{k}" for k in TASKS if k != "LMHeadModel")
 
 
 @dataclass
@@ -84,6 +85,8 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
     except ImportError:  # pragma: no cover - the [hf] extra
         raise CheckpointError("loading a task-head model needs transformers (pip install "
                               "'boundcalc[hf]')") from None
+    transformers.utils.logging.disable_progress_bar()  # our own progress goes to stderr
+    transformers.utils.logging.set_verbosity_error()
     cls = getattr(transformers, arch, None)
     if cls is None:
         auto = {"sequence_classification": "AutoModelForSequenceClassification",
@@ -108,6 +111,12 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
 
 def load_tokenizer(path: str | Path) -> Any:
     """The checkpoint's own tokenizer; a one-line error when the folder has none."""
+    files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+             "tokenizer.model", "spiece.model")
+    if not any((Path(path) / f).is_file() for f in files):
+        raise CheckpointError(f"{path}: no tokenizer in the checkpoint folder (none of "
+                              f"{', '.join(files[:4])}, ...); text data is tokenized with the "
+                              "model's own tokenizer: save it with tokenizer.save_pretrained")
     try:
         from transformers import AutoTokenizer
 
