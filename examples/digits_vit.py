@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     res = runner.invoke(app, ["measure", str(args.out / "model"), "--init",
                               str(args.out / "prior"), "--data", str(args.out / "bound.npz"),
                               *sig, "--draws", str(args.draws), "--batch-size", "700",
+                              "--hessian-probes", "10", "--hessian-samples", "128",
                               "-o", str(stats), "--json"])
     if res.exit_code:
         print(res.output, file=sys.stderr)
