@@ -233,3 +233,30 @@ def test_image_data_of_the_wrong_shape(digits, tmp_path):
                     "-o", str(tmp_path / "s.json")])
     assert res.exit_code != 0 and "[1, 8, 8]" in res.output
     assert not (tmp_path / "s.json").exists()
+
+
+def test_perturbation_term_on_the_ls_mesh_binds_ls_semi_analytic(digits, tmp_path):
+    import boundcalc as bc
+    from boundcalc.stats import load_stats
+
+    out, _, _ = digits
+    target = tmp_path / "p.json"
+    with single_thread():
+        res = runner.invoke(app, ["measure", str(out / "model"), "--data", str(out / "bound.npz"),
+                                  "--draws", "0", "--hessian-probes", "2", "--hessian-samples",
+                                  "8", "--perturbation-draws", "1", "-o", str(target), "--json"])
+    assert res.exit_code == 0, res.output[-1500:]
+    st = load_stats(target)
+    c = st.curves["perturbation_term"]
+    mesh = np.linspace(0.01, 0.00001, 20)
+    assert np.allclose(c.at, mesh, rtol=1e-12) and c.estimated and np.all(c.value >= 0)
+    vals = {"omega": 3, "D_f": 1, "T": 17, "Sigma": 0.5}
+    r = bc.compute("ls_semi_analytic", st, values=vals)
+    j = int(np.argmin(np.abs(mesh - r.parameters["sigma"])))
+    G = 4 + 4 * 3 * (2 + 1 + 32 + 32)
+    L = 11 + 16 * 2 * 1 + 8 * 2 + 4 * math.log(17) ** 2 * (3 + 17 - 3)
+    s = mesh[j]
+    hand = s**2 * (G + c.value[j]) + 2 * math.sqrt(0.25 / (2 * 700) * (L / (2 * s**2)
+                                                                      + math.log(20 / 0.05)))
+    assert r.value == pytest.approx(hand, rel=1e-9)
+    assert r.union_bound_cost["sigma"] == pytest.approx(math.log(20)) and r.estimated

@@ -113,6 +113,9 @@ def measure_cmd(
                                        "(0: skip the Hessian trace)"),
     hessian_samples: int = typer.Option(256, "--hessian-samples", min=1, help="samples in the "
                                         "loss whose Hessian trace is estimated"),
+    perturbation_draws: int = typer.Option(0, "--perturbation-draws", min=0, help="noise draws "
+                                           "per σ of the Lintilhac–Shaikh mesh for P̂ (0: skip; "
+                                           "20 × draws Hutchinson estimates)"),
     smoothing: float = typer.Option(0.01, "--smoothing", help="α of prediction smoothing for "
                                     "language models (bounded per-token loss)"),
     prior_data_dependent: bool = typer.Option(False, "--prior-data-dependent", help="say that "
@@ -153,7 +156,7 @@ def measure_cmd(
                                  batch_size=batch_size, sigmas=tuple(sigma or DEFAULT_SIGMAS),
                                  draws=draws, delta_mc=delta_mc, hessian_probes=hessian_probes,
                                  hessian_samples=hessian_samples, alpha=smoothing,
-                                 progress=progress)
+                                 perturbation_draws=perturbation_draws, progress=progress)
             path = stats.save(output)
             if as_json:
                 summary = _summary(stats, path)

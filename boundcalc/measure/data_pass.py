@@ -171,3 +171,33 @@ def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samp
         return total / used
 
     return loss, used
+
+
+LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_shaikh.toml's mesh
+
+
+def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
+                      sigmas: Sequence[float], draws: int, probes: int, samples: int,
+                      seed: int, progress: Progress | None = None) -> np.ndarray:
+    """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
+    u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
+    Rademacher probes (common random numbers), on the first ``samples`` samples."""
+    from .curvature import hutchinson_trace, perturbed
+
+    loss, _ = hessian_closure(tm, data, device, samples)
+    for p in tm.model.parameters():
+        p.requires_grad_(True)
+    base = hutchinson_trace(tm.model, loss, n_probes=probes, groups=None, seed=seed).total.value
+    out = np.empty(len(sigmas))
+    for i, s in enumerate(sigmas):
+        gen = torch.Generator().manual_seed(seed + 1000 + i)
+        diffs = []
+        for d in range(draws):
+            if progress:
+                progress(i * draws + d, len(sigmas) * draws, f"P̂ at σ={s:.3g}")
+            with perturbed(tm.model, float(s), gen):
+                t = hutchinson_trace(tm.model, loss, n_probes=probes, groups=None,
+                                     seed=seed).total.value
+            diffs.append(abs(t - base))
+        out[i] = float(np.percentile(diffs, 90))
+    return out

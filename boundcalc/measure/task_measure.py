@@ -11,6 +11,8 @@ scalars  ``n``, ``emp_risk`` (0-1 error of the trained weights), ``loss_mean`` (
 curves   ``ramp_risk`` and ``margin_below`` over Bartlett's γ grid 2^k (k = −20…20);
          ``gibbs_risk_mean`` over σ on the Dziugaite–Roy grid σ² = 0.1·e^{−j/100}, each point
          with its draw count and the one-sided kl interval [Ê, kl⁻¹(Ê, ln(2|points|/δ′)/k)];
+         ``perturbation_term`` (P̂ of Lintilhac–Shaikh) at each σ of their 20-point mesh, when
+         ``perturbation_draws`` > 0 (expensive: 20 × draws Hutchinson estimates);
 groups   ``hessian_trace`` per stats group (estimated).
 """
 
@@ -25,7 +27,8 @@ import torch
 
 from ..errors import BoundcalcError
 from ..stats import Curve, Quantity, Stats
-from .data_pass import GAMMA_GRID, gibbs_risk, hessian_closure, ramp_risk, run_pass
+from .data_pass import (GAMMA_GRID, LS_MESH, gibbs_risk, hessian_closure, perturbation_term,
+                        ramp_risk, run_pass)
 from .dataset_io import read_batches
 from .device import device_name, resolve_device
 from .hf import load_task_model
@@ -45,7 +48,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  batch_size: int = 32, sigmas: Sequence[float] = DEFAULT_SIGMAS,
                  draws: int = 20, delta_mc: float = 0.01, hessian_probes: int = 20,
                  hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
-                 progress: Any = None) -> Stats:
+                 perturbation_draws: int = 0, progress: Any = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring)."""
     from .pipeline import measure
 
@@ -76,6 +79,17 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     try:
         _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
                    hessian_probes, hessian_samples, alpha, seed, report)
+        if perturbation_draws > 0:
+            probes = max(hessian_probes, 2)
+            values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
+                                       hessian_samples, seed, report)
+            stats.curves["perturbation_term"] = Curve(
+                "sigma", np.array(LS_MESH), values, estimated=True,
+                n_samples=perturbation_draws,
+                method=(f"P̂(σ) = 90th percentile over {perturbation_draws} draws u ~ N(0, σ²I) "
+                        f"of |tr H(θ+u) − tr H(θ)|, Hutchinson with {probes} common probes on "
+                        f"the first {min(hessian_samples, batched.n)} samples; σ is the std, on "
+                        "the Lintilhac–Shaikh mesh linspace(0.01, 1e-5, 20)"))
     finally:
         stop()
     return stats
