@@ -111,5 +111,4 @@ def build(out: str | Path, cfg: DigitsConfig | None = None) -> dict[str, object]
     n_test = len(data["test"][1])
     return {"dir": str(out), "test_error": test_err, "n_test": n_test,
             "test_error_stderr": math.sqrt(max(test_err * (1 - test_err), 1e-12) / n_test),
-            "bound_error": error(model, *data["bound"]),
-            "prior_test_error": None}
+            "bound_error": error(model, *data["bound"])}
