@@ -32,4 +32,19 @@ def compute(entry: Entry | str, stats: Stats | str | None = None,
             registry: Registry | None = None) -> Result:
     """Evaluate an entry on a stats file and/or hand-set values; free parameters from
     ``params``, their default, or their closed form (see :func:`boundcalc.evaluate`)."""
-    return prepare(entry, stats, values, registry).result(params)
+    from .measured import hand_set, over_points
+
+    e = resolve_entry(entry, registry)
+    if isinstance(stats, str):
+        stats = load_stats(stats)
+    values = dict(values or {})
+
+    def run(variant: Entry, vals: dict[str, Any], prm: dict[str, float],
+            est: dict[str, str]) -> Result:
+        binding = bind(variant, stats, vals)
+        return Prepared(variant, binding.values, {**binding.estimated, **est}).result(prm)
+
+    found = over_points(e, stats, values, params, None, run)
+    if found is not None:
+        return found
+    return run(e, values, dict(params or {}), hand_set(e, values, params))

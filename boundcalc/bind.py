@@ -1,6 +1,7 @@
 """Bind formula symbols to a stats file through each symbol's declared ``stat`` path.
 
-Paths: ``scalars.NAME``, ``model.FIELD``, ``matrix.TYPE.STAT`` (an array over layers, or over
+Paths: ``curves.NAME`` (a statistic measured at several points of a free parameter, supplied
+point by point by :mod:`boundcalc.measured`), ``scalars.NAME``, ``model.FIELD``, ``matrix.TYPE.STAT`` (an array over layers, or over
 layers × heads, following the symbol's declared indices; ``singular_values`` adds a
 zero-padded last axis) and ``groups.STAT`` (an array over parameter groups).
 """
@@ -151,6 +152,14 @@ def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None
         out.sources[name] = "given"
     for name, spec in entry.symbols.items():
         if name in out.values:
+            continue
+        if spec.stat and spec.stat.startswith("curves."):
+            # measured at points of a free parameter: boundcalc.measured supplies the value
+            # point by point; here it only counts as present when the curve is there
+            if stats is not None and spec.stat.split(".", 1)[1] in stats.curves:
+                out.sources[name] = spec.stat
+                continue
+            out.missing.append(name)
             continue
         if spec.stat and stats is not None:
             try:

@@ -11,7 +11,7 @@ from scipy.optimize import brentq, minimize_scalar
 
 import boundcalc as bc
 from boundcalc.errors import DomainError, MissingValueError
-from boundcalc.stats import Quantity, Stats
+from boundcalc.stats import Curve, Quantity, Stats
 
 MESH = np.linspace(0.01, 0.00001, 20)        # [C] np.linspace(.01, .00001, 20)
 FINE = np.geomspace(1e-9, 1.0, 1000)
@@ -205,12 +205,21 @@ def test_semi_analytic_value_and_estimate_label(reg):
     trunc = bc.evaluate(reg.get("ls_truncated"), E3, params={"sigma": MESH[15]}).value
     assert bc.evaluate(e, dict(E3, P_hat=0.0), params={"sigma": MESH[15]}).value == \
         pytest.approx(trunc, rel=1e-12)
-    stats = Stats(scalars={"n": Quantity(1e6), "subgaussian_sigma": Quantity(0.01),
-                           "perturbation_term": Quantity(120.0, estimated=True,
-                                                         method="90th percentile |Δ tr|")})
+    stats = Stats(scalars={"n": Quantity(1e6), "subgaussian_sigma": Quantity(0.01)},
+                  curves={"perturbation_term": Curve("sigma", np.array([MESH[15]]),
+                                                     np.array([120.0]), estimated=True,
+                                                     method="90th percentile |Δ tr|")})
     r = bc.compute(e, stats, values=dict(omega=10, D_f=2, T=20), params={"sigma": MESH[15]},
                    registry=reg)
     assert r.estimated and not r.is_bound and r.label.startswith("estimated")
+    # measured at one mesh point: still ln 20 (the declared mesh) is charged
+    assert r.value == pytest.approx(thm2(MESH[15], l_v2(10, 2, 20), 15524, 10**6, 0.01,
+                                         0.05 / 20, P=120.0), rel=1e-10)
+    # a hand-set P̂ is an estimate at one σ: labelled, and σ must be given
+    r = bc.compute(e, values=dict(E3, P_hat=120.0), params={"sigma": MESH[15]}, registry=reg)
+    assert r.estimated and not r.is_bound
+    with pytest.raises(DomainError, match="set by hand"):
+        bc.compute(e, values=dict(E3, P_hat=120.0), registry=reg)
     with pytest.raises(MissingValueError, match="sigma"):
         bc.evaluate(e, dict(E3, P_hat=1.0))   # no closed form: σ must be where P̂ was measured
 

@@ -361,7 +361,7 @@ def _stats_for(entry, estimated: str | None) -> tuple[dict, dict]:
     ``estimated`` names the symbol whose quantity is a stochastic estimate), plus --set values
     for the rest."""
     values = typical_values(entry)
-    scalars, groups, rest = {}, {}, {}
+    scalars, groups, rest, curves = {}, {}, {}, {}
     for name, s in entry.symbols.items():
         v = values.get(name)
         if s.stat and s.stat.startswith("scalars.") and v is not None:
@@ -372,11 +372,20 @@ def _stats_for(entry, estimated: str | None) -> tuple[dict, dict]:
             scalars[s.stat.split(".", 1)[1]] = q
         elif s.stat and s.stat.startswith("groups.") and v is not None:
             groups[s.stat.split(".", 1)[1]] = np.asarray(v, dtype=float).tolist()
+        elif s.stat and s.stat.startswith("curves.") and v is not None:
+            # measured at one point of the entry's measured parameter (a hand-set value
+            # would be labelled estimated)
+            param = next(p for p in entry.parameters.values() if p.measured)
+            curves[s.stat.split(".", 1)[1]] = {"param": param.name,
+                                               "at": [float(values[param.name])],
+                                               "value": [float(v)]}
         elif v is not None:
             rest[name] = v
     rest.update({k: v for k, v in values.items() if k in entry.parameters})
     doc = {"schema": "boundcalc.stats", "version": 1, "model": {}, "matrices": [],
            "scalars": scalars}
+    if curves:
+        doc["curves"] = curves
     if groups:
         n = len(next(iter(groups.values())))
         doc["groups"] = {"names": [f"g{i}" for i in range(n)], "stats": groups,

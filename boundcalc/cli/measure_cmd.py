@@ -57,13 +57,70 @@ def _print(stats, output: Path, show_map: bool) -> None:
     console.print(f"wrote {output}", highlight=False)
 
 
+def _print_data(stats, output: Path) -> None:
+    sc = stats.scalars
+    pv = stats.provenance
+    console.print(f"data: {pv.get('data')} ({int(sc['n'].value)} samples, task "
+                  f"{pv.get('task')})", highlight=False)
+    console.print(f"prior centre: {pv.get('prior_note')}", highlight=False)
+    rows = [("n", "n"), ("emp_risk", "0-1 risk"), ("loss_mean", "mean loss (nats)"),
+            ("margin_q05", "margin 5%"), ("margin_q50", "margin median"),
+            ("input_token_norm_max", "B_X"), ("seq_len", "T"),
+            ("dist_init_total", "‖w − w_prior‖"), ("hessian_trace", "tr H")]
+    table = Table(title="data statistics")
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    table.add_column("name in stats file", overflow="fold")
+    for key, label in rows:
+        if key in sc:
+            q = sc[key]
+            ci = f" [{q.ci[0]:.3g}, {q.ci[1]:.3g}]" if q.ci is not None else ""
+            table.add_row(label, f"{q.value:.4g}{ci}", key)
+    console.print(table)
+    c = stats.curves.get("gibbs_risk_mean")
+    if c is not None:
+        t = Table(title=f"Monte Carlo Gibbs risk ({c.n_samples} draws per σ)")
+        t.add_column("σ", justify="right")
+        t.add_column("mean", justify="right")
+        t.add_column(f"kl upper ({c.confidence:.0%})", justify="right")
+        for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
+            t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
+        console.print(t)
+    console.print(f"wrote {output}", highlight=False)
+
+
 @app.command("measure")
 def measure_cmd(
     model: str = typer.Argument(..., help="HF folder, .safetensors file, sharded index json or "
-                                          "torch state_dict"),
-    init: Optional[str] = typer.Option(None, "--init", help="initial weights (same format)"),
-    data: Optional[str] = typer.Option(None, "--data", help=".pt/.npz/.safetensors with "
-                                                            "'inputs' (and 'targets')"),
+                                          "torch state_dict; with --data a HF folder whose "
+                                          "config names a task head"),
+    init: Optional[str] = typer.Option(None, "--init", help="initial / pretrained weights (same "
+                                       "format): the distance reference and the PAC-Bayes "
+                                       "prior centre"),
+    data: Optional[str] = typer.Option(None, "--data", help="CSV, JSON Lines, Parquet, a "
+                                       "datasets.save_to_disk folder, or .pt/.npz/.safetensors "
+                                       "tensors; the sample the bounds are about"),
+    text_column: str = typer.Option("text", "--text-column", help="text column of DATA"),
+    label_column: str = typer.Option("label", "--label-column", help="label column of DATA"),
+    max_length: int = typer.Option(128, "--max-length", min=2, help="tokens per text (truncate)"),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="samples per batch"),
+    sigma: Optional[list[float]] = typer.Option(None, "--sigma", help="posterior σ for the "
+                                                "Monte Carlo Gibbs risk (repeatable; snapped to "
+                                                "the Dziugaite–Roy grid)"),
+    draws: int = typer.Option(20, "--draws", min=0, help="Monte Carlo draws per σ (0: skip)"),
+    delta_mc: float = typer.Option(0.01, "--delta-mc", help="confidence δ′ of the Monte Carlo "
+                                   "step, split over the σ points"),
+    hessian_probes: int = typer.Option(20, "--hessian-probes", min=0, help="Hutchinson probes "
+                                       "(0: skip the Hessian trace)"),
+    hessian_samples: int = typer.Option(256, "--hessian-samples", min=1, help="samples in the "
+                                        "loss whose Hessian trace is estimated"),
+    perturbation_draws: int = typer.Option(0, "--perturbation-draws", min=0, help="noise draws "
+                                           "per σ of the Lintilhac–Shaikh mesh for P̂ (0: skip; "
+                                           "20 × draws Hutchinson estimates)"),
+    smoothing: float = typer.Option(0.01, "--smoothing", help="α of prediction smoothing for "
+                                    "language models (bounded per-token loss)"),
+    prior_data_dependent: bool = typer.Option(False, "--prior-data-dependent", help="say that "
+                                              "--init was fit on DATA itself (refused)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
     n_heads: Optional[int] = typer.Option(None, "--n-heads", min=1,
                                           help="attention heads, when no config.json says so"),
@@ -82,9 +139,20 @@ def measure_cmd(
     max_changed: Optional[float] = typer.Option(None, "--max-changed", help="refuse a quantizer "
                                                 "changing more than this fraction of predictions"),
 ) -> None:
-    """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file."""
+    """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file.
+
+    With --data and a task-head folder: 0-1 risk, cross-entropy, margins, B_X, T, Monte Carlo
+    Gibbs risk at each --sigma, Hessian trace, so that `boundcalc compare --stats` prints
+    certified numbers.
+    """
 
     def run() -> None:
+        from ..errors import BoundcalcError
+
+        if prior_data_dependent:
+            raise BoundcalcError("--prior-data-dependent: a PAC-Bayes prior fit on the same data "
+                                 "as the bound is not a valid prior; fit --init on a disjoint "
+                                 "split (or use the pretrained / initial weights)")
         if compress is not None:  # option checks: cheapest first
             from ..measure.compression import add_compression, compression_options
 
@@ -93,15 +161,38 @@ def measure_cmd(
         require_paths(model=model, init=init)  # before torch and the model are loaded
         stages = Stages("measure")
         from ..measure import measure
+        from ..measure.dataset_io import TABLE_SUFFIXES
+        from ..measure.hf import read_config, task_of
 
-        stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
-                        progress=stages.measure_progress(model))
+        progress = stages.measure_progress(model)
+        cfg = read_config(model) if data is not None else None
+        is_table = data is not None and (Path(data).is_dir() or
+                                         Path(data).suffix.lower() in TABLE_SUFFIXES)
+        task = data is not None and (is_table or task_of(cfg) is not None)
+        if task:
+            from ..measure.task_measure import DEFAULT_SIGMAS, measure_task
+
+            stats = measure_task(model, data, init, device=device, text_column=text_column,
+                                 label_column=label_column, max_length=max_length,
+                                 batch_size=batch_size, sigmas=tuple(sigma or DEFAULT_SIGMAS),
+                                 draws=draws, delta_mc=delta_mc, hessian_probes=hessian_probes,
+                                 hessian_samples=hessian_samples, alpha=smoothing,
+                                 perturbation_draws=perturbation_draws, progress=progress)
+        else:
+            stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
+                            progress=progress)
         if compress is not None:
             add_compression(stats, model, data, init, **opts)
         path = stats.save(output)
         stages.done()
         if as_json:
-            emit_json(_summary(stats, path))
+            summary = _summary(stats, path)
+            if task:
+                summary["curves"] = {k: c.to_json() for k, c in sorted(stats.curves.items())}
+                summary["provenance"] = stats.provenance
+            emit_json(summary)
+        elif task:
+            _print_data(stats, path)
         else:
             _print(stats, path, show_map)
 

@@ -385,10 +385,16 @@ def _bound_values(reg, omega: int, D: int, T: int, m: int, sigma_hat: float, del
     out["truncated_paper_sigma"] = {"value": paper.value, "label": paper.label,
                                     "sigma": paper.parameters["sigma"]}
     if p_hat is not None and sigma_p is not None:
+        import numpy as np
+
+        from ..stats import Curve
+
+        st = stats({})
+        st.curves["perturbation_term"] = Curve(
+            "sigma", np.array([sigma_p]), np.array([p_hat]), estimated=True,
+            method="90th percentile of |Δtr| on the construction, Hutchinson with common probes")
         semi = bc.compute("ls_semi_analytic", registry=reg, values=base, params={"sigma": sigma_p},
-                          stats=stats({"perturbation_term": Quantity(
-                              p_hat, estimated=True, method="90th percentile of |Δtr| on the "
-                              "construction, Hutchinson with common probes")}))
+                          stats=st)
         out["semi_analytic"] = {"value": semi.value, "label": semi.label, "sigma": sigma_p,
                                 "terms": dict(semi.terms)}
     return out

@@ -171,5 +171,20 @@ def optimize(entry: Entry | str, stats: Stats | str | None = None,
     The Result carries ``method``, and in ``extra``: ``certified_optimum``, ``optimizer``,
     ``sensitivity``, ``contributions``, ``selections`` and ``what_it_takes``.
     """
+    from ..measured import hand_set, over_points
+
     o = dataclasses.replace(options or Options(), **option_overrides)
-    return optimize_prepared(prepare_entry(entry, stats, values, registry, estimated), o)
+    e = resolve_entry(entry, registry)
+    if isinstance(stats, str):
+        stats = load_stats(stats)
+    values = dict(values or {})
+
+    def run(variant: Entry, vals: dict[str, Any], prm: dict[str, float],
+            est: dict[str, str]) -> Result:
+        return optimize_prepared(prepare_entry(variant, stats, {**vals, **prm}, registry,
+                                               {**(estimated or {}), **est}), o)
+
+    found = over_points(e, stats, values, None, estimated, run)
+    if found is not None:
+        return found
+    return run(e, values, {}, hand_set(e, values))

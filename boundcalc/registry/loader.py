@@ -36,7 +36,8 @@ _ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "ex
                "description", "notes", "estimated_inputs_ok", "output"}
 _SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
 _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
-               "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize"}
+               "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize",
+               "measured"}
 
 
 def load_file(path: str | Path) -> list[Entry]:
@@ -144,6 +145,16 @@ class _EntryBuilder:
         symbols = self._symbols()
         indices, index_symbols = self._indices(symbols)
         params = self._parameters(symbols, index_symbols)
+        curve_syms = [s for s in symbols.values() if s.stat and s.stat.startswith("curves.")]
+        if curve_syms:
+            measured = [p for p in params.values() if p.measured]
+            if len(measured) != 1:
+                raise self.fail(f"symbol '{curve_syms[0].name}' is bound to a curve "
+                                f"('{curve_syms[0].stat}'): the entry needs exactly one "
+                                "parameter with measured = true")
+            if any(s.indexed for s in curve_syms):
+                raise self.fail(f"symbol '{next(s for s in curve_syms if s.indexed).name}': a "
+                                "curve-bound symbol cannot be indexed")
         ns = Namespace(
             scalars={n: s.symbol for n, s in symbols.items() if not s.indexed},
             indexed={n: (s.symbol, len(s.indices)) for n, s in symbols.items() if s.indexed},
@@ -338,11 +349,28 @@ class _EntryBuilder:
                 prior=prior, closed_form_text=spec.get("closed_form"), bounds=bounds,
                 log_scale=bool(spec.get("log_scale", False)),
                 optimize=bool(spec.get("optimize", True)),
+                measured=self._measured(name, choice, spec.get("measured", False), symbols),
                 default=None if default is None else float(default),
                 note=str(spec.get("note", "") or spec.get("meaning", "")),
                 symbol=sp.Symbol(name, real=True),
             )
         return out
+
+    def _measured(self, name: str, choice: str, flag: Any,
+                  symbols: dict[str, SymbolSpec]) -> bool:
+        """``measured = true``: the parameter is chosen only among the points at which the
+        entry's ``curves.*`` symbols were measured (see :mod:`boundcalc.measured`)."""
+        where = f"parameter '{name}': "
+        if not isinstance(flag, bool):
+            raise self.fail(where + "'measured' must be true or false")
+        curves = [s for s in symbols.values() if s.stat and s.stat.startswith("curves.")]
+        if flag:
+            if choice not in ("grid", "prior"):
+                raise self.fail(where + "measured = true needs choice = \"grid\" or \"prior\"")
+            if not curves:
+                raise self.fail(where + "measured = true needs a symbol bound to a "
+                                "'curves.NAME' stats path")
+        return flag
 
     def _grid_raw(self, name: str, grid: Any) -> GridSpec:
         where = f"parameter '{name}': grid: "

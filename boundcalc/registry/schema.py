@@ -172,6 +172,7 @@ class ParameterSpec:
     default: float | None = None
     note: str = ""
     optimize: bool = True  # False: the value must be given (e.g. a margin that an input depends on)
+    measured: bool = False  # True: chosen only among the points where its curves were measured
     symbol: Any = None
 
 

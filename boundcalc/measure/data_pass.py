@@ -1,0 +1,203 @@
+"""The streamed data pass of a task-head model: losses, margins, input norms, Gibbs risk, Hessian.
+
+Per sample (one batch of activations in memory at a time, ``torch.no_grad``):
+
+* classification: 0-1 error, cross-entropy, margin m = f_y − max_{j≠y} f_j (logits);
+* language models: per-token NLL averaged over the sequence's targets (causal: next token;
+  masked: every 7th non-special token is masked and predicted), top-1 token error, and the
+  bounded loss of prediction smoothing (Lotfi et al. 2023): with p̃ = (1 − α)p + α/V,
+  −ln p̃_y ≤ ln(V/α), divided by ln(V/α) so that it lies in [0, 1].
+
+The bounded loss (0-1 error for classifiers, the smoothed NLL for language models) is the loss of
+the Monte Carlo Gibbs risk under N(w, σ²I) weight noise: k independent draws per σ, each a full
+pass over the data, mean Ê and the Langford–Caruana upper end kl⁻¹(Ê, ln(2·|points|/δ′)/k).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import BoundcalcError
+from .dataset_io import Batched
+from .hf import TaskModel
+
+Progress = Callable[[int, int, str], None]
+GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
+MASK_EVERY = 7
+
+
+@dataclass
+class PassResult:
+    """Per-sample arrays of one pass (margins only for classifiers)."""
+
+    err01: np.ndarray
+    ce: np.ndarray
+    bounded: np.ndarray
+    margin: np.ndarray | None
+    token_norm_max: float
+    fro_max: float
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _lm_targets(tm: TaskModel, inputs: dict[str, torch.Tensor]
+                ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Model inputs, targets (B × T') and the mask of positions that count."""
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    if tm.task == "causal_lm":
+        return inputs, ids[:, 1:], mask[:, 1:].bool()
+    tok_mask = getattr(tm.tokenizer, "mask_token_id", None) if tm.tokenizer else None
+    if tok_mask is None:
+        raise BoundcalcError(f"{tm.source}: a masked LM needs a tokenizer with a mask token")
+    pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    chosen = (pos % MASK_EVERY == 1) & mask.bool()
+    masked = ids.masked_fill(chosen, int(tok_mask))
+    return {**inputs, "input_ids": masked}, ids, chosen
+
+
+def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float = 0.01,
+             norms: bool = True, progress: Progress | None = None,
+             what: str = "data pass") -> PassResult:
+    """One pass over the data at the model's current weights (see the module docstring)."""
+    err, ce, bounded, margin = [], [], [], []
+    tmax, fmax = 0.0, 0.0
+    model = tm.model
+    with torch.no_grad():
+        for i, (inputs, y) in enumerate(data.batches):
+            if progress:
+                progress(i, len(data.batches), what)
+            inputs = _to(inputs, device)
+            if tm.is_lm:
+                inputs, targets, keep = _lm_targets(tm, inputs)
+            out = model(**inputs, output_hidden_states=norms)
+            if norms:
+                h = out.hidden_states[0].double()  # the embedding output: input of layer 0
+                tok = torch.linalg.vector_norm(h, dim=-1)
+                if "attention_mask" in inputs:
+                    tok = tok * inputs["attention_mask"].to(tok.dtype)
+                tmax = max(tmax, float(tok.max()))
+                fmax = max(fmax, float(tok.square().sum(-1).sqrt().max()))
+            logits = out.logits.double()
+            if not bool(torch.isfinite(logits).all()):
+                raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
+            if tm.is_lm:
+                if tm.task == "causal_lm":
+                    logits = logits[:, :-1]
+                logp = torch.log_softmax(logits, -1)
+                lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+                V = logits.shape[-1]
+                smooth = -torch.log((1 - alpha) * lp.exp() + alpha / V) / math.log(V / alpha)
+                wrong = (logits.argmax(-1) != targets).double()
+                w = keep.double()
+                cnt = w.sum(1).clamp(min=1)
+                ce.append(((-lp) * w).sum(1) / cnt)
+                bounded.append((smooth * w).sum(1) / cnt)
+                err.append((wrong * w).sum(1) / cnt)
+            else:
+                y = y.to(device)
+                logp = torch.log_softmax(logits, -1)
+                ce.append(-logp.gather(1, y[:, None]).squeeze(1))
+                e = (logits.argmax(-1) != y).double()
+                err.append(e)
+                bounded.append(e)
+                fy = logits.gather(1, y[:, None]).squeeze(1)
+                other = logits.scatter(1, y[:, None], -math.inf).max(1).values
+                margin.append(fy - other)
+    cat = lambda xs: torch.cat(xs).cpu().numpy()  # noqa: E731
+    return PassResult(cat(err), cat(ce), cat(bounded), cat(margin) if margin else None,
+                      tmax, fmax)
+
+
+def ramp_risk(margins: np.ndarray, gamma: float) -> float:
+    """Mean ramp loss: 1 for m ≤ 0, 1 − m/γ for 0 < m < γ, 0 for m ≥ γ."""
+    return float(np.mean(np.clip(1.0 - margins / gamma, 0.0, 1.0)))
+
+
+def gibbs_risk(tm: TaskModel, data: Batched, device: torch.device, sigmas: Sequence[float],
+               draws: int, seed: int, alpha: float,
+               progress: Progress | None = None) -> np.ndarray:
+    """(len(sigmas), draws) array: the bounded-loss mean over the data of each noisy draw."""
+    from .curvature import perturbed
+
+    out = np.empty((len(sigmas), draws))
+    total = len(sigmas) * draws
+    for i, s in enumerate(sigmas):
+        gen = torch.Generator().manual_seed(seed + i)
+        for d in range(draws):
+            if progress:
+                progress(i * draws + d, total, f"Gibbs risk σ={s:.3g}")
+            with perturbed(tm.model, float(s), gen):
+                r = run_pass(tm, data, device, alpha=alpha, norms=False)
+            out[i, d] = float(r.bounded.mean())
+    return out
+
+
+def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):
+    """A closure returning the mean training loss (cross-entropy / NLL) on the first
+    ``max_samples`` samples, with a graph for second derivatives."""
+    chosen = []
+    left = max_samples
+    for inputs, y in data.batches:
+        if left <= 0:
+            break
+        b = min(left, next(iter(inputs.values())).shape[0])
+        chosen.append(({k: v[:b] for k, v in inputs.items()}, None if y is None else y[:b]))
+        left -= b
+    used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
+
+    def loss() -> torch.Tensor:
+        total = 0.0
+        for inputs, y in chosen:
+            inputs = _to(inputs, device)
+            if tm.is_lm:
+                inputs, targets, keep = _lm_targets(tm, inputs)
+                logits = tm.model(**inputs).logits
+                if tm.task == "causal_lm":
+                    logits = logits[:, :-1]
+                lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+                w = keep.to(lp.dtype)
+                per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
+            else:
+                logits = tm.model(**inputs).logits
+                per = torch.nn.functional.cross_entropy(logits, y.to(device), reduction="none")
+            total = total + per.sum()
+        return total / used
+
+    return loss, used
+
+
+LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_shaikh.toml's mesh
+
+
+def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
+                      sigmas: Sequence[float], draws: int, probes: int, samples: int,
+                      seed: int, progress: Progress | None = None) -> np.ndarray:
+    """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
+    u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
+    Rademacher probes (common random numbers), on the first ``samples`` samples."""
+    from .curvature import hutchinson_trace, perturbed
+
+    loss, _ = hessian_closure(tm, data, device, samples)
+    for p in tm.model.parameters():
+        p.requires_grad_(True)
+    base = hutchinson_trace(tm.model, loss, n_probes=probes, groups=None, seed=seed).total.value
+    out = np.empty(len(sigmas))
+    for i, s in enumerate(sigmas):
+        gen = torch.Generator().manual_seed(seed + 1000 + i)
+        diffs = []
+        for d in range(draws):
+            if progress:
+                progress(i * draws + d, len(sigmas) * draws, f"P̂ at σ={s:.3g}")
+            with perturbed(tm.model, float(s), gen):
+                t = hutchinson_trace(tm.model, loss, n_probes=probes, groups=None,
+                                     seed=seed).total.value
+            diffs.append(abs(t - base))
+        out[i] = float(np.percentile(diffs, 90))
+    return out

@@ -1,0 +1,198 @@
+"""Parameters measured at points: a free parameter whose inputs were measured at a few values.
+
+A formula symbol bound to ``curves.NAME`` (for example the Monte Carlo Gibbs risk, or the
+perturbed-loss term P̂) is a function of one free parameter (σ, γ) that was measured only at the
+curve's ``at`` points. The entry declares that parameter with ``measured = true``. Then:
+
+* with a stats file the parameter is chosen **only among the measured points** (all of the
+  entry's curves must share them); each point is evaluated with its own measured values and the
+  smallest value is kept;
+* the choice is paid for: a ``grid`` parameter costs ln |declared grid| (a uniform union bound;
+  the measured points must lie on the grid, and when they are all of it, as ``measure`` does for
+  the Lintilhac–Shaikh mesh and Bartlett's γ grid, this is ln |points|; it is never less,
+  because which points were measured may itself depend on the data); a ``prior`` parameter
+  costs the Dziugaite–Roy weight of the chosen point, 2 ln j + ln(π²/6), valid for any
+  data-dependent choice of j;
+* every other confidence symbol of the entry (the δ′ of a Monte Carlo step) is split over the
+  points: each point is evaluated at δ′/|points|, so that all the per-point statements hold
+  together with probability ≥ 1 − δ − δ′ (union bound); the reported δ is the full δ + δ′;
+* a curve symbol set by hand (``--set P_hat=17000``) holds at one point only: the parameter must
+  then be given too, is used exactly (never moved by the optimizer), and the result is labelled
+  estimated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .bind import bind
+from .errors import BoundcalcError, DomainError, StatsError
+from .evaluation import Prepared, confidence_symbol
+from .registry.schema import Entry, ParameterSpec
+from .result import Result
+from .stats import Curve, Stats
+
+HAND_SET = "set by hand: a value measured at one point, with no confidence term of its own"
+
+Runner = Callable[[Entry, dict[str, Any], dict[str, float], dict[str, str]], Result]
+
+
+def measured_parameter(entry: Entry) -> ParameterSpec | None:
+    """The entry's ``measured = true`` parameter, if any."""
+    return next((p for p in entry.parameters.values() if getattr(p, "measured", False)), None)
+
+
+def curve_symbols(entry: Entry) -> dict[str, str]:
+    """``{symbol: curve name}`` for the symbols bound to ``curves.NAME``."""
+    return {n: s.stat.split(".", 1)[1] for n, s in entry.symbols.items()
+            if s.stat and s.stat.startswith("curves.")}
+
+
+def hand_set(entry: Entry, values: Mapping[str, Any],
+             params: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """Estimated-labels for curve symbols set by hand; refuses them without their point."""
+    p = measured_parameter(entry)
+    hand = [s for s in curve_symbols(entry) if s in values]
+    if p is None or not hand:
+        return {}
+    if p.name not in values and p.name not in (params or {}):
+        raise DomainError(
+            f"entry '{entry.id}': '{hand[0]}' was set by hand, so it holds at one {p.name} "
+            f"only; give that point with --set {p.name}=VALUE ({p.name} is then used exactly, "
+            f"never moved), or measure '{entry.symbols[hand[0]].stat}' at several points with "
+            "`boundcalc measure --data`")
+    return {s: HAND_SET for s in hand}
+
+
+def _curves(entry: Entry, stats: Stats | None, values: Mapping[str, Any]) -> dict[str, Curve]:
+    out = {}
+    for sym, name in curve_symbols(entry).items():
+        if sym in values or stats is None or name not in stats.curves:
+            return {}
+        out[sym] = stats.curves[name]
+    return out
+
+
+def _common_points(entry: Entry, p: ParameterSpec, curves: dict[str, Curve]) -> np.ndarray:
+    at = None
+    for sym, c in curves.items():
+        if c.param != p.name:
+            raise StatsError(f"curves.{curve_symbols(entry)[sym]}: measured against "
+                             f"'{c.param}', but entry '{entry.id}' chooses '{p.name}'")
+        pts = np.asarray(c.at, dtype=np.float64)
+        at = pts if at is None else np.array([x for x in at
+                                              if np.any(np.isclose(pts, x, rtol=1e-9, atol=0))])
+    if at is None or at.size == 0:
+        raise StatsError(f"entry '{entry.id}': its curves ({', '.join(curves)}) share no "
+                         f"measured {p.name}")
+    return np.sort(at)
+
+
+def _value_at(c: Curve, x: float) -> float:
+    j = int(np.argmin(np.abs(np.asarray(c.at) - x)))
+    return float(c.value[j])
+
+
+def _on_grid(entry: Entry, p: ParameterSpec, at: np.ndarray,
+             declared: np.ndarray | None) -> np.ndarray:
+    """The measured points that are points of the parameter's declared grid or prior (a curve
+    may also hold points for other entries' grids; the choice is only among these)."""
+    if p.choice == "prior":
+        keep = [x for x in at if math.isclose(float(p.prior.value(p.prior.index_of(float(x)))),
+                                              float(x), rel_tol=1e-9)]
+    else:
+        assert declared is not None
+        keep = [x for x in at if np.any(np.isclose(declared, x, rtol=1e-9, atol=1e-15))]
+    if not keep:
+        where = "prior grid" if p.choice == "prior" else "declared grid"
+        raise StatsError(f"entry '{entry.id}': none of the measured {p.name} "
+                         f"({', '.join(f'{x:g}' for x in at[:6])}) is a point of its {where}")
+    return np.asarray(keep, dtype=np.float64)
+
+
+def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
+                params: Mapping[str, Any] | None, estimated: Mapping[str, str] | None,
+                run: Runner) -> Result | None:
+    """Evaluate (or optimise, through ``run``) at every measured point and keep the smallest.
+
+    Returns None when the entry has no measured parameter or its curves are not in ``stats``
+    (the caller then evaluates as usual, e.g. with hand-set values).
+    """
+    p = measured_parameter(entry)
+    if p is None:
+        return None
+    values = dict(values)
+    params = dict(params or {})
+    curves = _curves(entry, stats, values)
+    if not curves:
+        return None
+    at = _common_points(entry, p, curves)
+    given = values.pop(p.name, params.pop(p.name, None))
+    if given is not None:
+        x = float(given)
+        if not np.any(np.isclose(at, x, rtol=1e-9, atol=0)):
+            raise DomainError(f"entry '{entry.id}': {p.name} = {x:g} is not a point where "
+                              f"{', '.join(curves)} was measured (points: "
+                              f"{', '.join(f'{a:g}' for a in at[:8])})")
+    n_points = len(at)
+    loose = bind(entry, stats, values, strict=False)
+    first = {**loose.values, **{s: _value_at(c, float(at[0])) for s, c in curves.items()}}
+    declared = None
+    if p.choice == "grid":
+        probe = Prepared(entry, {k: v for k, v in first.items() if k in entry.symbols})
+        declared = probe.grids[p.name]
+    at = _on_grid(entry, p, at, declared)
+    n_points = len(at)
+    variant = entry
+    charged = confidence_symbol(entry)
+    split: dict[str, float] = {}
+    for name, spec in entry.symbols.items():
+        if spec.role == "confidence" and name != charged:
+            full = float(loose.values.get(name, spec.default if spec.default is not None
+                                          else math.nan))
+            if math.isfinite(full):
+                split[name] = full
+    est = dict(estimated or {})
+    for sym, c in curves.items():
+        if c.estimated and sym not in entry.estimated_inputs_ok:
+            est[sym] = (c.method or "estimated") + (
+                f" ({c.confidence:.0%} CI given per point)" if c.ci is not None else "")
+    targets = [float(given)] if given is not None else [float(a) for a in at]
+    best: Result | None = None
+    rows = []
+    errors: list[str] = []
+    for x in targets:
+        vals = dict(values)
+        vals.update({s: _value_at(c, x) for s, c in curves.items()})
+        vals.update({s: v / n_points for s, v in split.items()})
+        try:
+            r = run(variant, vals, {**params, p.name: x}, est)
+        except BoundcalcError as exc:
+            errors.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            rows.append({p.name: x, "value": None, "error": errors[-1]})
+            continue
+        rows.append({p.name: x, "value": r.value if math.isfinite(r.value) else None,
+                     **{s: vals[s] for s in curves}})
+        if best is None or (math.isfinite(r.value) and not r.value >= best.value):
+            best = r
+    if best is None:
+        raise DomainError(errors[0] if errors else f"entry '{entry.id}': no measured point")
+    cost_rule = (f"ln {len(declared)} (uniform over the declared grid)" if p.choice == "grid"
+                 else "the Dziugaite–Roy weight of the chosen point")
+    best.parameter_choice[p.name] = (
+        f"best of {len(targets)} of the {n_points} points where {', '.join(curves)} was "
+        f"measured; cost {cost_rule}")
+    if split:
+        if best.delta is not None:
+            best.delta = best.delta + sum(v - v / n_points for v in split.values())
+        best.notes.append(
+            "union bound over the measured points: " + ", ".join(
+                f"{s} = {v:g} split into {n_points} × {v / n_points:.4g}" for s, v in split.items())
+            + "; the reported δ is the full total")
+    best.extra["measured_points"] = {"param": p.name, "choice": p.choice, "points": rows,
+                                     "split": {s: v / n_points for s, v in split.items()}}
+    return best
