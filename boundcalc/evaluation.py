@@ -415,7 +415,7 @@ class Prepared:
                               for s in e.symbols.values() if s.role == "hidden_constant"},
             inputs={k: v for k, v in self.scalars.items()},
             source=e.source, provenance=e.provenance, method=method, notes=notes,
-            output=e.output,
+            output=e.output, conditions=list(e.conditions),
         )
 
     def _per_instance(self, name: str, sel: np.ndarray) -> np.ndarray:

@@ -37,6 +37,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     output: str = "risk"
+    conditions: list[str] = field(default_factory=list)
 
     @property
     def failed_assumptions(self) -> list[str]:
@@ -49,7 +50,8 @@ class Result:
 
     @property
     def label(self) -> str:
-        """How this number may be called: 'certified bound', 'estimated', 'rate', 'proxy'."""
+        """How this number may be called: 'certified bound', 'conditional ...', 'estimated',
+        'rate', 'proxy'. A conditional number always carries its condition(s)."""
         if self.kind == "proxy":
             return "proxy (complexity measure, not a bound)"
         if self.kind == "rate":
@@ -57,6 +59,12 @@ class Result:
             return f"rate (O(·) with hidden constant {consts})"
         if self.failed_assumptions:
             return "not a bound: an assumption fails"
+        if self.kind == "conditional":
+            what = "an upper bound" if self.output == "risk" else f"a valid {self.output}"
+            est = "estimated (uses a stochastic estimate without its confidence term) and " \
+                if self.estimated else ""
+            return (f"{est}conditional, not certified: {what} only if "
+                    f"{'; and '.join(self.conditions)}")
         if self.estimated:
             return "estimated (uses a stochastic estimate without its confidence term)"
         if self.output != "risk":
@@ -83,6 +91,7 @@ class Result:
             "value": self.value if math.isfinite(self.value) else None,
             "value_text": self.value_text(), "log10_value": self.log10_value,
             "vacuous": self.vacuous, "output": self.output, "estimated": self.estimated,
+            "conditions": list(self.conditions),
             "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
             "parameter_choice": self.parameter_choice, "terms": self.terms,
             "delta": self.delta, "delta_effective": self.delta_effective,

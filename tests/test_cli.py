@@ -27,7 +27,7 @@ def test_list_json_contract(registry):
     assert {r["id"] for r in rows} == {e.id for e in registry}
     for r in rows:
         assert {"id", "title", "family", "kind", "source"} <= set(r)
-        assert r["kind"] in ("certified", "rate", "proxy")
+        assert r["kind"] in ("certified", "conditional", "rate", "proxy")
     families = {r["family"] for r in rows}
     assert {"pac_bayes", "spectrum_adaptive", "lintilhac_shaikh", "bartlett", "neyshabur",
             "trauger_tewari", "edelman", "shallow_gd"} <= families

@@ -103,7 +103,7 @@ def test_bundled_registry_loads_and_every_entry_declares_kind_and_provenance():
     reg = bc.load_registry()
     assert len(reg) >= 3
     for e in reg:
-        assert e.kind in ("certified", "rate", "proxy")
+        assert e.kind in ("certified", "conditional", "rate", "proxy")
         assert e.source and e.provenance, e.id
         for s in e.symbols.values():
             assert s.meaning and s.role, (e.id, s.name)

@@ -551,6 +551,8 @@ _COST_RULE = {
 _KIND_MEANING = {
     "certified": "every constant is known: under the listed assumptions the value is a valid "
                  "upper bound with probability ≥ 1 − δ",
+    "conditional": "an upper bound only if the named condition holds, which the calculator "
+                   "cannot check and the source does not establish; it is not certified",
     "rate": "stated with O(·) in its source: the number depends on the hidden constant, which is "
             "set explicitly; it is not a guarantee",
     "proxy": "a complexity measure evaluated in its source paper, for comparing models; it is "
@@ -569,6 +571,11 @@ def honest_label(entry: Entry, result: Result | None = None) -> str:
         parts = ", ".join(r"$%s = %s$" % (names.get(k, symbol_latex(k)), _num(v))
                           for k, v in consts.items())
         return "rate (hidden constant%s %s)" % ("s" if len(consts) > 1 else "", parts)
+    if entry.kind == "conditional" and (result is None or not result.failed_assumptions):
+        if result is not None:
+            return tex_escape(result.label)
+        return tex_escape("conditional, not certified: an upper bound only if "
+                          + "; and ".join(entry.conditions))
     if result is None or result.is_bound:
         return "certified bound"
     return tex_escape(result.label)
@@ -654,6 +661,8 @@ def latex_document(entry: Entry, result: Result | None = None) -> str:
     L.append(r"\item[Family] \texttt{%s}" % esc(entry.family))
     L.append(r"\item[Kind] %s: %s." % (esc(entry.kind), esc(_KIND_MEANING.get(entry.kind, ""))))
     L.append(r"\item[Label] %s" % honest_label(entry, result))
+    for c in entry.conditions:
+        L.append(r"\item[Condition] %s" % esc(c))
     if entry.variant:
         L.append(r"\item[Variant] %s" % esc(entry.variant))
     L.append(r"\item[Source] %s" % esc(entry.source))
