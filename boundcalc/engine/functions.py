@@ -58,6 +58,27 @@ def kl_inv_upper(q: float, c: float) -> float:
     return _double(hi)
 
 
+def kl_inv_lower(q: float, c: float) -> float:
+    """A double ``p ≤ kl⁻¹(q, c)``: the lower end of the bracket of :func:`kl_inv_upper`, with
+    the rounding margin turned the other way (used as the lower end of an interval)."""
+    q, c = float(q), float(c)
+    if math.isnan(q) or math.isnan(c) or not 0.0 <= q <= 1.0 or c < 0:
+        raise ValueError("kl_inv_lower: q must lie in [0, 1] and c ≥ 0")
+    if q >= 1.0:
+        return 1.0
+    if c == 0.0:
+        return q
+    q = abs(q)
+    lo, hi = _bits(q), _bits(1.0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _kl_stable(q, _double(mid)) < c * (1.0 - _KL_REL_MARGIN):
+            lo = mid
+        else:
+            hi = mid
+    return _double(lo)
+
+
 def _bits(x: float) -> int:
     return struct.unpack("<q", struct.pack("<d", x))[0]
 
@@ -67,8 +88,9 @@ def _double(b: int) -> float:
 
 
 # Relative error allowed for the computed kl before "kl > c" counts as certified; the
-# cancellation-free evaluation below is accurate to a few dozen ulps.
-_KL_REL_MARGIN = 1e-12
+# cancellation-free evaluation below is accurate to about 20 ulps (4.4e-15), so 1e-14 is safe
+# and keeps the inverse within ~1e-14 relative of the exact root.
+_KL_REL_MARGIN = 1e-14
 
 
 def _kl_le(q: float, p: float, c: float) -> bool:
@@ -104,9 +126,9 @@ def _kl_stable(q: float, p: float) -> float:
 
 def _phi(x: float) -> float:
     """x − ln(1 + x), accurate also for small |x| (series there)."""
-    if abs(x) < 0.01:
-        # sum_{k>=2} (−x)^k / k, stopped once a term is below 1e-18 of the sum (≤ 10 terms);
-        # above 0.01 the direct form loses at most ~2/|x| ≤ 200 ulps, far inside the margin
+    if abs(x) < 0.1:
+        # sum_{k>=2} (−x)^k / k, stopped once a term is below 1e-18 of the sum (≤ 22 terms);
+        # above 0.1 the direct form loses at most ~2/|x| ≤ 20 ulps, inside the margin
         total, power = 0.0, x * x
         for k in range(2, 40):
             term = power / k
