@@ -44,6 +44,11 @@ class Result:
         return [a["text"] for a in self.assumptions if a["status"] == "fails"]
 
     @property
+    def condition_names(self) -> list[str]:
+        """Short names of the conditions (the text before the first ': '), for tables."""
+        return [c.split(": ", 1)[0] for c in self.conditions]
+
+    @property
     def is_bound(self) -> bool:
         """True only for a certified entry with no estimated input and no failed assumption."""
         return self.kind == "certified" and not self.estimated and not self.failed_assumptions

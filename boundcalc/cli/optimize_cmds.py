@@ -360,9 +360,11 @@ def _conditional_table(results: list[Any], console: Any) -> None:
     t.add_column("value", justify="right", no_wrap=True)
     t.add_column("holds only if", overflow="fold")
     for r in sorted(results, key=lambda r: r.value):
-        t.add_row(r.id, r.value_text(6), "; ".join(r.conditions)
+        t.add_row(r.id, r.value_text(6), "; ".join(r.condition_names)
                   + (" (estimated inputs)" if r.estimated else ""))
     console.print(t)
+    console.print(Text("the conditions in full: boundcalc show ID, or compare --json",
+                       style="dim"))
 
 
 def _compare_row(r: Result) -> dict[str, Any]:

@@ -25,7 +25,7 @@ PREC = 160
 """Working precision in bits: wide enough that the cancellations left in the registry's formulas
 (1 − e^{−x} for tiny x, sums of terms of opposite sign) cost nothing visible at double precision."""
 
-MAX_NODES = 2_000_000
+MAX_NODES = 50_000
 """Evaluations of single nodes after which the walk gives up (huge per-element sums)."""
 
 
