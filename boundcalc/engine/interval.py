@@ -29,6 +29,9 @@ MAX_NODES = 50_000
 """Evaluations of single nodes after which the walk gives up (huge per-element sums)."""
 
 
+_EXP_ARG_MAX = 1e15
+
+
 class IntervalUnavailable(Exception):
     """The expression uses something the interval walk cannot enclose; the reason says what."""
 
@@ -165,7 +168,7 @@ class _Walk:
         if isinstance(e, sp.Pow):
             return self._pow(e, env)
         if isinstance(e, sp.exp):
-            return iv.exp(self.value(e.args[0], env))
+            return self._exp(self.value(e.args[0], env))
         if isinstance(e, sp.log):
             x = self.value(e.args[0], env)
             if not x.a > 0:
@@ -218,7 +221,10 @@ class _Walk:
         other = e.args[0] if e.args[1] == sp.S.One else e.args[1]
         coeff, rest = other.as_coeff_Mul()
         if coeff == -1 and isinstance(rest, sp.exp):
-            return -self.iv.expm1(self.value(rest.args[0], env))
+            y = self.value(rest.args[0], env)
+            if abs(y.a) > _EXP_ARG_MAX or abs(y.b) > _EXP_ARG_MAX:
+                raise IntervalUnavailable("exponent too large to enclose")
+            return -self.iv.expm1(y)
         return None
 
     def _pow(self, e: sp.Pow, env: tuple) -> Any:
@@ -229,7 +235,7 @@ class _Walk:
             if base.a < 0:
                 raise IntervalUnavailable("square root of an interval reaching below 0")
             return iv.sqrt(base)
-        if expo.is_Integer:
+        if expo.is_Integer and abs(int(expo)) <= 64:
             k = int(expo)
             if k >= 0:
                 return base ** k
@@ -240,7 +246,15 @@ class _Walk:
             if base.a == 0 and base.b == 0 and self.value(expo, env).a > 0:
                 return iv.mpf(0)
             raise IntervalUnavailable("non-integer power of an interval reaching 0 or below")
-        return iv.exp(self.value(expo, env) * iv.log(base))
+        return self._exp(self.value(expo, env) * iv.log(base))
+
+    def _exp(self, x: Any) -> Any:
+        # mpmath's exponents are unbounded: e^(1e300) is a number with a 1000-bit exponent,
+        # e^(e^(1e300)) would exhaust memory. Past |x| = 1e15 the value is far outside
+        # anything a double or the log-space engine can carry anyway.
+        if abs(x.a) > _EXP_ARG_MAX or abs(x.b) > _EXP_ARG_MAX:
+            raise IntervalUnavailable("exponent too large to enclose")
+        return self.iv.exp(x)
 
     def _var_ratio_div(self, a: Any, b: Any) -> Any:
         """g(r) = r² − 1 − ln r², r = a/b: decreasing below 1, increasing above, g(1) = 0."""
