@@ -68,7 +68,7 @@ class Result:
             what = "an upper bound" if self.output == "risk" else f"a valid {self.output}"
             est = "estimated (uses a stochastic estimate without its confidence term) and " \
                 if self.estimated else ""
-            return (f"{est}conditional, not certified: {what} only if "
+            return (f"{est}conditional: {what} only if "
                     f"{'; and '.join(self.conditions)}")
         if self.estimated:
             return "estimated (uses a stochastic estimate without its confidence term)"

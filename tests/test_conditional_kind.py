@@ -75,7 +75,7 @@ def test_conditional_result_is_never_a_bound_and_carries_its_condition(reg):
     assert sure.vacuous is True and sure.is_bound
     assert r.value == sure.value == pytest.approx(want, rel=1e-15)
     assert r.kind == "conditional" and not r.is_bound and r.vacuous is None
-    assert r.label == ("conditional, not certified: an upper bound only if sign gap: the "
+    assert r.label == ("conditional: an upper bound only if sign gap: the "
                        "dropped remainder is ≤ 0; nothing establishes this")
     assert r.condition_names == ["sign gap"]
     doc = r.to_json()
@@ -86,7 +86,7 @@ def test_conditional_result_is_never_a_bound_and_carries_its_condition(reg):
     assert "compared with 1" in headline(r) and "vacuous" not in md
     tex = latex_document(reg.get("gap"), r)
     assert r"\item[Condition] sign gap: the dropped remainder is" in tex
-    assert r"\item[Label] conditional, not certified" in tex
+    assert r"\item[Label] conditional: an upper bound only if the conditions below hold" in tex
 
 
 def test_estimated_conditional_says_both(reg):

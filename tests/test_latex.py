@@ -92,7 +92,7 @@ def test_every_entry_renders_with_honest_label(registry):
         if e.kind == "certified":
             assert label == "certified bound"
         elif e.kind == "conditional":  # never called certified; the condition is spelled out
-            assert label.startswith("conditional, not certified: an upper bound only if ")
+            assert label.startswith("conditional: an upper bound only if ")
             for c in e.conditions:
                 assert r"\item[Condition] %s" % tex_escape(c) in doc, e.id
         elif e.kind == "rate":

@@ -169,7 +169,7 @@ def test_union_cost_charged_for_sigma(reg):
     assert f.delta_effective == pytest.approx(0.1 / 1000, rel=1e-12)
     # the truncation drops a remainder of unknown sign: conditional, never a certified bound
     assert r.kind == "conditional" and not r.is_bound and r.vacuous is None
-    assert r.label.startswith("conditional, not certified: an upper bound only if ")
+    assert r.label.startswith("conditional: an upper bound only if ")
     assert "Taylor remainder" in r.label and "Taylor remainder" in r.conditions[0]
 
 

@@ -572,10 +572,10 @@ def honest_label(entry: Entry, result: Result | None = None) -> str:
                           for k, v in consts.items())
         return "rate (hidden constant%s %s)" % ("s" if len(consts) > 1 else "", parts)
     if entry.kind == "conditional" and (result is None or not result.failed_assumptions):
-        if result is not None:
-            return tex_escape(result.label)
-        return tex_escape("conditional, not certified: an upper bound only if "
-                          + "; and ".join(entry.conditions))
+        est = "estimated (a stochastic estimate without its confidence term) and " \
+            if result is not None and result.estimated else ""
+        return tex_escape(f"{est}conditional: an upper bound only if the "
+                          f"conditions below hold")
     if result is None or result.is_bound:
         return "certified bound"
     return tex_escape(result.label)

@@ -129,7 +129,10 @@ def result_panel(result: Result) -> Group:
     head.add_column(style="bold")
     head.add_column()
     _row(head, "value", Text(result.value_text(8), style=style))
-    _row(head, "label", Text(result.label, style=style))
+    label = result.label
+    if result.conditions and " only if " in label:  # the conditions follow, one per row
+        label = label.split(" only if ")[0] + " only if the conditions below hold"
+    _row(head, "label", Text(label, style=style))
     for c in result.conditions:
         _row(head, "condition", Text(c, style=KIND_STYLE["conditional"]))
     interval = result.extra.get("interval")
