@@ -438,15 +438,21 @@ class Prepared:
         that covers its rounding. Where no enclosure is possible the float value is kept and
         a note says so.
         """
-        from .engine.interval import IntervalUnavailable, enclose, lower_float, upper_float
+        from .engine.interval import (ChargedDelta, IntervalUnavailable, enclose, lower_float,
+                                      upper_float)
 
         scalars: dict[str, Any] = {**self.scalars, **values}
         conf = confidence_symbol(self.entry)
         if conf is not None:
-            eff = self.delta_effective(costs)
-            total = float(sum(costs.values()))
-            slack = 1e-15 * (1.0 + total) * (1 + len(costs))
-            scalars[conf] = (eff * (1 - slack), eff * (1 + slack))
+            grid_counts, prior_js = [], []
+            for name, cost in costs.items():
+                p = self.entry.parameters[name]
+                if p.choice == "prior":
+                    prior_js.append(p.prior.index_of(values[name]))
+                elif cost > 0:
+                    size = len(self.grids[name])
+                    grid_counts.append((round(cost / math.log(size)), size))
+            scalars[conf] = ChargedDelta(self.scalars[conf], grid_counts, prior_js)
         try:
             lo, hi = enclose(self.entry.expression, scalars, self.arrays, self.grids, selected)
         except IntervalUnavailable as exc:

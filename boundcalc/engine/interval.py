@@ -32,6 +32,25 @@ MAX_NODES = 50_000
 _EXP_ARG_MAX = 1e15
 
 
+class ChargedDelta:
+    """δ·e^{−cost} with the union-bound cost given by its parts, so that the interval walk
+    computes δ_eff at its own precision (near δ = 1, ln(1/δ_eff) is all cancellation, and a
+    δ_eff rounded to a double would cost digits). ``grid_counts``: (count, |grid|) pairs, each
+    costing count·ln|grid|; ``prior_js``: Dziugaite–Roy indices j, each costing 2 ln j + ln(π²/6).
+    """
+
+    def __init__(self, delta: float, grid_counts: list[tuple[int, int]], prior_js: list[int]):
+        self.delta, self.grid_counts, self.prior_js = delta, grid_counts, prior_js
+
+    def interval(self, iv) -> Any:
+        cost = iv.mpf(0)
+        for count, size in self.grid_counts:
+            cost += count * iv.log(size)
+        for j in self.prior_js:
+            cost += 2 * iv.log(j) + iv.log(iv.pi ** 2 / 6)
+        return iv.mpf(self.delta) * iv.exp(-cost)
+
+
 class IntervalUnavailable(Exception):
     """The expression uses something the interval walk cannot enclose; the reason says what."""
 
@@ -41,7 +60,8 @@ def enclose(expr: sp.Basic, scalars: Mapping[str, float], arrays: Mapping[str, n
             prec: int = PREC) -> tuple[Any, Any]:
     """Lower and upper end (mpmath ``mpf``) of an interval holding the exact value of ``expr``.
 
-    ``scalars``: symbol name -> float (an exact binary value) or (lo, hi); ``arrays``: indexed symbol name ->
+    ``scalars``: symbol name -> float (an exact binary value), (lo, hi) or a
+    :class:`ChargedDelta`; ``arrays``: indexed symbol name ->
     array in declared index order; ``grids``: GridMin parameter -> grid values; ``selected``:
     GridMin parameter -> the arg-min the float path chose. A scalar GridMin (one instance) is
     enclosed at that point only: the exact minimum over the grid is ≤ the value there, so the
@@ -145,6 +165,8 @@ class _Walk:
             if e.name not in self.scalars:
                 raise IntervalUnavailable(f"no value for '{e.name}'")
             v = self.scalars[e.name]
+            if isinstance(v, ChargedDelta):
+                return v.interval(iv)
             return iv.mpf([float(v[0]), float(v[1])] if isinstance(v, tuple) else float(v))
         if isinstance(e, sp.Indexed):
             idx = tuple(self._point(i, env) for i in e.indices)
