@@ -428,6 +428,18 @@ class Prepared:
             output=e.output, conditions=list(e.conditions), extra=extra,
         )
 
+    def _per_group_prior_js(self, name: str, cost: float) -> list[int] | None:
+        """The Dziugaite–Roy indices j_g of a per-group σ (an indexed symbol with NAME_prior_c
+        and NAME_prior_b), if they reproduce the charged cost; else None."""
+        c, b = self.scalars.get(f"{name}_prior_c"), self.scalars.get(f"{name}_prior_b")
+        if c is None or b is None or name not in self.arrays:
+            return None
+        prior = PriorSpec(c=c, b=b)
+        js = [prior.index_of(float(v)) for v in np.ravel(self.arrays[name])]
+        if not math.isclose(sum(PriorSpec.cost(j) for j in js), cost, rel_tol=1e-9):
+            return None
+        return js
+
     def enclosure(self, values: Mapping[str, float], costs: Mapping[str, float], value: float,
                   log10: float, selected: Mapping[str, np.ndarray] | None = None
                   ) -> tuple[float, float, dict[str, Any] | None, list[str]]:
@@ -444,15 +456,20 @@ class Prepared:
         scalars: dict[str, Any] = {**self.scalars, **values}
         conf = confidence_symbol(self.entry)
         if conf is not None:
-            grid_counts, prior_js = [], []
+            grid_counts, prior_js, other = [], [], []
             for name, cost in costs.items():
-                p = self.entry.parameters[name]
-                if p.choice == "prior":
+                p = self.entry.parameters.get(name)
+                js = self._per_group_prior_js(name, cost)
+                if p is not None and p.choice == "prior":
                     prior_js.append(p.prior.index_of(values[name]))
-                elif cost > 0:
+                elif p is not None and p.grid is not None and cost > 0:
                     size = len(self.grids[name])
                     grid_counts.append((round(cost / math.log(size)), size))
-            scalars[conf] = ChargedDelta(self.scalars[conf], grid_counts, prior_js)
+                elif js is not None:
+                    prior_js.extend(js)
+                elif cost != 0:
+                    other.append(cost)
+            scalars[conf] = ChargedDelta(self.scalars[conf], grid_counts, prior_js, other)
         try:
             lo, hi = enclose(self.entry.expression, scalars, self.arrays, self.grids, selected)
         except IntervalUnavailable as exc:

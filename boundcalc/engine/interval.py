@@ -36,14 +36,20 @@ class ChargedDelta:
     """δ·e^{−cost} with the union-bound cost given by its parts, so that the interval walk
     computes δ_eff at its own precision (near δ = 1, ln(1/δ_eff) is all cancellation, and a
     δ_eff rounded to a double would cost digits). ``grid_counts``: (count, |grid|) pairs, each
-    costing count·ln|grid|; ``prior_js``: Dziugaite–Roy indices j, each costing 2 ln j + ln(π²/6).
+    costing count·ln|grid|; ``prior_js``: Dziugaite–Roy indices j, each costing 2 ln j + ln(π²/6);
+    ``other``: costs known only as doubles, widened by 1e-12 relative (far more than their
+    rounding).
     """
 
-    def __init__(self, delta: float, grid_counts: list[tuple[int, int]], prior_js: list[int]):
+    def __init__(self, delta: float, grid_counts: list[tuple[int, int]], prior_js: list[int],
+                 other: list[float] | None = None):
         self.delta, self.grid_counts, self.prior_js = delta, grid_counts, prior_js
+        self.other = list(other or [])
 
     def interval(self, iv) -> Any:
         cost = iv.mpf(0)
+        for c in self.other:
+            cost += iv.mpf([c - 1e-12 * abs(c), c + 1e-12 * abs(c)])
         for count, size in self.grid_counts:
             cost += count * iv.log(size)
         for j in self.prior_js:
