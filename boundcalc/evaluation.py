@@ -380,8 +380,13 @@ class Prepared:
         return visit(self.entry.expression) or "check the inputs"
 
     def result(self, params: Mapping[str, float] | None = None, method: str = "evaluate",
-               how: Mapping[str, str] | None = None) -> Result:
-        """Full :class:`Result` with terms, δ accounting and assumption checks."""
+               how: Mapping[str, str] | None = None, rigorous: bool = True) -> Result:
+        """Full :class:`Result` with terms, δ accounting and assumption checks.
+
+        For a certified or conditional entry (and ``rigorous``) the value is the upper end of
+        an outward-rounded interval evaluation at the same point (:meth:`enclosure`), so it is
+        never below the exact value of the formula; searches pass ``rigorous=False``.
+        """
         e = self.entry
         values, choice, costs = self.resolve(params, how)
         delta_eff = self.delta_effective(costs)
@@ -389,6 +394,11 @@ class Prepared:
         value = self._checked(ctx)
         s, a = self._last
         log10 = a / LN10 if s > 0 else (-math.inf if s == 0 else math.nan)
+        extra: dict[str, Any] = {}
+        interval_notes: list[str] = []
+        if rigorous and e.kind in ("certified", "conditional"):
+            value, log10, extra["interval"], interval_notes = self.enclosure(
+                values, costs, value, log10, ctx.selected)
         terms = {}
         for t in e.terms:
             expr = e.definitions[t].expr if t in e.definitions else e.symbols[t].symbol
@@ -401,7 +411,7 @@ class Prepared:
         delta_total = sum(self.scalars[s.name] for s in conf_syms) if conf_syms else None
         used_estimates = sorted(n for n in self.estimated if n in e.symbols
                                 and n not in e.estimated_inputs_ok)
-        notes = list(e.notes)
+        notes = list(e.notes) + interval_notes
         if costs and confidence_symbol(e) is None:
             notes.append("union-bound costs are shown but not charged: this entry has no δ")
         return Result(
@@ -415,8 +425,74 @@ class Prepared:
                               for s in e.symbols.values() if s.role == "hidden_constant"},
             inputs={k: v for k, v in self.scalars.items()},
             source=e.source, provenance=e.provenance, method=method, notes=notes,
-            output=e.output,
+            output=e.output, conditions=list(e.conditions), extra=extra,
         )
+
+    def _per_group_prior_js(self, name: str, cost: float) -> list[int] | None:
+        """The Dziugaite–Roy indices j_g of a per-group σ (an indexed symbol with NAME_prior_c
+        and NAME_prior_b), if they reproduce the charged cost; else None."""
+        c, b = self.scalars.get(f"{name}_prior_c"), self.scalars.get(f"{name}_prior_b")
+        if c is None or b is None or name not in self.arrays:
+            return None
+        prior = PriorSpec(c=c, b=b)
+        js = [prior.index_of(float(v)) for v in np.ravel(self.arrays[name])]
+        if not math.isclose(sum(PriorSpec.cost(j) for j in js), cost, rel_tol=1e-9):
+            return None
+        return js
+
+    def enclosure(self, values: Mapping[str, float], costs: Mapping[str, float], value: float,
+                  log10: float, selected: Mapping[str, np.ndarray] | None = None
+                  ) -> tuple[float, float, dict[str, Any] | None, list[str]]:
+        """Evaluate the expression at the resolved point in interval arithmetic.
+
+        Returns (printed value = the interval's upper end rounded up to a double, its log10,
+        the interval record, notes). δ_eff enters as an interval around the float δ·e^{−cost}
+        that covers its rounding. Where no enclosure is possible the float value is kept and
+        a note says so.
+        """
+        from .engine.interval import (ChargedDelta, IntervalUnavailable, enclose, lower_float,
+                                      upper_float)
+
+        scalars: dict[str, Any] = {**self.scalars, **values}
+        conf = confidence_symbol(self.entry)
+        if conf is not None:
+            grid_counts, prior_js, other = [], [], []
+            for name, cost in costs.items():
+                p = self.entry.parameters.get(name)
+                js = self._per_group_prior_js(name, cost)
+                if p is not None and p.choice == "prior":
+                    prior_js.append(p.prior.index_of(values[name]))
+                elif p is not None and p.grid is not None and cost > 0:
+                    size = len(self.grids[name])
+                    grid_counts.append((round(cost / math.log(size)), size))
+                elif js is not None:
+                    prior_js.extend(js)
+                elif cost != 0:
+                    other.append(cost)
+            scalars[conf] = ChargedDelta(self.scalars[conf], grid_counts, prior_js, other)
+        try:
+            lo, hi = enclose(self.entry.expression, scalars, self.arrays, self.grids, selected)
+        except IntervalUnavailable as exc:
+            return value, log10, None, [f"interval evaluation unavailable ({exc}); the value "
+                                        f"is the float result, which may lie a few ulps low"]
+        import mpmath
+
+        up, down = upper_float(hi), lower_float(lo)
+        fin = lambda x: x if math.isfinite(x) else None  # noqa: E731 - JSON has no inf
+        record: dict[str, Any] = {"lower": fin(down), "upper": fin(up),
+                                  "float_value": fin(value), "agrees": True}
+        notes: list[str] = []
+        tol = 1e-12 * max(abs(down), abs(up)) if math.isfinite(up) else math.inf
+        if math.isfinite(value) and not (down - tol <= value <= up + tol):
+            record["agrees"] = False
+            notes.append(f"the float evaluation ({value!r}) lies outside the interval "
+                         f"[{down!r}, {up!r}] by more than rounding; the printed value is the "
+                         f"interval's upper end")
+        elif up > 0 and math.isfinite(up) and (up - down) > 1e-9 * up:
+            notes.append(f"the interval [{down:.17g}, {up:.17g}] is wider than 1e-9 relative; "
+                         f"the printed value is its upper end")
+        log_up = float(mpmath.log10(hi)) if hi > 0 else (-math.inf if hi == 0 else math.nan)
+        return up, (log_up if hi > 0 else log10), record, notes
 
     def _per_instance(self, name: str, sel: np.ndarray) -> np.ndarray:
         """GridMin selections as an array over the parameter's declared indices."""

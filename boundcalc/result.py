@@ -37,10 +37,16 @@ class Result:
     notes: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     output: str = "risk"
+    conditions: list[str] = field(default_factory=list)
 
     @property
     def failed_assumptions(self) -> list[str]:
         return [a["text"] for a in self.assumptions if a["status"] == "fails"]
+
+    @property
+    def condition_names(self) -> list[str]:
+        """Short names of the conditions (the text before the first ': '), for tables."""
+        return [c.split(": ", 1)[0] for c in self.conditions]
 
     @property
     def is_bound(self) -> bool:
@@ -49,16 +55,21 @@ class Result:
 
     @property
     def label(self) -> str:
-        """How this number may be called: 'certified bound', 'estimated', 'rate', 'proxy'."""
+        """How this number may be called: 'certified bound', 'conditional ...', 'estimated',
+        'rate', 'proxy'. A conditional number always carries its condition(s)."""
         if self.kind == "proxy":
             return "proxy (complexity measure, not a bound)"
-        if self.kind == "conditional":
-            return "conditional (holds only if its named, uncheckable condition holds)"
         if self.kind == "rate":
             consts = ", ".join(f"{k}={v:g}" for k, v in self.hidden_constants.items())
             return f"rate (O(·) with hidden constant {consts})"
         if self.failed_assumptions:
             return "not a bound: an assumption fails"
+        if self.kind == "conditional":
+            what = "an upper bound" if self.output == "risk" else f"a valid {self.output}"
+            est = "estimated (uses a stochastic estimate without its confidence term) and " \
+                if self.estimated else ""
+            return (f"{est}conditional: {what} only if "
+                    f"{'; and '.join(self.conditions)}")
         if self.estimated:
             return "estimated (uses a stochastic estimate without its confidence term)"
         if self.output == "loss":
@@ -87,6 +98,7 @@ class Result:
             "value": self.value if math.isfinite(self.value) else None,
             "value_text": self.value_text(), "log10_value": self.log10_value,
             "vacuous": self.vacuous, "output": self.output, "estimated": self.estimated,
+            "conditions": list(self.conditions),
             "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
             "parameter_choice": self.parameter_choice, "terms": self.terms,
             "delta": self.delta, "delta_effective": self.delta_effective,

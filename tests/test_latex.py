@@ -91,6 +91,10 @@ def test_every_entry_renders_with_honest_label(registry):
         label = _label_line(doc)
         if e.kind == "certified":
             assert label == "certified bound"
+        elif e.kind == "conditional":  # never called certified; the condition is spelled out
+            assert label.startswith("conditional: an upper bound only if ")
+            for c in e.conditions:
+                assert r"\item[Condition] %s" % tex_escape(c) in doc, e.id
         elif e.kind == "rate":
             hidden = [s for s in e.symbols.values() if s.role == "hidden_constant"]
             assert re.match(r"rate \(hidden constants? ", label) and hidden

@@ -167,7 +167,10 @@ def test_union_cost_charged_for_sigma(reg):
     f = bc.evaluate(reg.get("ls_truncated_fine"), dict(E3, delta=0.1))
     assert f.union_bound_cost["sigma"] == pytest.approx(math.log(1000))
     assert f.delta_effective == pytest.approx(0.1 / 1000, rel=1e-12)
-    assert r.is_bound and r.label == "certified bound"
+    # the truncation drops a remainder of unknown sign: conditional, never a certified bound
+    assert r.kind == "conditional" and not r.is_bound and r.vacuous is None
+    assert r.label.startswith("conditional: an upper bound only if ")
+    assert "Taylor remainder" in r.label and "Taylor remainder" in r.conditions[0]
 
 
 def test_sigma_off_grid_is_refused(reg):
@@ -231,7 +234,7 @@ def test_estimated_sigma_from_stats_labels_result(reg):
     assert r.estimated and r.label.startswith("estimated")
     r2 = bc.compute("ls_truncated", stats, values=dict(omega=10, D_f=2, T=20, Sigma=0.01),
                     registry=reg)
-    assert not r2.estimated and r2.is_bound
+    assert not r2.estimated and not r2.is_bound and r2.label.startswith("conditional")
 
 
 # ---- analytic -------------------------------------------------------------------------------
@@ -364,11 +367,12 @@ def test_kinds_and_variants(reg):
                         "ls_truncated_c_code", "ls_semi_analytic", "ls_semi_analytic_c_code",
                         "ls_analytic", "ls_analytic_c_code", "ls_min_samples_truncated",
                         "ls_parity_cot", "ls_parity_one_pass"}
-    certified = {"ls_truncated", "ls_truncated_fine", "ls_truncated_c_radicand",
-                 "ls_semi_analytic", "ls_analytic"}
+    conditional = {"ls_truncated", "ls_truncated_fine", "ls_truncated_c_radicand",
+                   "ls_semi_analytic", "ls_analytic"}
     for i, e in ids.items():
         assert e.family == "lintilhac_shaikh"
-        assert e.kind == ("certified" if i in certified else "proxy"), i
+        assert e.kind == ("conditional" if i in conditional else "proxy"), i
+        assert bool(e.conditions) == (i in conditional), i
         assert e.variant
         if "c_code" in i:
             assert "[C] code" in e.title or "[C] code" in e.variant

@@ -221,7 +221,7 @@ WITH_EMPIRICAL = [e for e in SAMPLED if _empirical_symbols(e)]
 def test_empirical_term_entries_are_the_expected_ones():
     """The name rule picks the PAC-Bayes / margin entries it is meant for (when present)."""
     picked = {e.id for e in WITH_EMPIRICAL}
-    for expected in ("mcallester", "pac_bayes_kl", "catoni", "bartlett_spectral"):
+    for expected in ("mcallester", "pac_bayes_kl", "catoni", "bartlett_spectral_ln2"):
         if expected in REGISTRY:
             assert expected in picked
     assert picked, "no certified entry has an empirical-risk term"

@@ -337,6 +337,8 @@ def compare_cmd(
                       "—" if r.vacuous is None else ("yes" if r.vacuous else "no"),
                       fmt(r.delta), fmt(sum(r.union_bound_cost.values()), 4))
         console.print(t)
+    if groups["conditional"]:
+        _conditional_table(groups["conditional"], console)
     if groups["rate"]:
         t = Table(title="rates (O(·) with the hidden constant you set; not bounds)")
         t.add_column("id", no_wrap=True)
@@ -366,10 +368,26 @@ def compare_cmd(
         console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
 
 
+def _conditional_table(results: list[Any], console: Any) -> None:
+    """Conditional entries: each value printed with the condition it rests on, never vs 1."""
+    t = Table(title="conditional (upper bounds only if the condition holds; not certified, "
+                    "not compared with 1)")
+    t.add_column("id", no_wrap=True)
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("holds only if", overflow="fold")
+    for r in sorted(results, key=lambda r: r.value):
+        t.add_row(r.id, r.value_text(6), "; ".join(r.condition_names)
+                  + (" (estimated inputs)" if r.estimated else ""))
+    console.print(t)
+    console.print(Text("the conditions in full: boundcalc show ID, or compare --json",
+                       style="dim"))
+
+
 def _compare_row(r: Result) -> dict[str, Any]:
     return {"id": r.id, "kind": r.kind, "label": r.label, "value": r.value if
             math.isfinite(r.value) else None, "value_text": r.value_text(),
-            "is_bound": r.is_bound, "vacuous": r.vacuous, "delta": r.delta,
+            "is_bound": r.is_bound, "vacuous": r.vacuous, "conditions": r.conditions,
+            "delta": r.delta,
             "delta_effective": r.delta_effective,
             "union_bound_cost": r.union_bound_cost, "method": r.method,
             "certified_optimum": r.extra.get("certified_optimum"),

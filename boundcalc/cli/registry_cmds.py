@@ -17,7 +17,7 @@ from .sets import SET_HELP, STATS_HELP, parse_sets
 @app.command("list")
 def list_entries(
     family: Optional[str] = typer.Option(None, help="Only this family (e.g. pac_bayes)."),
-    kind: Optional[str] = typer.Option(None, help="Only this kind: certified, rate or proxy."),
+    kind: Optional[str] = typer.Option(None, help="Only this kind: certified, conditional, rate or proxy."),
     requires: Optional[str] = typer.Option(
         None, help="Only entries binding to this stats path (prefix), e.g. matrix.QK"),
     wide: bool = typer.Option(False, "--wide", help="Also show each entry's title and source."),

@@ -19,7 +19,8 @@ import sympy as sp
 
 from ..errors import DomainError
 from . import logspace as ls
-from .functions import Cases, GridMin, kl, kl_bernoulli, kl_inv, kl_inv_upper
+from .functions import (Cases, GridMin, kl, kl_bernoulli, kl_inv, kl_inv_upper, var_ratio_div,
+                        var_ratio_div_float)
 from .logspace import LV
 
 Fn = Callable[["Context"], LV]
@@ -129,6 +130,9 @@ class Compiled:
         if isinstance(e, kl):
             q, p = (self.compile(a) for a in e.args)
             return lambda ctx: ls.from_float(_kl_vec(q(ctx).to_float(), p(ctx).to_float()))
+        if isinstance(e, var_ratio_div):
+            a, b = (self.compile(x) for x in e.args)
+            return lambda ctx: _var_ratio_div_lv(a(ctx), b(ctx))
         if isinstance(e, sp.Piecewise):
             return self._piecewise([(v, c) for v, c in e.args])
         if isinstance(e, Cases):
@@ -273,6 +277,23 @@ def _kl_inv_vec(q: np.ndarray, c: np.ndarray) -> np.ndarray:
         else:
             out[i] = kl_inv_upper(q[i], c[i])
     return out
+
+
+def _var_ratio_div_lv(a: LV, b: LV) -> LV:
+    fa, fb = a.to_float(), b.to_float()
+    out = from_float_or_log(var_ratio_div_float(fa, fb), fa, fb)
+    return out
+
+
+def from_float_or_log(v: np.ndarray, a: np.ndarray, b: np.ndarray) -> LV:
+    """``v`` as an LV; where it overflowed, the log form 2·ln(a/b) of (a/b)² − 1 − ln (a/b)²."""
+    lv = ls.from_float(v)
+    if np.all(np.isfinite(lv.v) | np.isnan(lv.v)):
+        return lv
+    with np.errstate(all="ignore"):
+        big = np.isinf(v)
+        log_big = 2.0 * (np.log(a) - np.log(b))  # the −1 − ln x correction is below 1e-300
+        return LV(lv.s, np.where(big, log_big, lv.a), np.where(big, np.inf, lv.v))
 
 
 def _kl_vec(q: np.ndarray, p: np.ndarray) -> np.ndarray:

@@ -58,6 +58,27 @@ def kl_inv_upper(q: float, c: float) -> float:
     return _double(hi)
 
 
+def kl_inv_lower(q: float, c: float) -> float:
+    """A double ``p ≤ kl⁻¹(q, c)``: the lower end of the bracket of :func:`kl_inv_upper`, with
+    the rounding margin turned the other way (used as the lower end of an interval)."""
+    q, c = float(q), float(c)
+    if math.isnan(q) or math.isnan(c) or not 0.0 <= q <= 1.0 or c < 0:
+        raise ValueError("kl_inv_lower: q must lie in [0, 1] and c ≥ 0")
+    if q >= 1.0:
+        return 1.0
+    if c == 0.0:
+        return q
+    q = abs(q)
+    lo, hi = _bits(q), _bits(1.0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _kl_stable(q, _double(mid)) < c * (1.0 - _KL_REL_MARGIN):
+            lo = mid
+        else:
+            hi = mid
+    return _double(lo)
+
+
 def _bits(x: float) -> int:
     return struct.unpack("<q", struct.pack("<d", x))[0]
 
@@ -67,8 +88,9 @@ def _double(b: int) -> float:
 
 
 # Relative error allowed for the computed kl before "kl > c" counts as certified; the
-# cancellation-free evaluation below is accurate to a few dozen ulps.
-_KL_REL_MARGIN = 1e-12
+# cancellation-free evaluation below is accurate to about 20 ulps (4.4e-15), so 1e-14 is safe
+# and keeps the inverse within ~1e-14 relative of the exact root.
+_KL_REL_MARGIN = 1e-14
 
 
 def _kl_le(q: float, p: float, c: float) -> bool:
@@ -104,9 +126,9 @@ def _kl_stable(q: float, p: float) -> float:
 
 def _phi(x: float) -> float:
     """x − ln(1 + x), accurate also for small |x| (series there)."""
-    if abs(x) < 0.01:
-        # sum_{k>=2} (−x)^k / k, stopped once a term is below 1e-18 of the sum (≤ 10 terms);
-        # above 0.01 the direct form loses at most ~2/|x| ≤ 200 ulps, far inside the margin
+    if abs(x) < 0.1:
+        # sum_{k>=2} (−x)^k / k, stopped once a term is below 1e-18 of the sum (≤ 22 terms);
+        # above 0.1 the direct form loses at most ~2/|x| ≤ 20 ulps, inside the margin
         total, power = 0.0, x * x
         for k in range(2, 40):
             term = power / k
@@ -180,3 +202,59 @@ class Cases(sp.Function):  # noqa: N801
                 for i in range(0, len(a) - 1, 2)]
         rows.append(r"%s & \text{otherwise}" % printer._print(a[-1]))
         return r"\begin{cases} %s \end{cases}" % r" \\ ".join(rows)
+
+
+def var_ratio_div_float(a, b):
+    """(a/b)² − 1 − ln((a/b)²) for a, b > 0, without cancellation (numpy, element-wise).
+
+    With t = (a − b)/b the value is 2·(t − ln(1 + t)) + t², a sum of two non-negative terms,
+    so it keeps full relative precision when a ≈ b (where the textbook form cancels to noise
+    or even goes negative). Far below b (t < −½) the ratio form has no cancellation to fear.
+    Returns NaN where a or b is not a positive finite number; +inf where the value overflows.
+    """
+    import numpy as np
+
+    a, b = np.broadcast_arrays(np.asarray(a, float), np.asarray(b, float))
+    with np.errstate(all="ignore"):
+        ok = (a > 0) & (b > 0) & np.isfinite(a) & np.isfinite(b)
+        t = (a - b) / b
+        small = np.abs(t) < 0.01
+        phi = t - np.log1p(t)
+        series = np.zeros_like(t)
+        power = t * t
+        for k in range(2, 14):  # |t| < 0.01: the tail after k = 13 is below 1e-24 relative
+            series = series + (power / k if k % 2 == 0 else -power / k)
+            power = power * t
+        phi = np.where(small, series, phi)
+        near = 2.0 * phi + t * t
+        r = a / b
+        log_r = np.where(r > 0, np.log(np.where(r > 0, r, 1.0)), np.log(a) - np.log(b))
+        far = r * r - 1.0 - 2.0 * log_r
+        out = np.where(t < -0.5, far, near)
+    return np.where(ok, out, np.nan)
+
+
+class var_ratio_div(sp.Function):  # noqa: N801
+    """``var_ratio_div(a, b)`` = (a/b)² − 1 − ln((a/b)²): the variance part of a Gaussian KL.
+
+    Evaluated without cancellation (see :func:`var_ratio_div_float`); always ≥ 0.
+    """
+
+    nargs = 2
+
+    def _eval_evalf(self, prec):
+        a, b = self.args
+        if a.is_Number and b.is_Number:
+            import mpmath
+
+            with mpmath.workprec(prec + 64):
+                x, y = mpmath.mpf(sp.Float(a, 30)._mpf_), mpmath.mpf(sp.Float(b, 30)._mpf_)
+                t = (x - y) / y
+                v = 2 * (t - mpmath.log1p(t)) + t * t
+            return sp.Float(v, mpmath.libmp.prec_to_dps(prec))
+        return None
+
+    def _latex(self, printer):
+        a, b = (printer._print(x) for x in self.args)
+        r = r"\frac{%s^{2}}{%s^{2}}" % (a, b)
+        return r"\left(%s - 1 - \ln %s\right)" % (r, r)

@@ -95,7 +95,7 @@ def quick_value(prepared: Prepared, options: Options | None = None) -> float:
                                contributions=False, what_if=False)
     final, choice, _ = _choose(prepared, opts)
     if math.isnan(choice.value):  # nothing to choose: one plain evaluation
-        return final.result(choice.values, how=choice.how).value
+        return final.result(choice.values, how=choice.how, rigorous=False).value
     return choice.value
 
 

@@ -21,7 +21,7 @@ class Comparison:
     with every symbol each lacks and where it would come from."""
 
     groups: dict[str, list[Result]] = field(default_factory=lambda: {
-        "certified": [], "rate": [], "proxy": []})
+        "certified": [], "conditional": [], "rate": [], "proxy": []})
     failed: list[dict[str, str]] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
 

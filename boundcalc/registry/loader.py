@@ -29,11 +29,11 @@ MAX_FILE_BYTES = 2_000_000
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 _RESERVED = {"Sum", "Product", "GridMin", "Piecewise", "Min", "Max", "sqrt", "log", "exp",
-             "Abs", "ceiling", "floor", "kl_inv", "kl", "pi", "E", "oo", "lambda", "True",
-             "False", "None"}
+             "Abs", "ceiling", "floor", "kl_inv", "kl", "var_ratio_div", "pi", "E", "oo",
+             "lambda", "True", "False", "None"}
 _ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "expression",
                "terms", "definitions", "symbols", "parameters", "indices", "variant",
-               "description", "notes", "estimated_inputs_ok", "output"}
+               "description", "notes", "estimated_inputs_ok", "output", "conditions"}
 _SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
 _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
                "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize",
@@ -190,6 +190,7 @@ class _EntryBuilder:
             notes = [notes]
         if not isinstance(notes, list) or not all(isinstance(t, str) for t in notes):
             raise self.fail("'notes' must be a string or a list of strings")
+        conditions = self._conditions(kind)
         ok_est = raw.get("estimated_inputs_ok", [])
         if not isinstance(ok_est, list) or not all(isinstance(t, str) for t in ok_est):
             raise self.fail("'estimated_inputs_ok' must be a list of symbol names")
@@ -201,8 +202,24 @@ class _EntryBuilder:
             definitions=definitions, terms=list(terms), assumptions=self._assumptions(ns),
             file=self.fname, variant=self.text("variant", required=False) or None,
             description=self.text("description", required=False), notes=list(notes),
-            estimated_inputs_ok=tuple(ok_est), output=output,
+            estimated_inputs_ok=tuple(ok_est), output=output, conditions=conditions,
         )
+
+    def _conditions(self, kind: str) -> list[str]:
+        """The named conditions of a 'conditional' entry (required there, refused elsewhere)."""
+        conds = self.raw.get("conditions", [])
+        if isinstance(conds, str):
+            conds = [conds]
+        if not isinstance(conds, list) or not all(isinstance(c, str) and c.strip()
+                                                  for c in conds):
+            raise self.fail("'conditions' must be a list of non-empty strings")
+        if kind == "conditional" and not conds:
+            raise self.fail("a 'conditional' entry must name its condition(s): "
+                            "conditions = [\"...\"]")
+        if kind != "conditional" and conds:
+            raise self.fail(f"only a 'conditional' entry names conditions (this one is '{kind}'; "
+                            f"a condition that is part of the theorem is an assumption)")
+        return [c.strip() for c in conds]
 
     def _where(self, what: str) -> str:
         return f"{self.fname}: entry '{self.id}': {what}: "
@@ -504,5 +521,5 @@ class _EntryBuilder:
         if kind == "rate" and not hidden:
             raise self.fail("a 'rate' entry must expose its hidden constant as a symbol with "
                             "role 'hidden_constant'")
-        if kind == "certified" and hidden:
-            raise self.fail(f"a 'certified' entry cannot have hidden constants ({hidden[0]})")
+        if kind in ("certified", "conditional") and hidden:
+            raise self.fail(f"a '{kind}' entry cannot have hidden constants ({hidden[0]})")

@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 
 import sympy as sp
 
-from ..engine.functions import Cases, GridMin, kl, kl_inv
+from ..engine.functions import Cases, GridMin, kl, kl_inv, var_ratio_div
 from ..errors import FormulaError, one_line
 
 MAX_EXPRESSION_CHARS = 20_000
@@ -54,6 +54,7 @@ FUNCTIONS: dict[str, tuple[Callable[..., sp.Basic], tuple[int, ...]]] = {
     "floor": (sp.floor, (1,)),
     "kl_inv": (kl_inv, (2,)),
     "kl": (kl, (2,)),
+    "var_ratio_div": (var_ratio_div, (2,)),
 }
 REDUCTIONS = {"Sum": sp.Sum, "Product": sp.Product}
 CONSTANTS = {"pi": sp.pi, "E": sp.E}

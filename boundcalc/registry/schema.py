@@ -11,6 +11,16 @@ import numpy as np
 import sympy as sp
 
 KINDS = ("certified", "conditional", "rate", "proxy")
+"""What an entry's number promises.
+
+- ``certified``: every constant known; under the listed assumptions a valid upper bound with
+  probability ≥ 1 − δ.
+- ``conditional``: an upper bound only if its named ``conditions`` hold, which boundcalc cannot
+  check and the source does not establish (a dropped remainder of unknown sign, an informal
+  step, an unverified transcription). Never called certified, never compared with 1.
+- ``rate``: O(·) with its hidden constant as an explicit symbol.
+- ``proxy``: a complexity measure, not a bound.
+"""
 OUTPUTS = ("risk", "divergence", "count", "probability", "loss")
 """What an entry's value is. Only a ``risk`` (a loss in [0, 1]) is compared with 1 (vacuity)."""
 ROLES = ("measured", "data_size", "confidence", "hidden_constant", "constant", "free", "size")
@@ -221,6 +231,7 @@ class Entry:
     notes: list[str] = field(default_factory=list)
     estimated_inputs_ok: tuple[str, ...] = ()
     output: str = "risk"
+    conditions: list[str] = field(default_factory=list)  # kind 'conditional' only
 
     def required_stats(self) -> list[str]:
         """Stats-file paths this entry binds to (``matrix.QK.spectral``, ``scalars.n``, ...)."""
@@ -231,5 +242,5 @@ class Entry:
         return {
             "id": self.id, "title": self.title, "family": self.family, "kind": self.kind,
             "source": self.source, "provenance": self.provenance, "variant": self.variant,
-            "output": self.output, "file": self.file,
+            "output": self.output, "file": self.file, "conditions": list(self.conditions),
         }

@@ -551,8 +551,8 @@ _COST_RULE = {
 _KIND_MEANING = {
     "certified": "every constant is known: under the listed assumptions the value is a valid "
                  "upper bound with probability ≥ 1 − δ",
-    "conditional": "valid only if a named condition that cannot be checked here holds; it is "
-                   "not a certified bound",
+    "conditional": "an upper bound only if the named condition holds, which the calculator "
+                   "cannot check and the source does not establish; it is not certified",
     "rate": "stated with O(·) in its source: the number depends on the hidden constant, which is "
             "set explicitly; it is not a guarantee",
     "proxy": "a complexity measure evaluated in its source paper, for comparing models; it is "
@@ -564,8 +564,6 @@ def honest_label(entry: Entry, result: Result | None = None) -> str:
     """How the number may be called (LaTeX text): only a certified entry is called a bound."""
     if entry.kind == "proxy":
         return "complexity proxy, not a bound"
-    if entry.kind == "conditional":
-        return "conditional on a named assumption, not a bound"
     if entry.kind == "rate":
         consts = dict(result.hidden_constants) if result is not None else {
             s.name: s.default for s in entry.symbols.values() if s.role == "hidden_constant"}
@@ -573,6 +571,11 @@ def honest_label(entry: Entry, result: Result | None = None) -> str:
         parts = ", ".join(r"$%s = %s$" % (names.get(k, symbol_latex(k)), _num(v))
                           for k, v in consts.items())
         return "rate (hidden constant%s %s)" % ("s" if len(consts) > 1 else "", parts)
+    if entry.kind == "conditional" and (result is None or not result.failed_assumptions):
+        est = "estimated (a stochastic estimate without its confidence term) and " \
+            if result is not None and result.estimated else ""
+        return tex_escape(f"{est}conditional: an upper bound only if the "
+                          f"conditions below hold")
     if result is None or result.is_bound:
         return "certified bound"
     return tex_escape(result.label)
@@ -658,6 +661,8 @@ def latex_document(entry: Entry, result: Result | None = None) -> str:
     L.append(r"\item[Family] \texttt{%s}" % esc(entry.family))
     L.append(r"\item[Kind] %s: %s." % (esc(entry.kind), esc(_KIND_MEANING.get(entry.kind, ""))))
     L.append(r"\item[Label] %s" % honest_label(entry, result))
+    for c in entry.conditions:
+        L.append(r"\item[Condition] %s" % esc(c))
     if entry.variant:
         L.append(r"\item[Variant] %s" % esc(entry.variant))
     L.append(r"\item[Source] %s" % esc(entry.source))

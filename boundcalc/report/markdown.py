@@ -44,6 +44,9 @@ def headline(result: Result) -> str:
             return (f"**Certified bound: {v}** ({vac}), holding with probability ≥ "
                     f"{1 - (result.delta or 0):g} under the listed assumptions.")
         return f"**Value: {v}**, {result.label}; it is not a certified bound."
+    if result.kind == "conditional":
+        return (f"**Conditional value: {v}**, {result.label}. It is not certified and is not "
+                f"compared with 1.")
     if result.kind == "rate":
         return f"**Rate value: {v}**, {result.label}; it is not a bound."
     return f"**Proxy value: {v}**, {result.label}."
@@ -56,6 +59,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
     x = r.extra
     lines = [f"# {r.id}: {r.title}", "", headline(r), ""]
     lines += [f"- kind: `{r.kind}`" + (f", variant: {r.variant}" if r.variant else ""),
+              *[f"- condition: {c}" for c in r.conditions],
               f"- source: {r.source}", f"- provenance: {r.provenance}",
               f"- method: {r.method}",
               f"- certified optimum: {fmt(x.get('certified_optimum'))}"

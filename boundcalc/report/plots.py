@@ -35,6 +35,8 @@ def value_word(result: Result) -> str:
         return f"certified {output}" if result.is_bound else f"{output} (estimated)"
     if result.kind == "certified":
         return "certified bound" if result.is_bound else "value (estimated, not certified)"
+    if result.kind == "conditional":
+        return "conditional value (only under its condition)"
     if result.kind == "rate":
         return "rate value (hidden constant set by you)"
     return "proxy value (not a bound)"

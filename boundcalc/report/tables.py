@@ -19,8 +19,8 @@ KIND_STYLE = {"certified": "bold green", "conditional": "bold magenta", "rate": 
 KIND_MEANING = {
     "certified": "every constant known: under the listed assumptions a valid upper bound with "
                  "probability ≥ 1 − δ",
-    "conditional": "valid only if a named condition that cannot be checked here holds; not a "
-                   "bound",
+    "conditional": "not a bound unless its named condition holds, which boundcalc cannot "
+                   "check; never compared with 1",
     "rate": "stated with O(·): the number depends on the hidden constant you set; not a bound",
     "proxy": "a complexity measure the paper evaluates; for comparing models, not a bound",
 }
@@ -91,8 +91,10 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
     head.add_column(overflow="fold")
     _row(head, "id", entry.id)
     _row(head, "title", entry.title)
-    _row(head, "kind", Text(f"{entry.kind}: {KIND_MEANING.get(entry.kind, '')}",
-                              style=KIND_STYLE.get(entry.kind, "bold")))
+    _row(head, "kind", Text(f"{entry.kind}: {KIND_MEANING[entry.kind]}",
+                              style=KIND_STYLE[entry.kind]))
+    for c in entry.conditions:
+        _row(head, "condition", Text(c, style=KIND_STYLE["conditional"]))
     _row(head, "family", entry.family)
     if entry.variant:
         _row(head, "variant", entry.variant)
@@ -156,7 +158,16 @@ def result_panel(result: Result) -> Group:
     head.add_column(style="bold")
     head.add_column()
     _row(head, "value", Text(result.value_text(8), style=style))
-    _row(head, "label", Text(result.label, style=style))
+    label = result.label
+    if result.conditions and " only if " in label:  # the conditions follow, one per row
+        label = label.split(" only if ")[0] + " only if the conditions below hold"
+    _row(head, "label", Text(label, style=style))
+    for c in result.conditions:
+        _row(head, "condition", Text(c, style=KIND_STYLE["conditional"]))
+    interval = result.extra.get("interval")
+    if interval:
+        _row(head, "interval", f"[{fmt(interval['lower'], 17)}, {fmt(interval['upper'], 17)}] "
+                               f"(outward-rounded; the value is its upper end)")
     if result.vacuous is not None:
         _row(head, "vacuous", "yes (≥ 1)" if result.vacuous else "no (< 1)")
     if result.delta is not None:
