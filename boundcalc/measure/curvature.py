@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy import stats as sps
 
 from ..errors import BoundcalcError, DomainError
 from ..stats import Quantity, Stats
@@ -84,6 +83,8 @@ def t_interval(samples: np.ndarray, confidence: float) -> tuple[float, float, tu
     k = samples.size
     mean = float(samples.mean())
     stderr = float(samples.std(ddof=1) / math.sqrt(k))
+    from scipy import stats as sps  # deferred: scipy.stats costs ~1 s of `measure`'s start
+
     half = float(sps.t.ppf((1 + confidence) / 2, k - 1)) * stderr
     return mean, stderr, (mean - half, mean + half)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import BoundcalcError, FormulaError
-from .loader import load_file
+from .cache import load_file_cached
 from .schema import Entry
 
 
@@ -101,7 +101,7 @@ def load_registry(paths: Iterable[str | Path] | None = None) -> Registry:
         return cached
     reg = Registry()
     for f in files:
-        for entry in load_file(f):
+        for entry in load_file_cached(f):
             reg.add(entry)
     _CACHE.clear()  # keep only the latest registry
     _CACHE[key] = reg
