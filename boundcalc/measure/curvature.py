@@ -38,6 +38,7 @@ class HessianTrace:
     total: Quantity
     groups: dict[str, Quantity] = field(default_factory=dict)
     samples: np.ndarray | None = None
+    hvps: int | None = None  # Hessian-vector products spent
 
 
 @dataclass
@@ -170,7 +171,7 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Closure, *, n_probes: int 
         return Quantity(mean, estimated=True, stderr=se, ci=ci, confidence=confidence,
                         method=method)
 
-    out = HessianTrace(quantity(total_samples), samples=total_samples)
+    out = HessianTrace(quantity(total_samples), samples=total_samples, hvps=n_probes)
     if group_of is not None:
         out.groups = {g: quantity(per_group[i]) for i, g in enumerate(order)}
     return out
