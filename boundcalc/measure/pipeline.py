@@ -21,6 +21,7 @@ from .data import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_data,
 from .device import DTYPE, device_name, resolve_device
 from .io import TensorSource, open_source
 from .spectra import matrix_stats, product_stats, schatten_grid, svdvals
+from .threads import blas_threads, layer_workers
 
 Progress = Callable[[int, int, str], None]
 # Raw types, then the spectrum-adaptive ones; order of matrices within a layer in the output.
@@ -171,8 +172,10 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
     report, stop = (_rich_progress() if progress is True
                     else (progress or (lambda *a: None), lambda: None))
     try:
-        matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report, total,
-                                            per_layer)
+        workers = layer_workers(lmap.hidden, dev)
+        with blas_threads(1 if workers > 1 else None):
+            matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report,
+                                                total, per_layer, workers)
     finally:
         stop()
     scalars: dict[str, Quantity] = {
@@ -214,9 +217,18 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
 
 def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: torch.device,
           raw: bool, grid: Sequence[float] | None, report: Progress, total: int,
-          per_layer: int) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
-                                   torch.Tensor | None]:
-    """One pass over the tensors, a layer at a time; returns matrices and group sums."""
+          per_layer: int, workers: int = 1) -> tuple[list[MatrixStats],
+                                                     dict[str, dict[str, float]],
+                                                     torch.Tensor | None]:
+    """One pass over the tensors, a layer at a time; returns matrices and group sums.
+
+    Tensors are read here, in order; with ``workers`` > 1 each layer's statistics are computed
+    in a thread pool while the next layer is read (at most ``workers`` + 1 layers in memory).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    pending: list = []
     names = lmap.group_names()
     groups: dict[str, dict[str, float]] = {"n_params": dict.fromkeys(names, 0.0),
                                            "norm_sq": dict.fromkeys(names, 0.0)}
@@ -241,9 +253,9 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
             t0 = init.get(e.name) if init is not None else None
             _accumulate(groups, e, t, t0)
             if e.role in MATRIX_ROLES:
-                cache[e.name] = t.to(device=dev, dtype=DTYPE)
+                cache[e.name] = _own(t, dev)
                 if t0 is not None:
-                    cache0[e.name] = t0.to(device=dev, dtype=DTYPE)
+                    cache0[e.name] = _own(t0, dev)
             if e.name == lmap.token_embedding:
                 token_emb = t
         if layer is None:
@@ -252,15 +264,32 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
         W = {r: _oriented(src, e, cache, dev) for r, e in ents.items()}
         W0 = ({r: _oriented(init, e, cache0, dev) for r, e in ents.items()}
               if init is not None else None)
-        matrices += _layer_matrices(lmap, layer, W, W0, raw, grid)
+        if pool is None:
+            matrices += _layer_matrices(lmap, layer, W, W0, raw, grid)
+        else:
+            pending.append(pool.submit(_layer_matrices, lmap, layer, W, W0, raw, grid))
+            while len(pending) > workers:
+                matrices += pending.pop(0).result()
         done += per_layer
         # Drop the memory maps of the shards read so far (they reopen lazily): mapped pages
         # count in the resident set, which otherwise grows to the checkpoint's size.
         src.close()
         if init is not None:
             init.close()
+    try:
+        for fut in pending:
+            matrices += fut.result()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     report(total, total, "done")
     return matrices, groups, token_emb
+
+
+def _own(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """``t`` as float64 on ``dev``, never sharing memory with a file map closed later."""
+    out = t.to(device=dev, dtype=DTYPE)
+    return out.clone() if out.data_ptr() == t.data_ptr() else out
 
 
 def _accumulate(groups: dict[str, dict[str, float]], e: Entry, t: torch.Tensor,
