@@ -115,8 +115,8 @@ def _measure_vs_ww(reps: int, busy: bool) -> Record:
         try:
             if ctx:
                 ctx.__enter__()
-            _run(ours, env)  # warm the page cache for both (untimed)
-            _run(theirs, env)
+            _run(ours, env)  # untimed: warms the page cache (same file for both) and the
+            # imports' bytecode caches
             for i in range(reps):
                 order = (("boundcalc", ours), ("weightwatcher", theirs))
                 for name, cmd in (order if i % 2 == 0 else order[::-1]):
