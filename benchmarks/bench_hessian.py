@@ -140,6 +140,10 @@ def run(quick: bool, device: str) -> list[Record]:
         return [Record("hessian_trace_vs_pyhessian", "Hutchinson trace vs PyHessian",
                        ">= 2x faster", None, None, "pyhessian", None, None, device,
                        details={"error": f"pyhessian not importable: {exc}"[:300]})]
+    import os
+
+    if os.environ.get("BENCH_HUTCHPP_ONLY"):  # the Hutch++ comparison alone (issue 15 reruns)
+        return hutchpp_records(quick, device)
     # compute-bound: the per-probe work is a double backward over 128 × 16 tokens
     out = [_one(quick, device, 128, "hessian_trace_vs_pyhessian", 2.0)]
     # overhead-bound (tiny batch): where batching probes can pay off on a CPU

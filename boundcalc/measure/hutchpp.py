@@ -126,9 +126,12 @@ def hutchpp_trace(model: torch.nn.Module, loss_fn: Closure, *, sketch: int = 20,
     exact = float((Q.T * hvp(Q.T)).sum())
 
     def residual(n: int) -> np.ndarray:
-        G = _rademacher_rows(n, hvp.dim, hvp.device, gen)
-        G = G - (G @ Q) @ Q.T
-        return (G * hvp(G)).sum(1).cpu().numpy()
+        out = []
+        for lo in range(0, n, batch_size):  # a batch at a time: n × dim would not fit
+            G = _rademacher_rows(min(batch_size, n - lo), hvp.dim, hvp.device, gen)
+            G = G - (G @ Q) @ Q.T
+            out.append((G * hvp(G)).sum(1).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros(0)
 
     from scipy import stats as sps
 
