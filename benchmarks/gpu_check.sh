@@ -4,9 +4,10 @@
 # 1. installs missing requirements from wheels in .whl/ when that folder exists (no network);
 # 2. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
 #    sums; Hutchinson and Hutch++ with fixed seeds), card recorded;
-# 3. the GPU-relevant part of benchmarks/run (spectra and Hessian groups, --quick, CPU and CUDA)
+# 3. the GPU-relevant part of benchmarks/run (spectra, then Hessian group; --quick; CPU and CUDA)
 #    with whatever time is left of a ~5.5 minute budget.
-# At most 6 files come back: gpu_check.json/.md, latest.json/.md, log.txt, pip.txt.
+# At most 8 files come back: gpu_check.json/.md, bench_spectra/ and bench_hessian/ latest.json/.md,
+# log.txt, pip.txt.
 # Exit status 0 when the CUDA/CPU comparisons passed (or were skipped without a GPU).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -45,16 +46,21 @@ timeout 150 "$py" "$here/gpu_check.py" --out "$out"
 rc=$?
 [ $rc -eq 124 ] && echo "gpu_check.py: timed out after 150 s"
 
-left=$(( budget - ($(date +%s) - start) ))
-if [ $left -gt 60 ]; then
-  echo "benchmarks (spectra, hessian; --quick; CPU and CUDA) with ${left}s left"
-  ( export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-    unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-    timeout "$left" "$py" "$here/main.py" --quick --only spectra,hessian --device auto --out "$out" )
-  [ $? -eq 124 ] && echo "benchmarks: stopped at the time budget (partial results only in log.txt)"
-else
-  echo "benchmarks skipped: only ${left}s left"
-fi
-rm -f "$out/scaling.png"
+# benchmark groups one at a time, each writing its own latest.json/.md (a group stopped at the
+# budget writes nothing, the other keeps its results)
+for group in spectra hessian; do
+  left=$(( budget - ($(date +%s) - start) ))
+  [ "$group" = spectra ] && left=$(( left / 2 ))
+  if [ $left -gt 45 ]; then
+    echo "benchmarks: $group (--quick; CPU and CUDA) with ${left}s"
+    ( export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+      unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+      timeout "$left" "$py" "$here/main.py" --quick --only "$group" --device auto --out "$out/bench_$group" )
+    [ $? -eq 124 ] && echo "benchmarks: $group stopped at its time budget (see log.txt)"
+  else
+    echo "benchmarks: $group skipped, only ${left}s left"
+  fi
+done
+rm -f "$out"/bench_*/scaling.png
 echo "gpu_check: done in $(( $(date +%s) - start ))s; files: $(ls "$out" | tr '\n' ' ')"
 exit $rc
