@@ -28,7 +28,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import common  # noqa: E402
 from common import Record, fmt_s, loadavg, machine_facts  # noqa: E402
 
-GROUPS = ("spectra", "optimize", "hessian", "memory")
+GROUPS = ("process", "spectra", "optimize", "hessian", "memory")
 
 
 def _limit_threads(n: int) -> Any:
@@ -45,6 +45,9 @@ def _limit_threads(n: int) -> Any:
 
 def _run_group(name: str, quick: bool, device: str, out_dir: str, tmp: str | None
                ) -> list[Record]:
+    if name == "process":
+        import bench_process as m
+        return m.run(quick)
     if name == "spectra":
         import bench_spectra as m
         return m.run(quick, device)
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for dev in devices:
         common.PRIMARY = "cpu" if dev == "cpu" and args.threads == 1 else "wall"
         for g in groups:
-            if dev == "cuda" and g not in ("spectra", "hessian"):
+            if dev == "cuda" and g not in ("spectra", "hessian"):  # process: CPU, whole commands
                 continue  # optimisation is numpy-only; RSS is a host-memory figure
             print(f"[{time.strftime('%H:%M:%S')}] {g} on {dev} ...", flush=True)
             before = loadavg()

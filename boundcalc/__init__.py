@@ -11,12 +11,44 @@ Python API::
 
 __version__ = "0.1.0"
 
-from .api import compute, prepare  # noqa: E402
-from .bind import bind  # noqa: E402
-from .errors import BoundcalcError  # noqa: E402
-from .evaluation import Prepared, Result, evaluate  # noqa: E402
-from .registry import Entry, Registry, load_registry  # noqa: E402
-from .stats import Stats, load_stats  # noqa: E402
+# Deferred (PEP 562): ``import boundcalc`` and the CLI's ``--help`` do not pay for SymPy.
+_EXPORTS = {"compute": "api", "prepare": "api", "bind": "bind", "BoundcalcError": "errors",
+            "Prepared": "evaluation", "Result": "evaluation", "evaluate": "evaluation",
+            "Entry": "registry", "Registry": "registry", "load_registry": "registry",
+            "Stats": "stats", "load_stats": "stats"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+def _keep_bind_function() -> None:
+    """``boundcalc.bind`` is the function, as it was with eager imports: importing the submodule
+    of the same name later must not replace it with the module."""
+    import sys
+    import types
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name: str, value: object) -> None:
+            if name == "bind" and isinstance(value, types.ModuleType):
+                value = value.bind  # type: ignore[attr-defined]
+            super().__setattr__(name, value)
+
+    sys.modules[__name__].__class__ = _Package
+
+
+_keep_bind_function()
+
 
 __all__ = ["bind", "compute", "prepare", "BoundcalcError", "Entry", "Prepared", "Registry", "Result", "Stats", "__version__",
            "evaluate", "load_registry", "load_stats"]

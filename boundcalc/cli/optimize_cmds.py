@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
 import typer
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..bind import bind
+from .._lazy import lazy_function, lazy_module
 from ..errors import BoundcalcError
-from ..evaluation import Result
-from ..report.tables import fmt
+
+if TYPE_CHECKING:
+    from ..evaluation import Result
+
+np = lazy_module("numpy")  # deferred: `--help` and other commands need neither numpy nor SymPy
+bind = lazy_function("boundcalc.bind", "bind")
+fmt = lazy_function("boundcalc.report.tables", "fmt")
 from .app import app, console, emit_json, fail, guarded, registry
 from .progress import Stages, require_paths
 from .sets import SET_HELP, STATS_HELP, parse_sets

@@ -7,8 +7,13 @@ from typing import Optional
 
 import typer
 
+from .._lazy import lazy_function
 from ..errors import BoundcalcError
-from ..report.tables import entries_table, entry_panel, print_result
+
+# deferred: report.tables pulls numpy and SymPy, which `--help` does not need
+entries_table = lazy_function("boundcalc.report.tables", "entries_table")
+entry_panel = lazy_function("boundcalc.report.tables", "entry_panel")
+print_result = lazy_function("boundcalc.report.tables", "print_result")
 from .app import app, console, emit_json, guarded, registry
 from .sets import SET_HELP, STATS_HELP, parse_sets
 

@@ -17,6 +17,7 @@ from .architectures import LayerMap, build_layer_map, format_layer_map
 from .curvature import (GibbsRisk, HessianTrace, attach_hessian_trace, hutchinson_trace,
                         monte_carlo_gibbs_risk, param_groups, perturbed)
 from .data import DataSample, load_data
+from .hutchpp import hutchpp_trace
 from .io import TensorSource, open_source
 from .pipeline import measure
 from .spectra import core_singular_values, numerical_rank, schatten_grid, schatten_sum
@@ -24,7 +25,7 @@ from .subgaussian import subgaussian_constant
 
 __all__ = [
     "DataSample", "GibbsRisk", "HessianTrace", "LayerMap", "TensorSource", "attach_hessian_trace",
-    "build_layer_map", "core_singular_values", "format_layer_map", "hutchinson_trace",
+    "build_layer_map", "core_singular_values", "format_layer_map", "hutchinson_trace", "hutchpp_trace",
     "load_data", "measure", "monte_carlo_gibbs_risk", "numerical_rank", "open_source",
     "param_groups", "perturbed", "schatten_grid", "schatten_sum", "subgaussian_constant",
 ]

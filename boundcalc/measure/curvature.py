@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from scipy import stats as sps
 
 from ..errors import BoundcalcError, DomainError
 from ..stats import Quantity, Stats
@@ -39,6 +38,7 @@ class HessianTrace:
     total: Quantity
     groups: dict[str, Quantity] = field(default_factory=dict)
     samples: np.ndarray | None = None
+    hvps: int | None = None  # Hessian-vector products spent
 
 
 @dataclass
@@ -84,6 +84,8 @@ def t_interval(samples: np.ndarray, confidence: float) -> tuple[float, float, tu
     k = samples.size
     mean = float(samples.mean())
     stderr = float(samples.std(ddof=1) / math.sqrt(k))
+    from scipy import stats as sps  # deferred: scipy.stats costs ~1 s of `measure`'s start
+
     half = float(sps.t.ppf((1 + confidence) / 2, k - 1)) * stderr
     return mean, stderr, (mean - half, mean + half)
 
@@ -169,7 +171,7 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Closure, *, n_probes: int 
         return Quantity(mean, estimated=True, stderr=se, ci=ci, confidence=confidence,
                         method=method)
 
-    out = HessianTrace(quantity(total_samples), samples=total_samples)
+    out = HessianTrace(quantity(total_samples), samples=total_samples, hvps=n_probes)
     if group_of is not None:
         out.groups = {g: quantity(per_group[i]) for i, g in enumerate(order)}
     return out

@@ -21,6 +21,7 @@ from .data import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_data,
 from .device import DTYPE, device_name, resolve_device
 from .io import TensorSource, open_source
 from .spectra import matrix_stats, product_stats, schatten_grid, svdvals
+from .threads import blas_threads, layer_workers
 
 Progress = Callable[[int, int, str], None]
 # Raw types, then the spectrum-adaptive ones; order of matrices within a layer in the output.
@@ -174,8 +175,10 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
     report, stop = (_rich_progress() if progress is True
                     else (progress or (lambda *a: None), lambda: None))
     try:
-        matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report, total,
-                                            per_layer, layer_matrices or {})
+        workers = layer_workers(lmap.hidden, dev)
+        with blas_threads(1 if workers > 1 else None):
+            matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report,
+                                                total, per_layer, layer_matrices or {}, workers)
     finally:
         stop()
     scalars: dict[str, Quantity] = {
@@ -217,9 +220,19 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
 
 def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: torch.device,
           raw: bool, grid: Sequence[float] | None, report: Progress, total: int,
-          per_layer: int, given: Mapping[int, list[MatrixStats]]) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
-                                   torch.Tensor | None]:
-    """One pass over the tensors, a layer at a time; returns matrices and group sums."""
+          per_layer: int, given: Mapping[int, list[MatrixStats]],
+          workers: int = 1) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
+                                     torch.Tensor | None]:
+    """One pass over the tensors, a layer at a time; returns matrices and group sums.
+
+    Layers in ``given`` (computed elsewhere, e.g. by a per-layer split) are taken as they are.
+    Tensors are read here, in order; with ``workers`` > 1 each layer's statistics are computed
+    in a thread pool while the next layer is read (at most ``workers`` + 1 layers in memory).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    pending: list = []
     names = lmap.group_names()
     groups: dict[str, dict[str, float]] = {"n_params": dict.fromkeys(names, 0.0),
                                            "norm_sq": dict.fromkeys(names, 0.0)}
@@ -244,36 +257,59 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
             t0 = init.get(e.name) if init is not None else None
             _accumulate(groups, e, t, t0)
             if e.role in MATRIX_ROLES and layer not in given:
-                cache[e.name] = t.to(device=dev, dtype=DTYPE)
+                cache[e.name] = _own(t, dev)
                 if t0 is not None:
-                    cache0[e.name] = t0.to(device=dev, dtype=DTYPE)
+                    cache0[e.name] = _own(t0, dev)
             if e.name == lmap.token_embedding:
                 token_emb = t
         if layer is None:
             break
         if layer in given:
-            matrices += given[layer]
-        else:
-            matrices += _layer_from_cache(src, init, lmap, layer, cache, cache0, dev, raw, grid)
+            pending.append(given[layer])
+        else:  # the inputs are read here, before the maps are closed; the work may be threaded
+            W, W0 = _layer_inputs(src, init, lmap, layer, cache, cache0, dev)
+            pending.append(_layer_matrices(lmap, layer, W, W0, raw, grid) if pool is None
+                           else pool.submit(_layer_matrices, lmap, layer, W, W0, raw, grid))
+        while len(pending) > workers:
+            matrices += _done(pending.pop(0))
         done += per_layer
         # Drop the memory maps of the shards read so far (they reopen lazily): mapped pages
         # count in the resident set, which otherwise grows to the checkpoint's size.
         src.close()
         if init is not None:
             init.close()
+    try:
+        for item in pending:
+            matrices += _done(item)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     report(total, total, "done")
     return matrices, groups, token_emb
+
+
+def _done(item: Any) -> list[MatrixStats]:
+    """A layer's matrices: computed already, or the result of a pool future."""
+    return item.result() if hasattr(item, "result") else item
+
+
+def _layer_inputs(src: TensorSource, init: TensorSource | None, lmap: LayerMap, layer: int,
+                  cache: dict[str, torch.Tensor], cache0: dict[str, torch.Tensor],
+                  dev: torch.device) -> tuple[dict[str, torch.Tensor],
+                                              dict[str, torch.Tensor] | None]:
+    ents = lmap.layer_entries(layer)
+    W = {r: _oriented(src, e, cache, dev) for r, e in ents.items()}
+    W0 = ({r: _oriented(init, e, cache0, dev) for r, e in ents.items()}
+          if init is not None else None)
+    return W, W0
 
 
 def _layer_from_cache(src: TensorSource, init: TensorSource | None, lmap: LayerMap, layer: int,
                       cache: dict[str, torch.Tensor], cache0: dict[str, torch.Tensor],
                       dev: torch.device, raw: bool,
                       grid: Sequence[float] | None) -> list[MatrixStats]:
-    ents = lmap.layer_entries(layer)
-    W = {r: _oriented(src, e, cache, dev) for r, e in ents.items()}
-    W0 = ({r: _oriented(init, e, cache0, dev) for r, e in ents.items()}
-          if init is not None else None)
-    return _layer_matrices(lmap, layer, W, W0, raw, grid)
+    return _layer_matrices(lmap, layer, *_layer_inputs(src, init, lmap, layer, cache, cache0,
+                                                       dev), raw, grid)
 
 
 def measure_layer(model_or_path: Any, layer: int, init: Any = None, device: str = "auto",
@@ -297,6 +333,12 @@ def measure_layer(model_or_path: Any, layer: int, init: Any = None, device: str 
         src.close()
         if init_src is not None:
             init_src.close()
+
+
+def _own(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """``t`` as float64 on ``dev``, never sharing memory with a file map closed later."""
+    out = t.to(device=dev, dtype=DTYPE)
+    return out.clone() if out.data_ptr() == t.data_ptr() else out
 
 
 def _accumulate(groups: dict[str, dict[str, float]], e: Entry, t: torch.Tensor,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import BoundcalcError, FormulaError
-from .loader import load_file
+from .cache import load_file_cached
 from .schema import Entry
 
 
@@ -142,7 +142,7 @@ def load_registry(paths: Iterable[str | Path] | None = None, *,
         if f.resolve() in seen:  # the same file named twice (a folder given twice, say)
             continue
         seen.add(f.resolve())
-        for entry in load_file(f):
+        for entry in load_file_cached(f):
             if replace and entry.id in reg:
                 reg.replace(entry)
             else:
