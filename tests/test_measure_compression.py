@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 import boundcalc as bc
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, StatsError
-from boundcalc.measure.compression import (check_compression_scalars, code_length, compress,
-                                           parse_levels, quantize)
+from boundcalc.measure.compression import (ALPHA_GRID, check_compression_scalars, code_length,
+                                           compress, parse_levels, quantize)
 from boundcalc.stats import Quantity, Stats
 
 REG = bc.load_registry()
@@ -144,10 +144,19 @@ def test_compressed_stats_bind_to_the_occam_entry(digits_mlp, tmp_path):
     # hand-setting the risk next to a measured code length is refused
     with pytest.raises(BoundcalcError, match="set by hand"):
         bc.compute("occam_kl", stats=str(path), values={"emp_risk": 0.0})
-    # a smoothed-loss entry at the recorded α
-    r2 = bc.compute("occam_smoothed_nll_kl", stats=str(path),
-                    params={"alpha": res.alpha})
-    assert r2.terms["smoothed_nll"] == pytest.approx(res.smoothed[res.alpha])
+    # smoothed-loss entries: α chosen among the α where the loss was measured, each point with
+    # its own loss, ln 8 paid; the values equal the Hoeffding form computed here
+    assert "quantized_smoothed_nll" not in res.scalars()  # no loss at one stored α
+    budget = math.sqrt((res.code.total * math.log(2) + math.log(8 / 0.05)) / (2 * 600))
+    hand = {a: res.smoothed[a] + math.log2(1 + (1 - a) * 10 / a) * budget for a in res.smoothed}
+    r2 = bc.compute("occam_smoothed_nll", stats=str(path))
+    assert r2.value == pytest.approx(min(hand.values()), rel=1e-12)
+    a = r2.parameters["alpha"]
+    assert hand[a] == min(hand.values()) and r2.terms["smoothed_nll"] == res.smoothed[a]
+    assert r2.union_bound_cost["alpha"] == pytest.approx(math.log(8)) and r2.is_bound
+    r3 = bc.compute("occam_smoothed_nll", stats=str(path), params={"alpha": 0.25})
+    assert r3.terms["smoothed_nll"] == res.smoothed[0.25]
+    assert r3.value == pytest.approx(hand[0.25], rel=1e-12)
 
 
 def test_code_length_without_matching_risk_is_refused(digits_mlp):
@@ -225,6 +234,28 @@ def test_cli_measure_compress_on_a_tiny_hf_classifier(tmp_path):
     assert sc["quant_levels"]["value"] in (4, 16)
     assert sc["n"]["value"] == 30 and sc["vocab_size"]["value"] == 3
     assert "compression" in data["provenance"]
+    # the smoothed loss over the α grid, tied to the same quantized model as code_bits
+    curve = data["curves"]["quantized_smoothed_nll"]
+    assert curve["param"] == "alpha" and curve["at"] == sorted(ALPHA_GRID)
+    assert curve["note"] == sc["code_bits"]["note"]
+    assert "quantized_smoothed_nll" not in sc and "smoothing_alpha" not in sc
+    # evaluate at a given α: the loss measured at that α, and no other
+    res = runner.invoke(app, ["evaluate", "occam_smoothed_nll", "--stats", str(out),
+                              "--set", "alpha=0.05", "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    nll = curve["value"][curve["at"].index(0.05)]
+    want = nll + math.log2(1 + 0.95 * 3 / 0.05) * math.sqrt(
+        (sc["code_bits"]["value"] * math.log(2) + math.log(8 / 0.05)) / 60)
+    assert got["value"] == pytest.approx(want, rel=1e-12)
+    assert got["parameters"]["alpha"] == 0.05
+    curve["at"] = [0.01, 0.1]  # a file measured at two α only: α = 0.05 is refused
+    curve["value"] = curve["value"][3:4] + curve["value"][5:6]
+    out.write_text(json.dumps(data))
+    res = runner.invoke(app, ["evaluate", "occam_smoothed_nll_kl", "--stats", str(out),
+                              "--set", "alpha=0.05"])
+    assert res.exit_code != 0 and "not a point where" in res.output
+    assert len(res.output.strip().splitlines()) == 1
     # without --data: one line, non-zero exit
     res = runner.invoke(app, ["measure", str(tmp_path / "m"), "--compress", "all",
                               "-o", str(tmp_path / "x.json")])
