@@ -277,3 +277,99 @@ def test_cli_bad_compress_options_are_one_line(tmp_path, opts, msg):
     assert res.exit_code != 0
     assert len(res.output.strip().splitlines()) == 1, res.output
     assert msg in res.output
+
+
+# ---- the data side of `measure --data`: text tables, tokenized by the checkpoint's tokenizer --
+
+def _decoded_state(model: torch.nn.Module, levels: int) -> dict[str, torch.Tensor]:
+    """All float tensors, uniform levels between min and max, float16 codebook, nearest level:
+    written here from the description, not with the module's quantizer."""
+    sd = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+    names = sorted(sd)
+    vec = torch.cat([sd[k].double().reshape(-1) for k in names])
+    cb = torch.linspace(float(vec.min()), float(vec.max()), levels).half().double()
+    dec = cb[torch.bucketize(vec, (cb[1:] + cb[:-1]) / 2)]
+    out, pos = {}, 0
+    for k in names:
+        out[k] = dec[pos:pos + sd[k].numel()].reshape(sd[k].shape).to(sd[k].dtype)
+        pos += sd[k].numel()
+    return out
+
+
+@pytest.fixture(scope="module")
+def text_data(tmp_path_factory):
+    import pandas as pd
+    from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification,
+                              GPT2Config, GPT2LMHeadModel)
+
+    from tests._measure_helpers import minilm_path
+
+    out = tmp_path_factory.mktemp("ctext")
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=32, num_labels=3,
+                     max_position_embeddings=64)
+    BertForSequenceClassification(cfg).save_pretrained(out / "cls")
+    tok.save_pretrained(out / "cls")
+    gcfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=16, n_layer=1, n_head=2, n_positions=64)
+    GPT2LMHeadModel(gcfg).save_pretrained(out / "lm")
+    tok.save_pretrained(out / "lm")
+    texts = ["the cat sat on the mat", "a dog", "boundcalc measures bounds", "hello world",
+             "one more line of text here", "short"]
+    pd.DataFrame({"sentence": texts, "label": [0, 1, 2, 1, 0, 2]}).to_csv(out / "d.csv",
+                                                                          index=False)
+    return out, texts, [0, 1, 2, 1, 0, 2]
+
+
+def _measure_compress(model, data, out):
+    res = runner.invoke(app, ["measure", str(model), "--data", str(data), "--text-column",
+                              "sentence", "--compress", "all", "--levels", "16", "--draws", "0",
+                              "--hessian-probes", "0", "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output[-1500:]
+    return json.loads(out.read_text())
+
+
+def test_compress_on_a_csv_classifier_matches_a_direct_pass(text_data, tmp_path):
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    out, texts, labels = text_data
+    data = _measure_compress(out / "cls", out / "d.csv", tmp_path / "s.json")
+    sc, curve = data["scalars"], data["curves"]["quantized_smoothed_nll"]
+    m = BertForSequenceClassification.from_pretrained(out / "cls").eval()
+    m.load_state_dict({**m.state_dict(), **_decoded_state(m, 16)})
+    tok = AutoTokenizer.from_pretrained(out / "cls")
+    with torch.no_grad():
+        logits = m(**tok(texts, padding=True, return_tensors="pt")).logits.double()
+    y = torch.tensor(labels)
+    assert sc["quantized_error"]["value"] == pytest.approx(
+        float((logits.argmax(1) != y).double().mean()), abs=1e-12)
+    p = torch.softmax(logits, 1)[torch.arange(6), y]
+    for a, v in zip(curve["at"], curve["value"]):
+        assert v == pytest.approx(float((-torch.log2((1 - a) * p + a / 3)).mean()), rel=1e-6)
+    assert sc["n"]["value"] == 6 and curve["note"] == sc["code_bits"]["note"]
+    r = bc.compute("occam_smoothed_nll_kl", stats=str(tmp_path / "s.json"))
+    assert r.is_bound and r.parameters["alpha"] in ALPHA_GRID
+
+
+def test_compress_on_csv_text_for_a_causal_lm_averages_each_document(text_data, tmp_path):
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    out, texts, _ = text_data
+    data = _measure_compress(out / "lm", out / "d.csv", tmp_path / "s.json")
+    curve = data["curves"]["quantized_smoothed_nll"]
+    m = GPT2LMHeadModel.from_pretrained(out / "lm").eval()
+    m.load_state_dict({**m.state_dict(), **_decoded_state(m, 16)})
+    tok = AutoTokenizer.from_pretrained(out / "lm")
+    V = m.config.vocab_size
+    per_doc = {a: [] for a in curve["at"]}
+    for t in texts:  # one document at a time, no padding
+        ids = tok(t, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            p = torch.softmax(m(input_ids=ids).logits[0, :-1].double(), -1)
+        p = p.gather(1, ids[0, 1:, None]).squeeze(1)
+        for a in per_doc:
+            per_doc[a].append(float((-torch.log2((1 - a) * p + a / V)).mean()))
+    for a, v in zip(curve["at"], curve["value"]):
+        assert v == pytest.approx(np.mean(per_doc[a]), rel=1e-6)
+    assert data["scalars"]["vocab_size"]["value"] == V
