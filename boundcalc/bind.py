@@ -176,7 +176,7 @@ def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None
             continue
         out.missing.append(name)
     if stats is not None:
-        check_compression_binding(entry, out.sources, stats.scalars)
+        check_compression_binding(entry, out.sources, stats.scalars, stats.curves)
     if strict and out.missing:
         raise MissingValueError(f"entry '{entry.id}': " + missing_message(entry, out.missing))
     return out

@@ -120,6 +120,7 @@ class Curve:
     estimated: bool = False
     n_samples: int | None = None
     method: str | None = None
+    note: str | None = None  # e.g. the quantized model a compression curve was measured on
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"param": self.param, "at": [float(x) for x in self.at],
@@ -128,7 +129,7 @@ class Curve:
             out["ci"] = [[float(a), float(b)] for a, b in self.ci]
         if self.estimated:
             out["estimated"] = True
-        for key in ("confidence", "n_samples", "method"):
+        for key in ("confidence", "n_samples", "method", "note"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -342,7 +343,8 @@ def _curve(obj: Any, what: str) -> Curve:
         raise StatsError(f"{what}.n_samples: expected a positive integer")
     return Curve(param=param, at=at_arr, value=val_arr, ci=ci_arr, confidence=conf,
                  estimated=estimated, n_samples=n_samples,
-                 method=_opt_str(obj.get("method"), f"{what}.method"))
+                 method=_opt_str(obj.get("method"), f"{what}.method"),
+                 note=_opt_str(obj.get("note"), f"{what}.note"))
 
 
 def stats_from_json(data: Any, source: str = "<stats>") -> Stats:

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 import boundcalc as bc
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, StatsError
-from boundcalc.measure.compression import (check_compression_scalars, code_length, compress,
-                                           parse_levels, quantize)
+from boundcalc.measure.compression import (ALPHA_GRID, check_compression_scalars, code_length,
+                                           compress, parse_levels, quantize)
 from boundcalc.stats import Quantity, Stats
 
 REG = bc.load_registry()
@@ -144,10 +144,19 @@ def test_compressed_stats_bind_to_the_occam_entry(digits_mlp, tmp_path):
     # hand-setting the risk next to a measured code length is refused
     with pytest.raises(BoundcalcError, match="set by hand"):
         bc.compute("occam_kl", stats=str(path), values={"emp_risk": 0.0})
-    # a smoothed-loss entry at the recorded α
-    r2 = bc.compute("occam_smoothed_nll_kl", stats=str(path),
-                    params={"alpha": res.alpha})
-    assert r2.terms["smoothed_nll"] == pytest.approx(res.smoothed[res.alpha])
+    # smoothed-loss entries: α chosen among the α where the loss was measured, each point with
+    # its own loss, ln 8 paid; the values equal the Hoeffding form computed here
+    assert "quantized_smoothed_nll" not in res.scalars()  # no loss at one stored α
+    budget = math.sqrt((res.code.total * math.log(2) + math.log(8 / 0.05)) / (2 * 600))
+    hand = {a: res.smoothed[a] + math.log2(1 + (1 - a) * 10 / a) * budget for a in res.smoothed}
+    r2 = bc.compute("occam_smoothed_nll", stats=str(path))
+    assert r2.value == pytest.approx(min(hand.values()), rel=1e-12)
+    a = r2.parameters["alpha"]
+    assert hand[a] == min(hand.values()) and r2.terms["smoothed_nll"] == res.smoothed[a]
+    assert r2.union_bound_cost["alpha"] == pytest.approx(math.log(8)) and r2.is_bound
+    r3 = bc.compute("occam_smoothed_nll", stats=str(path), params={"alpha": 0.25})
+    assert r3.terms["smoothed_nll"] == res.smoothed[0.25]
+    assert r3.value == pytest.approx(hand[0.25], rel=1e-12)
 
 
 def test_code_length_without_matching_risk_is_refused(digits_mlp):
@@ -225,6 +234,28 @@ def test_cli_measure_compress_on_a_tiny_hf_classifier(tmp_path):
     assert sc["quant_levels"]["value"] in (4, 16)
     assert sc["n"]["value"] == 30 and sc["vocab_size"]["value"] == 3
     assert "compression" in data["provenance"]
+    # the smoothed loss over the α grid, tied to the same quantized model as code_bits
+    curve = data["curves"]["quantized_smoothed_nll"]
+    assert curve["param"] == "alpha" and curve["at"] == sorted(ALPHA_GRID)
+    assert curve["note"] == sc["code_bits"]["note"]
+    assert "quantized_smoothed_nll" not in sc and "smoothing_alpha" not in sc
+    # evaluate at a given α: the loss measured at that α, and no other
+    res = runner.invoke(app, ["evaluate", "occam_smoothed_nll", "--stats", str(out),
+                              "--set", "alpha=0.05", "--json"])
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    nll = curve["value"][curve["at"].index(0.05)]
+    want = nll + math.log2(1 + 0.95 * 3 / 0.05) * math.sqrt(
+        (sc["code_bits"]["value"] * math.log(2) + math.log(8 / 0.05)) / 60)
+    assert got["value"] == pytest.approx(want, rel=1e-12)
+    assert got["parameters"]["alpha"] == 0.05
+    curve["at"] = [0.01, 0.1]  # a file measured at two α only: α = 0.05 is refused
+    curve["value"] = curve["value"][3:4] + curve["value"][5:6]
+    out.write_text(json.dumps(data))
+    res = runner.invoke(app, ["evaluate", "occam_smoothed_nll_kl", "--stats", str(out),
+                              "--set", "alpha=0.05"])
+    assert res.exit_code != 0 and "not a point where" in res.output
+    assert len(res.output.strip().splitlines()) == 1
     # without --data: one line, non-zero exit
     res = runner.invoke(app, ["measure", str(tmp_path / "m"), "--compress", "all",
                               "-o", str(tmp_path / "x.json")])
@@ -246,3 +277,99 @@ def test_cli_bad_compress_options_are_one_line(tmp_path, opts, msg):
     assert res.exit_code != 0
     assert len(res.output.strip().splitlines()) == 1, res.output
     assert msg in res.output
+
+
+# ---- the data side of `measure --data`: text tables, tokenized by the checkpoint's tokenizer --
+
+def _decoded_state(model: torch.nn.Module, levels: int) -> dict[str, torch.Tensor]:
+    """All float tensors, uniform levels between min and max, float16 codebook, nearest level:
+    written here from the description, not with the module's quantizer."""
+    sd = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+    names = sorted(sd)
+    vec = torch.cat([sd[k].double().reshape(-1) for k in names])
+    cb = torch.linspace(float(vec.min()), float(vec.max()), levels).half().double()
+    dec = cb[torch.bucketize(vec, (cb[1:] + cb[:-1]) / 2)]
+    out, pos = {}, 0
+    for k in names:
+        out[k] = dec[pos:pos + sd[k].numel()].reshape(sd[k].shape).to(sd[k].dtype)
+        pos += sd[k].numel()
+    return out
+
+
+@pytest.fixture(scope="module")
+def text_data(tmp_path_factory):
+    import pandas as pd
+    from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification,
+                              GPT2Config, GPT2LMHeadModel)
+
+    from tests._measure_helpers import minilm_path
+
+    out = tmp_path_factory.mktemp("ctext")
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=32, num_labels=3,
+                     max_position_embeddings=64)
+    BertForSequenceClassification(cfg).save_pretrained(out / "cls")
+    tok.save_pretrained(out / "cls")
+    gcfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=16, n_layer=1, n_head=2, n_positions=64)
+    GPT2LMHeadModel(gcfg).save_pretrained(out / "lm")
+    tok.save_pretrained(out / "lm")
+    texts = ["the cat sat on the mat", "a dog", "boundcalc measures bounds", "hello world",
+             "one more line of text here", "short"]
+    pd.DataFrame({"sentence": texts, "label": [0, 1, 2, 1, 0, 2]}).to_csv(out / "d.csv",
+                                                                          index=False)
+    return out, texts, [0, 1, 2, 1, 0, 2]
+
+
+def _measure_compress(model, data, out):
+    res = runner.invoke(app, ["measure", str(model), "--data", str(data), "--text-column",
+                              "sentence", "--compress", "all", "--levels", "16", "--draws", "0",
+                              "--hessian-probes", "0", "-o", str(out), "--json"])
+    assert res.exit_code == 0, res.output[-1500:]
+    return json.loads(out.read_text())
+
+
+def test_compress_on_a_csv_classifier_matches_a_direct_pass(text_data, tmp_path):
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    out, texts, labels = text_data
+    data = _measure_compress(out / "cls", out / "d.csv", tmp_path / "s.json")
+    sc, curve = data["scalars"], data["curves"]["quantized_smoothed_nll"]
+    m = BertForSequenceClassification.from_pretrained(out / "cls").eval()
+    m.load_state_dict({**m.state_dict(), **_decoded_state(m, 16)})
+    tok = AutoTokenizer.from_pretrained(out / "cls")
+    with torch.no_grad():
+        logits = m(**tok(texts, padding=True, return_tensors="pt")).logits.double()
+    y = torch.tensor(labels)
+    assert sc["quantized_error"]["value"] == pytest.approx(
+        float((logits.argmax(1) != y).double().mean()), abs=1e-12)
+    p = torch.softmax(logits, 1)[torch.arange(6), y]
+    for a, v in zip(curve["at"], curve["value"]):
+        assert v == pytest.approx(float((-torch.log2((1 - a) * p + a / 3)).mean()), rel=1e-6)
+    assert sc["n"]["value"] == 6 and curve["note"] == sc["code_bits"]["note"]
+    r = bc.compute("occam_smoothed_nll_kl", stats=str(tmp_path / "s.json"))
+    assert r.is_bound and r.parameters["alpha"] in ALPHA_GRID
+
+
+def test_compress_on_csv_text_for_a_causal_lm_averages_each_document(text_data, tmp_path):
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    out, texts, _ = text_data
+    data = _measure_compress(out / "lm", out / "d.csv", tmp_path / "s.json")
+    curve = data["curves"]["quantized_smoothed_nll"]
+    m = GPT2LMHeadModel.from_pretrained(out / "lm").eval()
+    m.load_state_dict({**m.state_dict(), **_decoded_state(m, 16)})
+    tok = AutoTokenizer.from_pretrained(out / "lm")
+    V = m.config.vocab_size
+    per_doc = {a: [] for a in curve["at"]}
+    for t in texts:  # one document at a time, no padding
+        ids = tok(t, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            p = torch.softmax(m(input_ids=ids).logits[0, :-1].double(), -1)
+        p = p.gather(1, ids[0, 1:, None]).squeeze(1)
+        for a in per_doc:
+            per_doc[a].append(float((-torch.log2((1 - a) * p + a / V)).mean()))
+    for a, v in zip(curve["at"], curve["value"]):
+        assert v == pytest.approx(np.mean(per_doc[a]), rel=1e-6)
+    assert data["scalars"]["vocab_size"]["value"] == V

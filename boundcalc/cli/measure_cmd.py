@@ -189,7 +189,9 @@ def measure_cmd(
             stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                             progress=progress)
         if compress is not None:
-            add_compression(stats, model, data, init, **opts)
+            add_compression(stats, model, data, init, text_column=text_column,
+                            label_column=label_column, max_length=max_length,
+                            batch_size=batch_size, **opts)
         path = stats.save(output)
         stages.done()
         if as_json:

@@ -28,6 +28,7 @@ from torch import nn
 from torch.func import functional_call
 
 from ..measure.compression import Compression, compress, quantize
+from ..stats import Quantity, Stats
 from .report import StudyReport
 
 EDELMAN_GAMMA = 1.0  # margin of the Edelman rate, fixed before any run
@@ -211,10 +212,16 @@ def compression_bounds(comp: Compression, n: int, extra_bits: float, reg) -> dic
            "float_train_error": comp.float_error, "changed": comp.changed,
            "occam_kl": _res(bc.compute("occam_kl", registry=reg, values=vals)),
            "occam_catoni": _res(bc.compute("occam_catoni", registry=reg, values=vals))}
-    nll = bc.compute("occam_smoothed_nll_kl", registry=reg, params={"alpha": comp.alpha},
-                     values={"code_bits": bits, "smoothed_nll": comp.smoothed[comp.alpha],
-                             "n": n, "V": comp.vocab})
-    out["occam_smoothed_nll_kl"] = {**_res(nll), "alpha": comp.alpha,
+    # the smoothed loss over the whole α grid, with the code length of the same quantized model
+    # (extra bits included): α is chosen among the measured points and ln 8 is paid
+    scalars = comp.scalars()
+    scalars["code_bits"] = Quantity(bits, method=scalars["code_bits"].method
+                                    + f" + {extra_bits:g} bit(s) for the parameterisation",
+                                    note=scalars["code_bits"].note)
+    scalars["n"] = Quantity(float(n))
+    nll = bc.compute("occam_smoothed_nll_kl", Stats(scalars=scalars, curves=comp.curves()),
+                     registry=reg)
+    out["occam_smoothed_nll_kl"] = {**_res(nll), "alpha": nll.parameters["alpha"],
                                     "uniform_bits": math.log2(comp.vocab)}
     return out
 

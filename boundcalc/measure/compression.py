@@ -220,6 +220,17 @@ class Risk:
     smoothed: dict[float, np.ndarray]  # α → per-unit smoothed log-loss in bits
     predictions: np.ndarray  # flat argmax predictions
     vocab: int
+    units: np.ndarray | None = None  # unit of each prediction, when units differ in length
+
+    def changed(self, ref: "Risk") -> float:
+        """Mean over units of the fraction of predictions that differ from ``ref``'s: it bounds
+        the change of the mean 0-1 error (what ``check_compression_scalars`` checks)."""
+        diff = (self.predictions != ref.predictions).astype(np.float64)
+        if self.units is None:
+            return float(diff.mean())
+        n = len(self.errors)
+        per = np.bincount(self.units, weights=diff, minlength=n)
+        return float(np.mean(per / np.maximum(np.bincount(self.units, minlength=n), 1)))
 
 
 def default_forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -279,6 +290,55 @@ def model_risk(model: torch.nn.Module, sample: DataSample, forward: Forward = de
                 np.concatenate(preds), vocab)
 
 
+def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
+                 alphas: Sequence[float] = ALPHA_GRID) -> Risk:
+    """:func:`model_risk` on the batches of ``measure --data`` (``dataset_io.read_batches``: CSV,
+    JSON Lines, Parquet, a datasets folder, tensors), with the units of the data pass
+    (``data_pass.run_pass``): one per example for a classifier; one per sequence for a language
+    model, its losses averaged over the positions that count (causal: every next token; masked:
+    the masked positions). ``tm`` is the loaded task model (its task and tokenizer); ``model``
+    is evaluated in its place (the quantized copy)."""
+    from .data_pass import _lm_targets
+
+    errs, preds, units = [], [], []
+    smooth: dict[float, list[np.ndarray]] = {float(a): [] for a in alphas}
+    vocab = 0
+    done = 0
+    model.eval()
+    with torch.no_grad():
+        for inputs, y in batched.batches:
+            keep = None
+            if tm.is_lm:
+                inputs, y, keep = _lm_targets(tm, inputs)
+            logits = model(**inputs).logits.double()
+            if tm.task == "causal_lm":
+                logits = logits[:, :-1]
+            if not bool(torch.isfinite(logits).all()):
+                raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
+            vocab = int(logits.shape[-1])
+            y = y.long()
+            p = torch.softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            pred = logits.argmax(-1)
+            wrong = (pred != y).double()
+            if keep is None:
+                red = (lambda t: t)
+                preds.append(pred.numpy())
+                units.append(done + np.arange(len(y)))
+            else:
+                w = keep.double()
+                red = (lambda t, w=w: (t * w).sum(1) / w.sum(1).clamp(min=1))
+                preds.append(pred[keep].numpy())
+                units.append(done + keep.nonzero()[:, 0].numpy())
+            done += int(y.shape[0])
+            errs.append(red(wrong).numpy())
+            for a in smooth:
+                smooth[a].append(red(-torch.log2((1 - a) * p + a / vocab)).numpy())
+    if not errs:
+        raise BoundcalcError(f"{batched.source}: no data to measure the quantized risk on")
+    return Risk(np.concatenate(errs), {a: np.concatenate(v) for a, v in smooth.items()},
+                np.concatenate(preds), vocab, np.concatenate(units))
+
+
 # ---------------------------------------------------------------------------------------------
 # the whole measurement
 # ---------------------------------------------------------------------------------------------
@@ -296,7 +356,6 @@ class Compression:
     float_error: float
     changed: float  # fraction of predictions the quantizer changed
     smoothed: dict[float, float]  # α → smoothed log-loss (bits) of the quantized model
-    alpha: float  # the α of the grid with the smallest Hoeffding-Occam smoothed bound
     vocab: int
     n: int
     fingerprint: str
@@ -331,23 +390,23 @@ class Compression:
                                         f"on {self.n} units", note=note),
             "float_error": Quantity(self.float_error, method=f"0-1 error of the unquantized "
                                     f"model on {self.n} units", note=note),
-            "quantized_changed": Quantity(self.changed, method="fraction of predictions the "
-                                          "quantizer changed", note=note),
-            "quantized_smoothed_nll": Quantity(self.smoothed[self.alpha], method=(
-                f"smoothed log-loss (bits) of the quantized model at α = {self.alpha:g}, "
-                f"p_α = (1−α)p + α/V"), note=note),
-            "smoothing_alpha": Quantity(self.alpha, method="grid α with the smallest "
-                                        "Hoeffding-Occam smoothed bound", note=note),
+            "quantized_changed": Quantity(self.changed, method="mean over units of the fraction "
+                                          "of predictions the quantizer changed", note=note),
             "vocab_size": Quantity(float(self.vocab), method="logit dimension", note=note),
             "n": Quantity(float(self.n), method="units the quantized risk was measured on"),
         }
         return q
 
     def curves(self) -> dict[str, Curve]:
+        """The smoothed log-loss at every α of the grid: the formulas choose α only among these
+        points (``measured = true``) and pay ln |α grid|; it carries the same fingerprint as
+        ``code_bits``."""
         a = np.array(sorted(self.smoothed))
         return {"quantized_smoothed_nll": Curve(
             "alpha", a, np.array([self.smoothed[x] for x in a]), n_samples=self.n,
-            method=f"smoothed log-loss (bits) of the quantized model; {self.method}")}
+            method=(f"smoothed log-loss −log2((1−α)p + α/V) (bits) of the quantized model, "
+                    f"exact, on {self.n} units; {self.method}"),
+            note=f"quantized model {self.fingerprint}")}
 
 
 def _fingerprint(codes: np.ndarray, codebook: np.ndarray, select: str) -> str:
@@ -370,7 +429,8 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
              coded: Mapping[str, torch.Tensor] | None = None,
              rebuild: Callable[[dict[str, torch.Tensor]], torch.nn.Module] | None = None,
              forward: Forward = default_forward, alphas: Sequence[float] = ALPHA_GRID,
-             causal: bool = False, max_changed: float | None = None) -> Compression:
+             causal: bool = False, max_changed: float | None = None,
+             risk: Callable[[torch.nn.Module], Risk] | None = None) -> Compression:
     """Quantize, code and evaluate at every level count of ``levels_grid``; keep the level
     count with the smallest Occam-kl bound on the 0-1 error (any rule is valid: the choice is
     paid inside the code by log2 |grid| bits).
@@ -378,8 +438,14 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
     ``coded`` + ``rebuild``: code only these tensors (a LoRA adapter, a subspace vector) and
     evaluate ``rebuild(decoded tensors)``; everything else must be fixed before the data.
     ``max_changed``: refuse a quantizer that changes more than this fraction of predictions.
+    ``risk``: a function model → :class:`Risk` used instead of ``data`` (e.g.
+    :func:`batched_risk` on the batches of ``measure --data``).
     """
-    sample = load_data(data)
+    if risk is None:
+        sample = load_data(data)
+
+        def risk(m: torch.nn.Module) -> Risk:
+            return model_risk(m, sample, forward, alphas, causal=causal)
     grid = tuple(int(k) for k in levels_grid)
     if not grid or len(set(grid)) != len(grid) or min(grid) < 1 or max(grid) > MAX_LEVELS:
         raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}], got {list(grid)}")
@@ -393,7 +459,7 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
     else:
         vec, layout = coded_vector(model, init, select)
         base, sel = model, select
-    ref = model_risk(base, sample, forward, alphas, causal=causal)
+    ref = risk(base)
     best = None
     per_level = []
     for k in grid:
@@ -404,25 +470,21 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
             qmodel = rebuild(decoded_state(dec, layout))
         else:
             qmodel = _with_state(model, decoded_state(dec, layout, init, select))
-        risk = model_risk(qmodel, sample, forward, alphas, causal=causal)
-        err = float(risk.errors.mean())
-        crit = _occam_kl(err, code.total, sample.n)
+        q_risk = risk(qmodel)
+        err = float(q_risk.errors.mean())
+        crit = _occam_kl(err, code.total, len(q_risk.errors))
         per_level.append({"levels": k, "code_bits": code.total, "error": err, "occam_kl": crit})
         if best is None or crit < best[0]:
-            best = (crit, k, codes, cb, code, risk)
-    _, k, codes, cb, code, risk = best
-    changed = float(np.mean(risk.predictions != ref.predictions))
+            best = (crit, k, codes, cb, code, q_risk)
+    _, k, codes, cb, code, q_risk = best
+    changed = q_risk.changed(ref)
     if max_changed is not None and changed > max_changed:
         raise BoundcalcError(f"quantizer: {changed:.3%} of the predictions change at {k} levels, "
                              f"more than the allowed {max_changed:.3%}")
-    n = sample.n
-    smoothed = {a: float(v.mean()) for a, v in risk.smoothed.items()}
-    hoeff = {a: smoothed[a] + math.log2(1 + (1 - a) * risk.vocab / a)
-             * math.sqrt((code.total * math.log(2) + math.log(8 / 0.05)) / (2 * n))
-             for a in smoothed}
-    alpha = min(hoeff, key=hoeff.get)
-    return Compression(sel, quantizer, grid, k, code, float(risk.errors.mean()),
-                       float(ref.errors.mean()), changed, smoothed, alpha, risk.vocab, n,
+    n = len(q_risk.errors)
+    smoothed = {a: float(v.mean()) for a, v in q_risk.smoothed.items()}
+    return Compression(sel, quantizer, grid, k, code, float(q_risk.errors.mean()),
+                       float(ref.errors.mean()), changed, smoothed, q_risk.vocab, n,
                        _fingerprint(codes, cb, sel), per_level, codebook_bits, prefix)
 
 
@@ -470,23 +532,55 @@ def load_task_model(path: str) -> tuple[torch.nn.Module, bool]:
 def add_compression(stats: Any, model: str, data: str | None, init: str | None = None,
                     select: str = "all", quantizer: str = "uniform",
                     levels_grid: Sequence[int] = LEVELS_GRID, codebook_bits: int = 16,
-                    prefix: str = "none", max_changed: float | None = None) -> Compression:
+                    prefix: str = "none", max_changed: float | None = None,
+                    text_column: str = "text", label_column: str = "label",
+                    max_length: int = 128, batch_size: int = 32) -> Compression:
     """``measure --compress``: code length + quantized risk into ``stats`` (scalars, curves and
-    ``provenance.compression``). Refuses a code length without data to measure its risk on."""
+    ``provenance.compression``). Refuses a code length without data to measure its risk on.
+
+    DATA as a table (CSV, JSON Lines, Parquet) or a ``datasets`` folder is read, tokenized and
+    batched exactly as ``measure --data`` reads it (``dataset_io.read_batches``; columns,
+    ``--max-length``, ``--batch-size``); ``.pt/.npz`` tensors as before."""
     if data is None:
         raise BoundcalcError("--compress needs --data: a code length is only usable with the "
                              "quantized model's risk, measured on the same data")
     check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
-    module, causal = load_task_model(model)
-    init_module = load_task_model(init)[0] if init is not None else None
+    from pathlib import Path
+
+    from .dataset_io import TABLE_SUFFIXES
+
+    table = Path(data).is_dir() or Path(data).suffix.lower() in TABLE_SUFFIXES
+    risk = None
+    if table:
+        from . import hf
+        from .dataset_io import read_batches
+
+        tm = hf.load_task_model(model)
+        if tm.is_lm:
+            tm.tokenizer = hf.load_tokenizer(model)
+        batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
+                               max_length=max_length, batch_size=batch_size)
+        module = tm.model.float().eval()
+
+        def risk(m: torch.nn.Module) -> Risk:
+            return batched_risk(m, tm, batched)
+
+        causal = tm.task == "causal_lm"
+        init_module = hf.load_task_model(init).model.float().eval() if init is not None else None
+    else:
+        module, causal = load_task_model(model)
+        init_module = load_task_model(init)[0] if init is not None else None
     result = compress(module, data, init=init_module, select=select, quantizer=quantizer,
                       levels_grid=levels_grid, codebook_bits=codebook_bits, prefix=prefix,
-                      causal=causal, max_changed=max_changed)
+                      causal=causal, max_changed=max_changed, risk=risk)
     stats.scalars.update(result.scalars())
     stats.curves.update(result.curves())
     stats.provenance["compression"] = {"method": result.method, "code": result.code.to_json(),
                                        "per_level": result.per_level,
-                                       "fingerprint": result.fingerprint}
+                                       "fingerprint": result.fingerprint,
+                                       "data": str(data)}
+    check_compression_scalars(stats.scalars, curves=stats.curves,
+                              curve_risks=tuple(result.curves()))
     return result
 
 
