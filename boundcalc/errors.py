@@ -50,6 +50,18 @@ class OptimizationError(BoundcalcError):
     exit_code = 7
 
 
+class ResourceError(BoundcalcError):
+    """An input would exceed the memory budget, a size or a time limit; refused up front."""
+
+    exit_code = 8
+
+
+class OutputError(BoundcalcError):
+    """An output file cannot be written (full disk, not a regular file, bad name, ...)."""
+
+    exit_code = 9
+
+
 def where(file: str | None = None, entry: str | None = None, symbol: str | None = None) -> str:
     """Format a location prefix such as ``pac_bayes.toml: entry 'mcallester': symbol 'n': ``."""
     parts = []
