@@ -80,8 +80,9 @@ def check_allocation(nbytes: float, what: str) -> None:
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float, what: str) -> Iterator[None]:
-    """Raise :class:`ResourceError` if the body runs longer than ``seconds`` (wall clock).
+def time_limit(seconds: float, what: str,
+               err: type[BoundcalcError] = ResourceError) -> Iterator[None]:
+    """Raise ``err`` (default :class:`ResourceError`) if the body runs longer than ``seconds`` (wall clock).
 
     Uses SIGALRM, so it is enforced in the main thread only (elsewhere it is a no-op) and
     never replaces an alarm someone else set."""
@@ -94,7 +95,7 @@ def time_limit(seconds: float, what: str) -> Iterator[None]:
         return
 
     def on_alarm(signum: int, frame: Any) -> None:
-        raise ResourceError(f"{what} took longer than {seconds:g} s; refused")
+        raise err(f"{what} took longer than {seconds:g} s; refused")
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
