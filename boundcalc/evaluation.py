@@ -68,7 +68,7 @@ class Prepared:
         self.arrays: dict[str, np.ndarray] = {}
         self._validate(values)
         self.sizes = self._sizes()
-        self._check_memory(1)
+        self._check_memory(False)
         self._ctx_scalars = {k: ls.from_float(v) for k, v in self.scalars.items()}
         self._ctx_arrays = {}
         for k, arr in self.arrays.items():
@@ -76,21 +76,43 @@ class Prepared:
             self._ctx_arrays[k] = lv
         self.grids: dict[str, np.ndarray] = {}
         self.grids = self._grids()
-        self._check_memory(math.prod(len(self.grids[g]) for g in gridmin_params(entry)))
+        self._check_memory(True)
         self.gridmin_cost = self._gridmin_costs()
         self._hand_set_gridmin()
 
-    def _check_memory(self, grid_points: int) -> None:
-        """Refuse, before allocating, an evaluation whose broadcast arrays (one axis per index
-        and per GridMin grid) would exceed the memory budget."""
-        elements = math.prod(self.sizes.values()) * grid_points
+    def _check_memory(self, with_grids: bool) -> None:
+        """Refuse, before allocating, an evaluation whose largest intermediate array (one axis
+        per free index and per GridMin grid of a sub-expression) would exceed the memory
+        budget."""
+        sizes: dict[str, int] = dict(self.sizes)
+        if with_grids:
+            sizes.update({g: len(self.grids[g]) for g in gridmin_params(self.entry)})
+        memo: dict[sp.Basic, frozenset] = {}
+
+        def axes(e: sp.Basic) -> frozenset:
+            out = memo.get(e)
+            if out is None:
+                if isinstance(e, sp.Symbol):
+                    out = frozenset([e.name]) if e.name in sizes else frozenset()
+                else:
+                    out = frozenset().union(*[axes(a) for a in e.args])
+                    if isinstance(e, (sp.Sum, sp.Product)):
+                        out = out - {str(lim[0]) for lim in e.limits}
+                    elif isinstance(e, GridMin):
+                        out = out - {e.args[1].name}
+                memo[e] = out
+            return out
+
+        try:
+            axes(self.entry.expression)
+        except RecursionError:
+            return  # parser limits keep real expressions far from this
+        worst = max(memo.values(), key=lambda ax: math.prod(sizes[a] for a in ax))
+        elements = math.prod(sizes[a] for a in worst)
         if elements > 1_000_000:
-            dims = ", ".join(f"{self.entry.indices[i]}={n}" for i, n in self.sizes.items())
+            dims = ", ".join(f"{a}={sizes[a]}" for a in sorted(worst))
             check_allocation(elements * BYTES_PER_ELEMENT,
-                             f"entry '{self.entry.id}': evaluating"
-                             + (f" over {dims}" if dims else "")
-                             + (f" and {grid_points} GridMin grid points" if grid_points > 1
-                                else ""))
+                             f"entry '{self.entry.id}': evaluating over {dims}")
 
     # ---- validation ----------------------------------------------------------------------
     def _validate(self, values: Mapping[str, Any]) -> None:
