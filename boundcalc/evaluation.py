@@ -576,16 +576,18 @@ class Prepared:
 
     def _check_output(self, value: float, sign: float, log_abs: float) -> None:
         """A certified (or conditional) value must be a finite number (in signed-log form)
-        inside its output range [0, ∞): a risk, divergence, count or probability bound is
-        never negative. Anything else is a broken formula or input, never a bound."""
+        inside the entry's declared ``output_range`` (default [0, ∞): a bound on a risk,
+        divergence, count or probability is never negative). Anything else is a broken formula
+        or input, never a bound."""
         if self.entry.kind not in CHECKED_KINDS:
             return
         what = f"entry '{self.entry.id}': the {self.entry.kind} {self.entry.output} value"
         if not math.isfinite(log_abs) and sign != 0:
             raise DomainError(f"{what} is not a finite number ({value:g}); refused")
-        if sign < 0:
-            raise DomainError(f"{what} {value:.6g} is negative, outside its output range "
-                              f"[0, ∞); refused")
+        rng = self.entry.output_range
+        if not bool(rng.contains(np.float64(value))):
+            raise DomainError(f"{what} {value:.6g} lies outside its output range "
+                              f"{rng.text()}; refused")
 
     def _per_instance(self, name: str, sel: np.ndarray) -> np.ndarray:
         """GridMin selections as an array over the parameter's declared indices."""

@@ -36,7 +36,7 @@ _RESERVED = {"Sum", "Product", "GridMin", "Piecewise", "Min", "Max", "sqrt", "lo
              "False", "None"}
 _ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "expression",
                "terms", "definitions", "symbols", "parameters", "indices", "variant",
-               "description", "notes", "estimated_inputs_ok", "output"}
+               "description", "notes", "estimated_inputs_ok", "output", "output_range"}
 _SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
 _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
                "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize"}
@@ -153,6 +153,8 @@ class _EntryBuilder:
         output = self.text("output", required=False, default="risk")
         if output not in OUTPUTS:
             raise self.fail(f"output must be one of {', '.join(OUTPUTS)}; got '{output}'")
+        output_range = self._domain({"domain": self.raw.get("output_range", "[0, inf)")},
+                                    "output_range: ")
         symbols = self._symbols()
         indices, index_symbols = self._indices(symbols)
         params = self._parameters(symbols, index_symbols)
@@ -202,7 +204,7 @@ class _EntryBuilder:
             definitions=definitions, terms=list(terms), assumptions=self._assumptions(ns),
             file=self.fname, variant=self.text("variant", required=False) or None,
             description=self.text("description", required=False), notes=list(notes),
-            estimated_inputs_ok=tuple(ok_est), output=output,
+            estimated_inputs_ok=tuple(ok_est), output=output, output_range=output_range,
         )
 
     def _where(self, what: str) -> str:

@@ -221,6 +221,8 @@ class Entry:
     notes: list[str] = field(default_factory=list)
     estimated_inputs_ok: tuple[str, ...] = ()
     output: str = "risk"
+    # where a certified value may lie; outside it the value is an error, never a bound
+    output_range: Domain = field(default_factory=lambda: Domain.parse("[0, inf)"))
 
     def required_stats(self) -> list[str]:
         """Stats-file paths this entry binds to (``matrix.QK.spectral``, ``scalars.n``, ...)."""
