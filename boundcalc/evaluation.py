@@ -585,7 +585,10 @@ class Prepared:
         if not math.isfinite(log_abs) and sign != 0:
             raise DomainError(f"{what} is not a finite number ({value:g}); refused")
         rng = self.entry.output_range
-        if not bool(rng.contains(np.float64(value))):
+        # beyond double range but finite in signed-log form: only the sign can be checked
+        inside = (bool(rng.contains(np.float64(value))) if math.isfinite(value)
+                  else (rng.hi == math.inf if sign > 0 else rng.lo == -math.inf))
+        if not inside:
             raise DomainError(f"{what} {value:.6g} lies outside its output range "
                               f"{rng.text()}; refused")
 
