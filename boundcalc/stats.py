@@ -191,7 +191,10 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Serialize ``obj`` as JSON to ``path`` without ever leaving a half-written file."""
     from .report.io import write_text_atomic
 
-    text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
+    try:
+        text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
+    except ValueError:  # an infinite or NaN statistic: never written as a silent number
+        raise StatsError(f"{path}: a statistic is not a finite number; nothing written") from None
     return write_text_atomic(path, text + "\n")
 
 
