@@ -79,3 +79,10 @@ def one_line(text: str, limit: int = 1000) -> str:
     sequences) are written as escapes, and very long text is shortened."""
     out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
     return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character except newline written as an escape, so that
+    data can never move the cursor, clear the screen or retitle a terminal."""
+    return "".join(c if c == "\n" or c.isprintable() or c == " " else repr(c)[1:-1]
+                   for c in str(text))

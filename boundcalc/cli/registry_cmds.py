@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from ..errors import BoundcalcError, one_line
 from ..report.tables import entries_table, entry_panel, print_result
@@ -135,4 +136,4 @@ def latex_cmd(
     else:
         entry, result = guarded(lambda: registry().get(entry_id)), None
     path = guarded(lambda: write_latex(output, entry, result))
-    console.print(f"wrote {path}")
+    console.print(f"wrote {escape(str(path))}")
