@@ -385,17 +385,14 @@ class Prepared:
         if not todo:
             return
         best = self._try(values, costs)
-        for _ in range(4):
+        for _ in range(2):
             moved = False
             for p in todo:
                 if p.choice == "grid":
                     cands = [(float(g), costs[p.name]) for g in self.grids[p.name]]
                 else:
                     j0 = p.prior.index_of(values[p.name])
-                    cap = min(p.prior.j_max, 20_000)
-                    step = max(1, cap // 400)
-                    js = np.unique(np.r_[np.arange(1, cap + 1, step),
-                                         np.arange(max(1, j0 - step), min(cap, j0 + step) + 1)])
+                    js = np.arange(max(1, j0 - 60), min(p.prior.j_max, j0 + 60) + 1, 3)
                     cands = [(float(p.prior.value(int(j))), PriorSpec.cost(int(j))) for j in js]
                 for v, cost in cands:
                     trial_v, trial_c = {**values, p.name: v}, {**costs, p.name: cost}
@@ -686,8 +683,8 @@ def _as_scalar(raw: Any, entry: str, name: str) -> float:
         raise DomainError(f"entry '{entry}': symbol '{name}': expected a number, got a boolean")
     try:
         arr = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise DomainError(f"entry '{entry}': symbol '{name}': expected a number, got "
+    except (TypeError, ValueError, OverflowError):
+        raise DomainError(f"entry '{entry}': symbol '{name}': expected a finite number, got "
                           f"{str(raw)[:40]!r}") from None
     if arr.ndim != 0:
         raise DomainError(f"entry '{entry}': symbol '{name}': expected a single number, got an "
@@ -698,7 +695,7 @@ def _as_scalar(raw: Any, entry: str, name: str) -> float:
 def _as_array(raw: Any, entry: str, name: str) -> np.ndarray:
     try:
         return np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise DomainError(f"entry '{entry}': symbol '{name}': expected an array of numbers") \
             from None
 
