@@ -462,6 +462,8 @@ def load_stats(path: str | os.PathLike) -> Stats:
 
 
 def _load_stats(p: Path) -> Stats:
+    if not os.path.lexists(p):
+        raise StatsError(f"{p}: no such stats file")
     st = check_regular_file(p, StatsError, "stats file")
     # parsed JSON takes several times its text in memory: refuse up front what cannot fit
     check_allocation(JSON_INFLATION * st.st_size, f"{p}: stats file of {st.st_size} bytes")
