@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .bind import bind
 from .evaluation import Prepared, Result
@@ -18,18 +18,20 @@ def resolve_entry(entry: Entry | str, registry: Registry | None = None) -> Entry
 
 
 def prepare(entry: Entry | str, stats: Stats | str | None = None,
-            values: Mapping[str, Any] | None = None, registry: Registry | None = None) -> Prepared:
-    """Bind values (``values`` override the stats file) and validate them once."""
+            values: Mapping[str, Any] | None = None, registry: Registry | None = None,
+            fixed: Iterable[str] = ()) -> Prepared:
+    """Bind values (``values`` override the stats file) and validate them once. ``fixed``
+    names hand-set parameters chosen before seeing the data (used as given, not charged)."""
     e = resolve_entry(entry, registry)
     if isinstance(stats, str):
         stats = load_stats(stats)
     binding = bind(e, stats, values)
-    return Prepared(e, binding.values, binding.estimated)
+    return Prepared(e, binding.values, binding.estimated, fixed)
 
 
 def compute(entry: Entry | str, stats: Stats | str | None = None,
             values: Mapping[str, Any] | None = None, params: Mapping[str, float] | None = None,
-            registry: Registry | None = None) -> Result:
+            registry: Registry | None = None, fixed: Iterable[str] = ()) -> Result:
     """Evaluate an entry on a stats file and/or hand-set values; free parameters from
     ``params``, their default, or their closed form (see :func:`boundcalc.evaluate`)."""
     from .measured import hand_set, over_points
@@ -37,14 +39,20 @@ def compute(entry: Entry | str, stats: Stats | str | None = None,
     e = resolve_entry(entry, registry)
     if isinstance(stats, str):
         stats = load_stats(stats)
+    params = dict(params or {})
     values = dict(values or {})
+    fixed = tuple(fixed)
+    for name in fixed:  # a declared-fixed parameter is a value, validated with the others
+        if name in params:
+            values[name] = params.pop(name)
 
     def run(variant: Entry, vals: dict[str, Any], prm: dict[str, float],
             est: dict[str, str]) -> Result:
         binding = bind(variant, stats, vals)
-        return Prepared(variant, binding.values, {**binding.estimated, **est}).result(prm)
+        return Prepared(variant, binding.values, {**binding.estimated, **est},
+                        fixed).result(prm)
 
     found = over_points(e, stats, values, params, None, run)
     if found is not None:
         return found
-    return run(e, values, dict(params or {}), hand_set(e, values, params))
+    return run(e, values, params, hand_set(e, values, params))

@@ -15,6 +15,7 @@ import numpy as np
 
 from .codecheck import check_compression_binding
 from .errors import BoundcalcError, MissingValueError, StatsError, one_line
+from .limits import check_allocation
 from .registry.schema import Entry, SymbolSpec
 from .stats import Stats
 
@@ -103,6 +104,9 @@ def _matrix_array(stats: Stats, mtype: str, stat: str, n_indices: int) -> np.nda
                     default=0)
         if width == 0:
             raise KeyError(f"matrix.{mtype}.singular_values")
+        check_allocation(8.0 * n_layers * n_heads * width,
+                         f"matrix.{mtype}.singular_values ({n_layers}x{n_heads}x{width}, "
+                         f"zero-padded)")
         if n_layers * n_heads * width > _MAX_ELEMENTS:
             raise StatsError(f"matrix.{mtype}.singular_values: {n_layers}x{n_heads}x{width} "
                              f"values are too many (at most {_MAX_ELEMENTS})")

@@ -50,6 +50,18 @@ class OptimizationError(BoundcalcError):
     exit_code = 7
 
 
+class ResourceError(BoundcalcError):
+    """An input would exceed the memory budget, a size or a time limit; refused up front."""
+
+    exit_code = 8
+
+
+class OutputError(BoundcalcError):
+    """An output file cannot be written (full disk, not a regular file, bad name, ...)."""
+
+    exit_code = 9
+
+
 def where(file: str | None = None, entry: str | None = None, symbol: str | None = None) -> str:
     """Format a location prefix such as ``pac_bayes.toml: entry 'mcallester': symbol 'n': ``."""
     parts = []
@@ -67,3 +79,10 @@ def one_line(text: str, limit: int = 1000) -> str:
     sequences) are written as escapes, and very long text is shortened."""
     out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
     return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character except newline written as an escape, so that
+    data can never move the cursor, clear the screen or retitle a terminal."""
+    return "".join(c if c == "\n" or c.isprintable() or c == " " else repr(c)[1:-1]
+                   for c in str(text))

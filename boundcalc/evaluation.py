@@ -7,7 +7,7 @@ validate once, then call :meth:`Prepared.value` many times with different free p
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import sympy as sp
@@ -16,10 +16,15 @@ from .engine import logspace as ls
 from .engine.compile import Compiled, Context, axes_for
 from .engine.functions import GridMin
 from .errors import DomainError, MissingValueError
+from .limits import check_allocation
 from .registry.schema import Entry, ParameterSpec, PriorSpec
 from .result import Result
 
 LN10 = math.log(10.0)
+# a signed-log value is three float64 arrays; one more for temporaries
+BYTES_PER_ELEMENT = 32
+# kinds whose value is a statement (checked to be a finite number in the output range)
+CHECKED_KINDS = ("certified", "conditional")
 
 
 # ---- compiled-entry cache ---------------------------------------------------------------------
@@ -53,8 +58,9 @@ class Prepared:
     """An entry with validated values, ready to be evaluated for many parameter choices."""
 
     def __init__(self, entry: Entry, values: Mapping[str, Any],
-                 estimated: Mapping[str, str] | None = None):
+                 estimated: Mapping[str, str] | None = None, fixed: Iterable[str] = ()):
         self.entry = entry
+        self.fixed = set(fixed)
         self.compiled = compiled_for(entry)
         self.estimated = dict(estimated or {})
         self.raw: dict[str, Any] = {}
@@ -62,6 +68,7 @@ class Prepared:
         self.arrays: dict[str, np.ndarray] = {}
         self._validate(values)
         self.sizes = self._sizes()
+        self._check_memory(False)
         self._ctx_scalars = {k: ls.from_float(v) for k, v in self.scalars.items()}
         self._ctx_arrays = {}
         for k, arr in self.arrays.items():
@@ -69,7 +76,43 @@ class Prepared:
             self._ctx_arrays[k] = lv
         self.grids: dict[str, np.ndarray] = {}
         self.grids = self._grids()
+        self._check_memory(True)
         self.gridmin_cost = self._gridmin_costs()
+        self._hand_set_gridmin()
+
+    def _check_memory(self, with_grids: bool) -> None:
+        """Refuse, before allocating, an evaluation whose largest intermediate array (one axis
+        per free index and per GridMin grid of a sub-expression) would exceed the memory
+        budget."""
+        sizes: dict[str, int] = dict(self.sizes)
+        if with_grids:
+            sizes.update({g: len(self.grids[g]) for g in gridmin_params(self.entry)})
+        memo: dict[sp.Basic, frozenset] = {}
+
+        def axes(e: sp.Basic) -> frozenset:
+            out = memo.get(e)
+            if out is None:
+                if isinstance(e, sp.Symbol):
+                    out = frozenset([e.name]) if e.name in sizes else frozenset()
+                else:
+                    out = frozenset().union(*[axes(a) for a in e.args])
+                    if isinstance(e, (sp.Sum, sp.Product)):
+                        out = out - {str(lim[0]) for lim in e.limits}
+                    elif isinstance(e, GridMin):
+                        out = out - {e.args[1].name}
+                memo[e] = out
+            return out
+
+        try:
+            axes(self.entry.expression)
+        except RecursionError:
+            return  # parser limits keep real expressions far from this
+        worst = max(memo.values(), key=lambda ax: math.prod(sizes[a] for a in ax))
+        elements = math.prod(sizes[a] for a in worst)
+        if elements > 1_000_000:
+            dims = ", ".join(f"{a}={sizes[a]}" for a in sorted(worst))
+            check_allocation(elements * BYTES_PER_ELEMENT,
+                             f"entry '{self.entry.id}': evaluating over {dims}")
 
     # ---- validation ----------------------------------------------------------------------
     def _validate(self, values: Mapping[str, Any]) -> None:
@@ -110,6 +153,10 @@ class Prepared:
         for name in values:
             if name in e.parameters:
                 self.raw[name] = values[name]
+        bad = sorted(self.fixed - set(values))
+        if bad:
+            raise DomainError(f"entry '{e.id}': '{bad[0]}' is declared fixed but has no "
+                              f"hand-set value")
 
     def _check_domain(self, name: str, arr: np.ndarray) -> None:
         spec = self.entry.symbols[name]
@@ -201,6 +248,57 @@ class Prepared:
             costs[name] = count * math.log(len(self.grids[name]))
         return costs
 
+    # ---- hand-set parameters -----------------------------------------------------------------
+    # One rule for every parameter that the theorem lets the user choose (grid, prior, GridMin,
+    # per-group σ on the Dziugaite–Roy grid): a value set by hand is used exactly. It is free
+    # only if the user declares it fixed before seeing the data (``fixed``, --fixed NAME);
+    # otherwise it counts as a choice made after seeing the data, so it must be a point of the
+    # declared grid and its union-bound cost is charged, as if the optimizer had chosen it.
+
+    def _hand_set_gridmin(self) -> None:
+        """A GridMin parameter set by hand replaces its grid by that one point."""
+        for name in gridmin_params(self.entry):
+            if name not in self.raw:
+                continue
+            v = _as_scalar(self.raw[name], self.entry.id, name)
+            grid = self.grids[name]
+            if name not in self.fixed:
+                self._on_grid(name, v, grid)
+            else:
+                self.gridmin_cost[name] = 0.0
+            self.grids[name] = np.array([v])
+
+    def _on_grid(self, name: str, v: float, grid: np.ndarray) -> int:
+        j = _nearest(grid, v, self.entry.parameters[name].log_scale)
+        if not math.isclose(grid[j], v, rel_tol=1e-9, abs_tol=1e-12):
+            raise DomainError(f"entry '{self.entry.id}': parameter '{name}' = {v:g} is not on "
+                              f"its declared grid (nearest point {grid[j]:g}); give a grid "
+                              f"point, or --fixed {name} if it was chosen before seeing the data")
+        return j
+
+    def hand_set_prior_costs(self) -> dict[str, float]:
+        """Costs of hand-set per-group σ_g on their Dziugaite–Roy grid (see :func:`dr_grids`)."""
+        out: dict[str, float] = {}
+        placeholders = self.__dict__.get("_placeholders", set())
+        for name, (c_sym, b_sym) in dr_grids(self.entry).items():
+            if name not in self.arrays or name in placeholders or name in self.fixed:
+                continue
+            c, b = self.scalars[c_sym], self.scalars[b_sym]
+            sig = self.arrays[name]
+            with np.errstate(all="ignore"):
+                jf = b * np.log(c / sig ** 2)
+            j = np.rint(jf)
+            ok = (j >= 1) & np.isclose(jf, j, rtol=0, atol=1e-6 * np.maximum(1, np.abs(j)))
+            if not np.all(ok):
+                k = tuple(int(i) for i in np.argwhere(~ok)[0])
+                raise DomainError(
+                    f"entry '{self.entry.id}': {name}{list(k)} = {sig[k]:g} is not on the "
+                    f"Dziugaite–Roy grid {name}² = {c:g}·e^(−j/{b:g}), j = 1, 2, ...; give grid "
+                    f"points (charged 2 ln j + ln(π²/6) each), let `boundcalc optimize` choose, "
+                    f"or --fixed {name} if it was chosen before seeing the data")
+            out[name] = float(np.sum(2.0 * np.log(j) + math.log(math.pi ** 2 / 6.0)))
+        return out
+
     # ---- parameters ----------------------------------------------------------------------------
     def scalar_params(self) -> list[ParameterSpec]:
         gm = set(gridmin_params(self.entry))
@@ -223,6 +321,7 @@ class Prepared:
         values: dict[str, float] = {}
         choice: dict[str, str] = {}
         costs: dict[str, float] = dict(self.gridmin_cost)
+        costs.update(self.hand_set_prior_costs())
         pending = self.scalar_params()
         for p in pending:
             if p.name in given:
@@ -240,7 +339,9 @@ class Prepared:
         self._closed_forms([p for p in pending if values[p.name] is None], values, choice)
         for p in pending:
             v = values[p.name]
-            if p.choice == "grid":
+            if p.name in self.fixed and choice[p.name] == "given":
+                choice[p.name] = "given, declared fixed before seeing the data (not charged)"
+            elif p.choice == "grid":
                 grid = self.grids[p.name]
                 j = _nearest(grid, v, p.log_scale)
                 if choice[p.name] == "given" and not math.isclose(grid[j], v, rel_tol=1e-9,
@@ -261,7 +362,9 @@ class Prepared:
                 if choice[p.name] == "given" and not math.isclose(snapped, v, rel_tol=1e-9):
                     # the data (e.g. a Gibbs risk) were measured at v, not at the grid point
                     raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = {v:g} is "
-                                      f"not on its prior grid (nearest point j={j}: {snapped:g})")
+                                      f"not on its prior grid (nearest point j={j}: {snapped:g}); "
+                                      f"give a grid point, or --fixed {p.name} if it was chosen "
+                                      f"before seeing the data")
                 if snapped != v:
                     choice[p.name] += f", snapped to prior grid point j={j}"
                 values[p.name] = snapped
@@ -269,7 +372,46 @@ class Prepared:
             if not bool(p.domain.contains(values[p.name])):
                 raise DomainError(f"entry '{self.entry.id}': parameter '{p.name}' = "
                                   f"{values[p.name]:g} lies outside {p.domain.text()}")
+        self._best_grid_points(pending, values, choice, costs)
         return values, choice, costs
+
+    def _best_grid_points(self, pending: list[ParameterSpec], values: dict[str, float],
+                          choice: dict[str, str], costs: dict[str, float]) -> None:
+        """A closed form only says where to look: move each grid/prior parameter it placed to
+        the best admissible point (coordinate search, each grid exhaustively, prior j on a
+        coarse scan plus a window), so the value never gets worse when δ grows."""
+        todo = [p for p in pending if choice[p.name].startswith("closed form")
+                and p.choice in ("grid", "prior")]
+        if not todo:
+            return
+        best = self._try(values, costs)
+        for _ in range(2):
+            moved = False
+            for p in todo:
+                if p.choice == "grid":
+                    cands = [(float(g), costs[p.name]) for g in self.grids[p.name]]
+                else:
+                    j0 = p.prior.index_of(values[p.name])
+                    js = np.arange(max(1, j0 - 60), min(p.prior.j_max, j0 + 60) + 1, 3)
+                    cands = [(float(p.prior.value(int(j))), PriorSpec.cost(int(j))) for j in js]
+                for v, cost in cands:
+                    trial_v, trial_c = {**values, p.name: v}, {**costs, p.name: cost}
+                    val = self._try(trial_v, trial_c)
+                    if val < best:
+                        best, moved = val, True
+                        values[p.name], costs[p.name] = v, cost
+                        if "best admissible" not in choice[p.name]:
+                            choice[p.name] = ("closed form as start, then the best admissible "
+                                              "grid point")
+            if not moved:
+                return
+
+    def _try(self, values: Mapping[str, float], costs: Mapping[str, float]) -> float:
+        try:
+            v = self.value(values, costs)
+        except DomainError:
+            return math.inf
+        return v if not math.isnan(v) else math.inf
 
     def _closed_forms(self, todo: list[ParameterSpec], values: dict[str, float],
                       choice: dict[str, str]) -> None:
@@ -388,11 +530,20 @@ class Prepared:
         never below the exact value of the formula; searches pass ``rigorous=False``.
         """
         e = self.entry
+        params = dict(params or {})
+        late = [k for k in params if k in gridmin_params(e) and k not in self.raw]
+        for k in late:
+            self.raw[k] = params.pop(k)
+        if late:
+            self.grids = self._grids()
+            self.gridmin_cost = self._gridmin_costs()
+            self._hand_set_gridmin()
         values, choice, costs = self.resolve(params, how)
         delta_eff = self.delta_effective(costs)
         ctx = self.context(values, delta_eff)
         value = self._checked(ctx)
         s, a = self._last
+        self._check_output(value, s, a)
         log10 = a / LN10 if s > 0 else (-math.inf if s == 0 else math.nan)
         extra: dict[str, Any] = {}
         interval_notes: list[str] = []
@@ -406,7 +557,9 @@ class Prepared:
         parameters: dict[str, Any] = dict(values)
         for name, sel in ctx.selected.items():
             parameters[name] = self._per_instance(name, sel)
-            choice[name] = "GridMin (per instance, arg-min on the grid)"
+            choice[name] = ("GridMin (per instance, arg-min on the grid)" if name not in self.raw
+                            else "given, declared fixed before seeing the data (not charged)"
+                            if name in self.fixed else "given, a grid point (grid cost charged)")
         conf_syms = [s for s in e.symbols.values() if s.role == "confidence"]
         delta_total = sum(self.scalars[s.name] for s in conf_syms) if conf_syms else None
         used_estimates = sorted(n for n in self.estimated if n in e.symbols
@@ -494,6 +647,24 @@ class Prepared:
         log_up = float(mpmath.log10(hi)) if hi > 0 else (-math.inf if hi == 0 else math.nan)
         return up, (log_up if hi > 0 else log10), record, notes
 
+    def _check_output(self, value: float, sign: float, log_abs: float) -> None:
+        """A certified (or conditional) value must be a finite number (in signed-log form)
+        inside the entry's declared ``output_range`` (default [0, ∞): a bound on a risk,
+        divergence, count or probability is never negative). Anything else is a broken formula
+        or input, never a bound."""
+        if self.entry.kind not in CHECKED_KINDS:
+            return
+        what = f"entry '{self.entry.id}': the {self.entry.kind} {self.entry.output} value"
+        if not math.isfinite(log_abs) and sign != 0:
+            raise DomainError(f"{what} is not a finite number ({value:g}); refused")
+        rng = self.entry.output_range
+        # beyond double range but finite in signed-log form: only the sign can be checked
+        inside = (bool(rng.contains(np.float64(value))) if math.isfinite(value)
+                  else (rng.hi == math.inf if sign > 0 else rng.lo == -math.inf))
+        if not inside:
+            raise DomainError(f"{what} {value:.6g} lies outside its output range "
+                              f"{rng.text()}; refused")
+
     def _per_instance(self, name: str, sel: np.ndarray) -> np.ndarray:
         """GridMin selections as an array over the parameter's declared indices."""
         keep = [self.compiled.axes[i] for i in self.entry.parameters[name].indices]
@@ -565,6 +736,18 @@ class Prepared:
         return out
 
 
+def dr_grids(entry: Entry) -> dict[str, tuple[str, str]]:
+    """Indexed constants chosen per group on a Dziugaite–Roy grid: ``NAME`` (no stat, no
+    default) with companions ``NAME_prior_c`` and ``NAME_prior_b`` → (c symbol, b symbol)."""
+    out = {}
+    for name, s in entry.symbols.items():
+        if s.indexed and s.role == "constant" and not s.stat and s.default is None:
+            c, b = f"{name}_prior_c", f"{name}_prior_b"
+            if c in entry.symbols and b in entry.symbols:
+                out[name] = (c, b)
+    return out
+
+
 def _nearest(grid: np.ndarray, v: float, log_scale: bool) -> int:
     if log_scale and v > 0 and np.all(grid > 0):
         return int(np.argmin(np.abs(np.log(grid) - math.log(v))))
@@ -576,8 +759,8 @@ def _as_scalar(raw: Any, entry: str, name: str) -> float:
         raise DomainError(f"entry '{entry}': symbol '{name}': expected a number, got a boolean")
     try:
         arr = np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise DomainError(f"entry '{entry}': symbol '{name}': expected a number, got "
+    except (TypeError, ValueError, OverflowError):
+        raise DomainError(f"entry '{entry}': symbol '{name}': expected a finite number, got "
                           f"{str(raw)[:40]!r}") from None
     if arr.ndim != 0:
         raise DomainError(f"entry '{entry}': symbol '{name}': expected a single number, got an "
@@ -588,17 +771,18 @@ def _as_scalar(raw: Any, entry: str, name: str) -> float:
 def _as_array(raw: Any, entry: str, name: str) -> np.ndarray:
     try:
         return np.asarray(raw, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise DomainError(f"entry '{entry}': symbol '{name}': expected an array of numbers") \
             from None
 
 
 def evaluate(entry: Entry, values: Mapping[str, Any], params: Mapping[str, float] | None = None,
-             estimated: Mapping[str, str] | None = None) -> Result:
+             estimated: Mapping[str, str] | None = None, fixed: Iterable[str] = ()) -> Result:
     """Evaluate ``entry`` at ``values`` (symbol name -> number or array).
 
     Free parameters come from ``params`` (or the values), else their default, else their
     declared closed form. Grid and prior parameters are snapped to their grid and their
-    union-bound cost is charged to δ.
+    union-bound cost is charged to δ. A parameter set by hand is used exactly: on its grid (and
+    charged) unless named in ``fixed`` (chosen before seeing the data: any value, not charged).
     """
-    return Prepared(entry, values, estimated).result(params)
+    return Prepared(entry, values, estimated, fixed).result(params)

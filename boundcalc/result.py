@@ -50,8 +50,16 @@ class Result:
 
     @property
     def is_bound(self) -> bool:
-        """True only for a certified entry with no estimated input and no failed assumption."""
-        return self.kind == "certified" and not self.estimated and not self.failed_assumptions
+        """True only for a certified entry with no estimated input, no failed assumption and a
+        total δ (the sum of every confidence it spends) below 1."""
+        return (self.kind == "certified" and not self.estimated and not self.failed_assumptions
+                and not self.delta_exhausted)
+
+    @property
+    def delta_exhausted(self) -> bool:
+        """The confidences spent add up to 1 or more: the statement holds with probability
+        ≥ 1 − δ ≤ 0, which says nothing."""
+        return self.delta is not None and not self.delta < 1.0
 
     @property
     def label(self) -> str:
@@ -62,6 +70,8 @@ class Result:
         if self.kind == "rate":
             consts = ", ".join(f"{k}={v:g}" for k, v in self.hidden_constants.items())
             return f"rate (O(·) with hidden constant {consts})"
+        if self.delta_exhausted:
+            return f"not a bound: total δ = {self.delta:g} ≥ 1 (no guarantee)"
         if self.failed_assumptions:
             return "not a bound: an assumption fails"
         if self.kind == "conditional":

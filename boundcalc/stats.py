@@ -50,12 +50,16 @@ from typing import Any
 import numpy as np
 
 from .errors import StatsError, one_line
+from .limits import check_allocation, check_regular_file, read_json
 
 SCHEMA = "boundcalc.stats"
 VERSION = 1
 _MAX_SV = 1_000_000  # singular values per matrix; larger arrays are refused as hostile
 _MAX_INDEX = 1_000_000  # layer / head indices; larger ones are refused as hostile
 MAX_FILE_BYTES = 1 << 30
+JSON_INFLATION = 16  # worst case: "0," (2 bytes) becomes a float object and a list slot (32)
+# relative slack for the consistency checks between norms of one matrix (float32 measurements)
+CONSISTENCY_RTOL = 1e-4
 
 
 @dataclass
@@ -188,7 +192,10 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Serialize ``obj`` as JSON to ``path`` without ever leaving a half-written file."""
     from .report.io import write_text_atomic
 
-    text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
+    try:
+        text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
+    except ValueError:  # an infinite or NaN statistic: never written as a silent number
+        raise StatsError(f"{path}: a statistic is not a finite number; nothing written") from None
     return write_text_atomic(path, text + "\n")
 
 
@@ -289,11 +296,44 @@ def _matrix(obj: Any, i: int) -> MatrixStats:
     name = obj.get("name", "")
     if not isinstance(name, str):
         raise StatsError(f"{what}.name: expected a string")
+    _check_consistent(what, stats, sv, shape)
     return MatrixStats(
         type=obj["type"], layer=_opt_int(obj.get("layer"), f"{what}.layer"),
         head=_opt_int(obj.get("head"), f"{what}.head"), name=name,
         shape=(shape[0], shape[1]), stats=stats, singular_values=sv,
     )
+
+
+def _check_consistent(what: str, stats: dict[str, float], sv: np.ndarray | None,
+                      shape: list[int]) -> None:
+    """Refuse statistics of one matrix that contradict each other (a hand-edited or corrupted
+    file): spectral = σ_max ≤ ‖·‖_F ≤ ‖·‖_*, ‖·‖_F² ≥ Σσ², ‖·‖_* ≥ Σσ, rank ≤ min(shape)."""
+    tol = 1 + CONSISTENCY_RTOL
+    spec, fro, nuc = stats.get("spectral"), stats.get("frobenius"), stats.get("nuclear")
+    facts = []
+    if sv is not None and sv.size:
+        top = float(sv.max())
+        if spec is not None:
+            facts.append((top <= spec * tol + 1e-300,
+                          f"spectral norm {spec:g} is below the largest singular value {top:g}"))
+        if fro is not None:
+            facts.append((float(np.sqrt(np.sum(sv ** 2))) <= fro * tol + 1e-300,
+                           f"frobenius norm {fro:g} is below √Σσ² of the singular values"))
+        if nuc is not None:
+            facts.append((float(sv.sum()) <= nuc * tol + 1e-300,
+                          f"nuclear norm {nuc:g} is below the sum of the singular values"))
+    if spec is not None and fro is not None:
+        facts.append((spec <= fro * tol + 1e-300,
+                      f"spectral norm {spec:g} exceeds the frobenius norm {fro:g}"))
+    if fro is not None and nuc is not None:
+        facts.append((fro <= nuc * tol + 1e-300,
+                      f"frobenius norm {fro:g} exceeds the nuclear norm {nuc:g}"))
+    if "rank" in stats:
+        facts.append((stats["rank"] <= min(shape),
+                      f"rank {stats['rank']:g} exceeds min(shape) = {min(shape)}"))
+    for ok, text in facts:
+        if not ok:
+            raise StatsError(f"{what}: inconsistent statistics: {text}")
 
 
 def _curve(obj: Any, what: str) -> Curve:
@@ -424,18 +464,12 @@ def load_stats(path: str | os.PathLike) -> Stats:
 
 
 def _load_stats(p: Path) -> Stats:
-    if not p.is_file():
+    if not os.path.lexists(p):
         raise StatsError(f"{p}: no such stats file")
-    try:
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise StatsError(f"{p}: larger than {MAX_FILE_BYTES >> 20} MiB; refused")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StatsError(f"{p}: cannot read ({exc.__class__.__name__})") from None
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError, RecursionError) as exc:
-        raise StatsError(f"{p}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    st = check_regular_file(p, StatsError, "stats file")
+    # parsed JSON takes several times its text in memory: refuse up front what cannot fit
+    check_allocation(JSON_INFLATION * st.st_size, f"{p}: stats file of {st.st_size} bytes")
+    data = read_json(p, min(MAX_FILE_BYTES, st.st_size + 1), StatsError, "stats file")
     return stats_from_json(data, source=str(p))
 
 

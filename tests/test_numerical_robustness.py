@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import boundcalc as bc
 from boundcalc.engine.functions import kl_inv_upper
 from boundcalc.errors import BoundcalcError, DomainError, OptimizationError
-from boundcalc.evaluation import Prepared, gridmin_params
+from boundcalc.evaluation import Prepared, dr_grids, gridmin_params
 from boundcalc.registry.loader import entries_from_document
 from boundcalc.registry.schema import Domain, Entry
 
@@ -191,7 +191,7 @@ _DEGENERATE_CLOSED_FORM = re.compile(r"closed form of '\w+' is not finite|"
 @given(data=st.data())
 def test_certified_bound_is_finite_on_its_whole_domain(entry, data):
     values = data.draw(entry_values(entry))
-    prep = Prepared(entry, values)
+    prep = Prepared(entry, values, fixed=dr_grids(entry))
     params = draw_params(data.draw, prep)
     try:
         result = prep.result(params)
@@ -259,7 +259,7 @@ def test_bound_is_monotone(entry, name, direction, data):
     spec = entry.symbols[name]
     if spec.role == "data_size":
         assume(values[name] >= N_MIN_MONOTONE + 1)
-    prep = Prepared(entry, values)
+    prep = Prepared(entry, values, fixed=dr_grids(entry))
     params, _, costs = prep.resolve(draw_params(data.draw, prep, rules=False))
     before = prep.value(params, costs)
     x = float(values[name])
@@ -274,7 +274,7 @@ def test_bound_is_monotone(entry, name, direction, data):
         y = x + data.draw(_log_uniform(1e-6, 1e6)) * max(x, 1.0)
     moved = dict(values)
     moved[name] = y
-    after = Prepared(entry, moved).value(params, costs)
+    after = Prepared(entry, moved, fixed=dr_grids(entry)).value(params, costs)
     assert not math.isnan(after) and not math.isnan(before)
     if before == math.inf:  # vacuous already (e.g. λ → 2 in pac_bayes_lambda)
         assert after == math.inf
@@ -387,7 +387,7 @@ def test_any_layer_product_survives_96_layers_of_norm_50(entry):
         elif s.default is None:
             cands = [0.1, 50.0, 1e6, 2.0, 1.0]
             values[name] = next(c for c in cands if s.domain.contains(c))
-    prep = Prepared(entry, values)
+    prep = Prepared(entry, values, fixed=dr_grids(entry))
     r = prep.result(_gamma_on_grid(prep))
     assert math.isfinite(r.log10_value) or r.value == 0.0, (entry.id, r.value)
 
@@ -565,5 +565,5 @@ def test_entry_evaluates_without_parameters(entry):
             values[name] = np.full(tuple(sizes[entry.indices[i]] for i in s.indices), _typical(s))
         elif s.default is None:
             values[name] = _typical(s)
-    r = bc.evaluate(entry, values)
+    r = bc.evaluate(entry, values, fixed=dr_grids(entry))  # hand-chosen σ_g: declared fixed
     assert not math.isnan(r.value)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from ..errors import BoundcalcError
+from ..errors import BoundcalcError, one_line
 
 try:  # typer ≥ 0.2x vendors click; older versions use click itself
     from typer._click import exceptions as _cx
@@ -60,13 +60,29 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-console = Console()
-err_console = Console(stderr=True)
+class SafeConsole(Console):
+    """A console that never lets a control character from data reach the terminal: every text
+    segment (titles, tensor names, ids, paths: anything from a file or the command line) has its
+    control characters written as escapes (``\\x1b``); rich's own styling is untouched."""
+
+    def _render_buffer(self, buffer):  # type: ignore[override]
+        from rich.segment import Segment
+
+        from ..errors import printable
+
+        return super()._render_buffer(
+            seg if seg.control else Segment(printable(seg.text), seg.style, seg.control)
+            for seg in buffer)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> None:
     """Print one line on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(one_line(message))}", highlight=False,
+                      soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -78,8 +94,12 @@ def guarded(fn: Callable[[], Any]) -> Any:
         fail(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__, exc.exit_code)
     except FileNotFoundError as exc:
         fail(f"{exc.filename}: no such file", 2)
-    except (IsADirectoryError, PermissionError) as exc:
-        fail(f"{exc.filename}: {exc.strerror}", 2)
+    except OSError as exc:  # a full disk, a name too long, a parent that is a file, ...
+        fail(f"{exc.filename or 'file'}: {exc.strerror or exc.__class__.__name__}", 2)
+    except MemoryError:
+        fail("out of memory; lower the input sizes or raise --memory-budget", 8)
+    except RecursionError:
+        fail("input nested too deeply", 2)
 
 
 def emit_json(obj: Any) -> None:
@@ -125,10 +145,18 @@ def _global_options(
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No progress bar or stage messages on stderr."),
+    memory_budget: Optional[str] = typer.Option(
+        None, "--memory-budget", metavar="SIZE",
+        help="Refuse inputs whose declared size needs more memory than SIZE (e.g. 4G). "
+             "Default: 1G plus the model's largest tensor, or $BOUNDCALC_MEMORY_BUDGET.",
+    ),
 ) -> None:
     _state["formulas"] = list(formulas) if formulas else None
     _state["replace"] = True if replace else None
     _state["quiet"] = quiet
+    from ..limits import parse_size, set_memory_budget
+
+    set_memory_budget(guarded(lambda: parse_size(memory_budget)) if memory_budget else None)
 
 
 def registry():

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .app import app, console, emit_json, err_console, guarded
@@ -29,12 +30,12 @@ def _mean(rows: list, key: str) -> float:
 
 def _print(stats, output: Path, show_map: bool) -> None:
     m = stats.model
-    console.print(f"[bold]{m['architecture']}[/]: {m['n_layers']} layers x {m['n_heads']} heads "
+    console.print(f"[bold]{escape(str(m['architecture']))}[/]: {m['n_layers']} layers x {m['n_heads']} heads "
                   f"(kv {m['n_kv_heads']}), hidden {m['hidden']}, head dim {m['head_dim']}, "
                   f"intermediate {m['intermediate']}, {m['n_params']:,} parameters",
                   highlight=False)
     for note in m.get("notes", []):
-        console.print(f"  note: {note}", highlight=False)
+        console.print(f"  note: {escape(str(note))}", highlight=False)
     roles = Counter(e["role"] for e in stats.layer_map)
     console.print("layer map: " + ", ".join(f"{r} {c}" for r, c in sorted(roles.items()))
                   + f"; excluded {len(stats.excluded)}", highlight=False)
@@ -42,10 +43,10 @@ def _print(stats, output: Path, show_map: bool) -> None:
         for e in stats.layer_map:
             extra = (f" rows {e['rows']}" if "rows" in e else "") + \
                     (" (transposed)" if e.get("transposed") else "")
-            console.print(f"  {e['name']}  {e['role']}  layer={e['layer']}  group={e['group']}"
+            console.print(f"  {escape(str(e['name']))}  {e['role']}  layer={e['layer']}  group={escape(str(e['group']))}"
                           f"{extra}", highlight=False)
     for x in stats.excluded:
-        console.print(f"  excluded {x['name']}: {x['reason']}", highlight=False)
+        console.print(f"  excluded {escape(str(x['name']))}: {escape(str(x['reason']))}", highlight=False)
     table = Table(title="per-type summary (mean over matrices)")
     for col in ("type", "count", "spectral", "frobenius", "norm_21", "rank", "stable_rank"):
         table.add_column(col, justify="right" if col != "type" else "left")
@@ -60,8 +61,8 @@ def _print(stats, output: Path, show_map: bool) -> None:
     for name, q in sorted(stats.scalars.items()):
         if name in ("n_layers", "n_heads", "n_kv_heads", "hidden", "head_dim", "intermediate"):
             continue
-        console.print(f"  {name} = {q.value:.6g}", highlight=False)
-    console.print(f"wrote {output}", highlight=False)
+        console.print(f"  {escape(str(name))} = {q.value:.6g}", highlight=False)
+    console.print(f"wrote {escape(str(output))}", highlight=False)
 
 
 def _print_data(stats, output: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -260,11 +261,11 @@ def optimize_cmd(
     console.print(result_panel(result))
     console.print(Group(*_extra_tables(result)))
     for name, p in plots.items():
-        console.print(f"wrote {p}")
+        console.print(f"wrote {escape(str(p))}")
     if report is not None:
-        console.print(f"wrote {report}")
+        console.print(f"wrote {escape(str(report))}")
     if latex is not None:
-        console.print(f"wrote {latex}")
+        console.print(f"wrote {escape(str(latex))}")
 
 
 def _write_latex(path: Path, entry_id: str, result: Result) -> None:

@@ -6,16 +6,17 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from .._lazy import lazy_function
-from ..errors import BoundcalcError
+from ..errors import BoundcalcError, one_line
 
 # deferred: report.tables pulls numpy and SymPy, which `--help` does not need
 entries_table = lazy_function("boundcalc.report.tables", "entries_table")
 entry_panel = lazy_function("boundcalc.report.tables", "entry_panel")
 print_result = lazy_function("boundcalc.report.tables", "print_result")
 from .app import app, console, emit_json, guarded, registry
-from .sets import SET_HELP, STATS_HELP, parse_sets
+from .sets import FIXED_HELP, SET_HELP, STATS_HELP, parse_sets
 
 
 
@@ -79,7 +80,8 @@ def _latex_or_none(entry) -> str | None:
     return guarded(lambda: entry_latex(entry))
 
 
-def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path]):
+def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path],
+             fixed: list[str] | None = None):
     from ..api import compute
     from ..stats import load_stats
 
@@ -90,7 +92,10 @@ def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path]):
         values = parse_sets(sets)
         params = {k: values.pop(k) for k in list(values) if k in entry.parameters}
         st = load_stats(stats) if stats else None
-        return entry, compute(entry, st, values, params)
+        for name in fixed or []:
+            if name not in params and name not in values:
+                raise BoundcalcError(f"--fixed {one_line(name)[:60]}: no --set {one_line(name)[:60]}=VALUE given")
+        return entry, compute(entry, st, values, params, fixed=fixed or ())
     return guarded(run)
 
 
@@ -100,16 +105,18 @@ def evaluate_cmd(
     sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
     stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    fixed: Optional[list[str]] = typer.Option(None, "--fixed", metavar="NAME", help=FIXED_HELP),
 ) -> None:
     """Evaluate an entry exactly at the given values.
 
-    Free parameters take the value you set, else their default, else their declared closed
-    form (snapped to its grid, with the union-bound cost charged to δ). To choose them
-    optimally use `boundcalc optimize`.
+    Free parameters take the value you set (used exactly: a grid point, charged to δ, unless
+    --fixed NAME says it was chosen before seeing the data), else their default, else the best
+    admissible grid point near their declared closed form (union-bound cost charged to δ).
+    To choose them optimally use `boundcalc optimize`.
 
     Example: boundcalc evaluate mcallester --set emp_risk=0.05 --set KL=5000 --set n=60000
     """
-    _, result = _compute(entry_id, sets, stats)
+    _, result = _compute(entry_id, sets, stats, fixed)
     if json_out:
         emit_json(result.to_json())
     else:
@@ -141,4 +148,4 @@ def latex_cmd(
         emit_json({"output": str(path), "id": entry.id, "latex": _latex_or_none(entry),
                    "result": result.to_json() if result is not None else None})
     else:
-        console.print(f"wrote {path}")
+        console.print(f"wrote {escape(str(path))}")

@@ -13,7 +13,10 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSON array for "
             "per-layer/per-head symbols. Repeatable; overrides --stats. A free parameter set "
-            "here is held fixed.")
+            "here is used exactly: it must be a point of its grid, whose union-bound cost is "
+            "charged, unless `evaluate --fixed NAME` declares it chosen before seeing the data.")
+FIXED_HELP = ("NAME of a parameter set with --set that was chosen before seeing the data: used "
+              "as given, on or off its grid, and not charged to δ (repeatable).")
 STATS_HELP = "A stats file written by `boundcalc measure` (symbols bind through their stat paths)."
 
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, one_line
 from .io import TensorSource
 
 MATRIX_ROLES = ("q", "k", "v", "o", "ffn_gate", "ffn_in", "ffn_out")
@@ -139,6 +139,17 @@ _HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "nhead")
 _KV_KEYS = ("num_key_value_heads", "n_kv_heads")
 
 
+MAX_LAYER_INDEX = 1_000_000
+
+
+def _layer_index(text: str, name: str) -> int:
+    """A layer number from a tensor name; absurd ones (5,000 digits) are refused."""
+    if len(text) > 7 or int(text) > MAX_LAYER_INDEX:
+        raise CheckpointError(f"tensor '{one_line(name)[:120]}': layer index {text[:20]}"
+                              f"{'…' if len(text) > 20 else ''} is beyond {MAX_LAYER_INDEX}")
+    return int(text)
+
+
 def _config_int(config: Mapping[str, Any] | None, keys: tuple[str, ...]) -> int | None:
     for key in keys:
         value = (config or {}).get(key)
@@ -227,7 +238,7 @@ def _classify(src: TensorSource, arch: _Arch | None,
         if m is None:
             entries.append(_outer_entry(name, shape))
             continue
-        layer, rest = int(m.group("layer")), name[m.end():]
+        layer, rest = _layer_index(m.group("layer"), name), name[m.end():]
         role = next((r for pat, r in rules if pat.fullmatch(rest)), None)
         if role is None:
             if _NORM.search(rest):
@@ -253,7 +264,7 @@ def _user_entry(name: str, shape: tuple[int, ...],
         if layer_s is None and role in MATRIX_ROLES + ("qkv",):
             raise CheckpointError(f"mapping for role '{role}' matched '{name}' but has no "
                                   "(?P<layer>...) group")
-        layer = int(layer_s) if layer_s is not None else None
+        layer = _layer_index(layer_s, name) if layer_s is not None else None
         group = f"layer.{layer}" if layer is not None else _outer_entry(name, shape).group
         return Entry(name, role, layer, group, shape)
     return None

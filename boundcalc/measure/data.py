@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from ..errors import BoundcalcError
+from ..limits import check_regular_file
+from .safety import MAX_ABS_WEIGHT, check_archive
 from ..stats import Quantity
 
 LossFn = Callable[[torch.nn.Module, torch.Tensor, Any], torch.Tensor]
@@ -57,6 +59,8 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise BoundcalcError(f"{path}: no such data file")
     suffix = path.suffix.lower()
+    check_regular_file(path, BoundcalcError, "data file")
+    check_archive(path, BoundcalcError)
     try:
         if suffix in (".pt", ".pth"):
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -72,6 +76,8 @@ def _read_file(path: Path) -> dict[str, Any]:
                                  ".safetensors with an 'inputs' entry)")
     except BoundcalcError:
         raise
+    except MemoryError:
+        raise BoundcalcError(f"{path}: does not fit in memory") from None
     except pickle.UnpicklingError:
         raise BoundcalcError(f"{path}: refused to load: the pickle needs code execution; store "
                              "plain tensors") from None
@@ -121,6 +127,9 @@ def load_data(obj: Any) -> DataSample:
                              "sample of at least one token")
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):
         raise BoundcalcError(f"{where}: contains NaN or infinite values")
+    if x.is_floating_point() and float(x.abs().max()) > MAX_ABS_WEIGHT:
+        raise BoundcalcError(f"{where}: has values beyond {MAX_ABS_WEIGHT:g}; their statistics "
+                             f"would overflow double precision")
     if sample.targets is not None:
         t = sample.targets
         if not isinstance(t, torch.Tensor):

@@ -15,7 +15,7 @@ Safetensors sources are memory-mapped and each tensor is materialised only when 
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import warnings
 import pickle
@@ -28,6 +28,8 @@ import torch
 from safetensors import safe_open
 
 from ..errors import CheckpointError
+from ..limits import check_allocation, check_regular_file, note_tensor_bytes
+from .safety import check_archive, checked_tensor, read_small_json, tensor_bytes
 
 _FLOAT_ST = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
@@ -87,12 +89,13 @@ class DictSource(TensorSource):
         self._t = {str(k): v.detach() for k, v in tensors.items() if isinstance(v, torch.Tensor)}
         if not self._t:
             raise CheckpointError(f"{source}: contains no tensors")
+        note_tensor_bytes(max(t.numel() * t.element_size() for t in self._t.values()))
         self.source = source
         self.config = config
         self._tied: dict[str, str] = {}
         seen: dict[tuple, str] = {}
         for name, t in self._t.items():
-            if t.numel() == 0 or t.layout != torch.strided:
+            if t.numel() == 0 or t.layout != torch.strided or t.device.type == "meta":
                 continue
             key = (t.device.type, t.untyped_storage().data_ptr(), t.storage_offset(),
                    tuple(t.shape), tuple(t.stride()))
@@ -114,7 +117,7 @@ class DictSource(TensorSource):
         return str(self._t[name].dtype).replace("torch.", "")
 
     def get(self, name: str) -> torch.Tensor:
-        return self._t[name]
+        return checked_tensor(self._t[name], name, self.source)
 
     def tied_to(self, name: str) -> str | None:
         return self._tied.get(name)
@@ -143,6 +146,7 @@ class SafetensorsSource(TensorSource):
                                   f"'{weight_map[missing[0]].name}', but that shard lacks it")
         if not self._meta:
             raise CheckpointError(f"{source}: the safetensors file holds no tensors")
+        note_tensor_bytes(max(tensor_bytes(shape) for shape, _ in self._meta.values()))
 
     def _open(self, path: Path) -> Any:
         if path not in self._handles:
@@ -169,8 +173,10 @@ class SafetensorsSource(TensorSource):
 
     def get(self, name: str) -> torch.Tensor:
         path = self._where[name]
+        check_allocation(8.0 * math.prod(self._meta[name][0]),
+                         f"{self.source}: tensor '{name}' of shape {self._meta[name][0]} as float64")
         try:
-            return self._open(path).get_tensor(name)
+            return checked_tensor(self._open(path).get_tensor(name), name, self.source)
         except CheckpointError:
             raise
         except Exception as exc:
@@ -184,12 +190,9 @@ class SafetensorsSource(TensorSource):
 # ---- opening -----------------------------------------------------------------------------
 
 def _read_config(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: not a readable config.json ({_first_line(exc)})") from None
+    cfg = read_small_json(path, "config.json")
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return cfg
@@ -200,10 +203,7 @@ def _single_safetensors(path: Path, config: dict[str, Any] | None) -> Safetensor
 
 
 def _sharded(index: Path, config: dict[str, Any] | None) -> SafetensorsSource:
-    try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{index}: not a readable index json ({_first_line(exc)})") from None
+    data = read_small_json(index, "shard index")
     wmap = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(wmap, dict) or not wmap:
         raise CheckpointError(f"{index}: expected a non-empty 'weight_map' of tensor -> shard file")
@@ -212,7 +212,11 @@ def _sharded(index: Path, config: dict[str, Any] | None) -> SafetensorsSource:
     for name, shard in sorted(wmap.items()):
         if not isinstance(shard, str):
             raise CheckpointError(f"{index}: weight_map['{name}'] is not a file name")
-        path = (folder / shard).resolve()
+        try:
+            path = (folder / shard).resolve()
+        except (OSError, RuntimeError):  # a symlink loop
+            raise CheckpointError(f"{index}: shard '{shard[:80]}' of '{name[:80]}' cannot be "
+                                  f"resolved (a symlink loop?)") from None
         if path.parent != folder:  # refuse shards outside the checkpoint folder
             raise CheckpointError(f"{index}: shard '{shard}' of '{name}' lies outside {folder}")
         files[str(name)] = path
@@ -232,6 +236,8 @@ def _refusal(path: Path, exc: BaseException) -> str:
 
 
 def _torch_file(path: Path, config: dict[str, Any] | None) -> DictSource:
+    check_regular_file(path, CheckpointError, "torch checkpoint")
+    check_archive(path)
     try:
         try:  # memory-mapped: tensors are paged in when read, not all at once
             with warnings.catch_warnings():  # the error below is the message, not torch's

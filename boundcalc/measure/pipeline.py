@@ -7,13 +7,15 @@ deterministic: entries are sorted, nothing time-dependent is recorded.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError, CheckpointError
+from ..errors import BoundcalcError, CheckpointError, ResourceError
 from ..stats import MatrixStats, Quantity, Stats
 from .architectures import MATRIX_ROLES, Entry, LayerMap, build_layer_map
 from .data import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_data, loss_stats,
@@ -141,6 +143,32 @@ def _rich_progress() -> tuple[Progress, Callable[[], None]]:
     return update, bar.stop
 
 
+def _one_line_errors(fn: Callable[..., Stats]) -> Callable[..., Stats]:
+    """Last line of defence for hostile checkpoints: an arithmetic, value or torch error while
+    measuring becomes one :class:`CheckpointError` line naming the checkpoint (the specific
+    checks in :mod:`.safety` catch the known classes earlier, with better messages)."""
+    @functools.wraps(fn)
+    def wrapper(model_or_path: Any, *args: Any, **kwargs: Any) -> Stats:
+        try:
+            return fn(model_or_path, *args, **kwargs)
+        except BoundcalcError:
+            raise
+        except MemoryError:
+            raise ResourceError(f"{_name(model_or_path)}: out of memory while measuring") \
+                from None
+        except (ArithmeticError, ValueError, IndexError, KeyError, TypeError,
+                RuntimeError) as exc:
+            text = (str(exc).strip().splitlines() or [""])[0][:160]
+            raise CheckpointError(f"{_name(model_or_path)}: cannot be measured "
+                                  f"({exc.__class__.__name__}: {text})") from None
+    return wrapper
+
+
+def _name(obj: Any) -> str:
+    return str(obj) if isinstance(obj, (str, os.PathLike)) else f"<{type(obj).__name__}>"
+
+
+@_one_line_errors
 def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str = "auto",
             n_heads: int | None = None, mapping: Mapping[str, str] | None = None,
             grid: Sequence[float] | None = None, seed: int = 0,

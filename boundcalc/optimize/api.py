@@ -11,7 +11,8 @@ import numpy as np
 
 from ..api import resolve_entry
 from ..bind import bind
-from ..errors import MissingValueError
+from ..errors import DomainError, MissingValueError
+from ..limits import check_allocation
 from ..evaluation import Prepared, Result
 from ..registry import Entry, Registry
 from ..stats import Stats, load_stats
@@ -55,7 +56,11 @@ def prepare_entry(entry: Entry | str, stats: Stats | str | None = None,
             if n is None:
                 raise MissingValueError(f"entry '{e.id}': cannot tell how many groups "
                                         f"'{pi.name}' has (size of index '{idx}')")
-            shape.append(n)
+            if not (isinstance(n, (int, float)) and n >= 0 and float(n).is_integer()):
+                raise DomainError(f"entry '{e.id}': size of index '{idx}' of '{pi.name}' is "
+                                  f"{n}, not a count")
+            shape.append(int(n))
+        check_allocation(8.0 * math.prod(shape), f"entry '{e.id}': '{pi.name}' of shape {shape}")
         overrides[pi.name] = np.full(shape, _PLACEHOLDER)
         placeholders.add(pi.name)
     binding = bind(e, stats, overrides)

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import OptimizationError
 from ..evaluation import Prepared
+from ..limits import check_allocation
 from ..registry.schema import Entry
 from .batch import BatchEvaluator
 from .core import Choice, Options, ScalarProblem
@@ -97,6 +98,9 @@ class PerInstanceProblem:
         self.J = int(options.prior_j_cap)
         self.batch = BatchEvaluator(prepared, (spec.name,))
         grids = [prepared.grids[s.name] for s in self.scalar.grid]
+        check_allocation(8.0 * max(1, len(grids)) * math.prod(len(g) for g in grids),
+                         f"entry '{prepared.entry.id}': the product of the grids of "
+                         f"{', '.join(s.name for s in self.scalar.grid) or 'no parameter'}")
         self.combos = (np.array(list(itertools.product(*grids)), dtype=float) if grids
                        else np.zeros((1, 0)))
         self.combo_names = [s.name for s in self.scalar.grid]

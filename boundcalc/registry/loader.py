@@ -16,6 +16,7 @@ from typing import Any
 import sympy as sp
 
 from ..errors import FormulaError, one_line
+from ..limits import read_limited, time_limit
 from .parser import Namespace, parse_expression
 from .schema import (CHOICES, KINDS, OUTPUTS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
                      ParameterSpec, PriorSpec, SymbolSpec)
@@ -26,6 +27,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 MAX_FILE_BYTES = 2_000_000
+MAX_KEY_PARTS = 64
+PARSE_SECONDS = 30.0  # one file, wall clock: the bundled files take well under a second
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 _RESERVED = {"Sum", "Product", "GridMin", "Piecewise", "Min", "Max", "sqrt", "log", "exp",
@@ -33,7 +36,8 @@ _RESERVED = {"Sum", "Product", "GridMin", "Piecewise", "Min", "Max", "sqrt", "lo
              "lambda", "True", "False", "None"}
 _ENTRY_KEYS = {"id", "title", "source", "provenance", "kind", "assumptions", "expression",
                "terms", "definitions", "symbols", "parameters", "indices", "variant",
-               "description", "notes", "estimated_inputs_ok", "output", "conditions"}
+               "description", "notes", "estimated_inputs_ok", "output", "conditions",
+               "output_range"}
 _SYMBOL_KEYS = {"meaning", "role", "domain", "integer", "indices", "stat", "default", "latex"}
 _PARAM_KEYS = {"choice", "domain", "integer", "indices", "grid", "prior", "closed_form",
                "bounds", "log_scale", "default", "note", "meaning", "latex", "optimize",
@@ -50,21 +54,30 @@ def load_file(path: str | Path) -> list[Entry]:
 
 def _load_file(path: Path) -> list[Entry]:
     fname = path.name
+    raw = read_limited(path, MAX_FILE_BYTES, FormulaError, "formula file")
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise FormulaError(f"{path}: cannot read ({exc.strerror})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise FormulaError(f"{fname}: file is larger than {MAX_FILE_BYTES} bytes")
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        _check_key_depth(text, fname)
+        with time_limit(PARSE_SECONDS, f"{fname}: reading the TOML", FormulaError):
+            doc = tomllib.loads(text)
     except UnicodeDecodeError:
         raise FormulaError(f"{fname}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise FormulaError(f"{fname}: not valid TOML ({str(exc).splitlines()[0][:200]})") from None
     except RecursionError:
         raise FormulaError(f"{fname}: not valid TOML (nested too deeply)") from None
-    return entries_from_document(doc, fname)
+    with time_limit(PARSE_SECONDS, f"{fname}: building its entries", FormulaError):
+        return entries_from_document(doc, fname)
+
+
+def _check_key_depth(text: str, fname: str) -> None:
+    """Refuse keys with absurdly many dotted parts before TOML builds them (a key of n parts
+    costs the parser O(n²) memory)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        key = line if line.lstrip().startswith("[") else line.partition("=")[0]
+        if key.count(".") > MAX_KEY_PARTS:
+            raise FormulaError(f"{fname}: line {number}: a key with more than {MAX_KEY_PARTS} "
+                               f"dotted parts")
 
 
 def entries_from_document(doc: dict[str, Any], fname: str) -> list[Entry]:
@@ -142,6 +155,8 @@ class _EntryBuilder:
         output = self.text("output", required=False, default="risk")
         if output not in OUTPUTS:
             raise self.fail(f"output must be one of {', '.join(OUTPUTS)}; got '{output}'")
+        output_range = self._domain({"domain": self.raw.get("output_range", "[0, inf)")},
+                                    "output_range: ")
         symbols = self._symbols()
         indices, index_symbols = self._indices(symbols)
         params = self._parameters(symbols, index_symbols)
@@ -203,6 +218,7 @@ class _EntryBuilder:
             file=self.fname, variant=self.text("variant", required=False) or None,
             description=self.text("description", required=False), notes=list(notes),
             estimated_inputs_ok=tuple(ok_est), output=output, conditions=conditions,
+            output_range=output_range,
         )
 
     def _conditions(self, kind: str) -> list[str]:

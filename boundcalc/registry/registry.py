@@ -130,8 +130,9 @@ def load_registry(paths: Iterable[str | Path] | None = None, *,
             raise FormulaError(f"{base}: no such formula file or folder")
     try:
         key = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
-    except OSError as exc:
-        raise FormulaError(f"{exc.filename}: cannot read ({exc.strerror})") from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        raise FormulaError(f"{getattr(exc, 'filename', None) or 'formula folder'}: cannot "
+                           f"read ({getattr(exc, 'strerror', None) or exc})") from None
     key = (*key, replace)
     cached = _CACHE.get(key)
     if cached is not None:

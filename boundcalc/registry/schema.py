@@ -123,9 +123,10 @@ class GridSpec:
             start, stop, step = nums
             if step <= 0:
                 raise ValueError(f"grid step must be positive, got {step}")
-            count = int(math.floor((stop - start) / step + 1e-9)) + 1
-            if count > 100_000:
-                raise ValueError(f"grid has {count} points; at most 100000 are allowed")
+            span = (stop - start) / step
+            if not span < 100_000:  # also an overflow to inf
+                raise ValueError(f"grid range has {span:.3g} points; at most 100000 are allowed")
+            count = int(math.floor(span + 1e-9)) + 1
             pts = start + step * np.arange(count)
         elif self.kind == "linspace":
             start, stop, num = nums
@@ -232,6 +233,8 @@ class Entry:
     estimated_inputs_ok: tuple[str, ...] = ()
     output: str = "risk"
     conditions: list[str] = field(default_factory=list)  # kind 'conditional' only
+    # where a certified value may lie; outside it the value is an error, never a bound
+    output_range: Domain = field(default_factory=lambda: Domain.parse("[0, inf)"))
 
     def required_stats(self) -> list[str]:
         """Stats-file paths this entry binds to (``matrix.QK.spectral``, ``scalars.n``, ...)."""

@@ -43,10 +43,14 @@ def value_word(result: Result) -> str:
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    import io
+
+    from .io import write_bytes_atomic
+
     fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    return path
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
+    return write_bytes_atomic(path, buf.getvalue())
 
 
 def _integer_ticks(axis) -> None:

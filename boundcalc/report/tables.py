@@ -171,7 +171,8 @@ def result_panel(result: Result) -> Group:
     if result.vacuous is not None:
         _row(head, "vacuous", "yes (≥ 1)" if result.vacuous else "no (< 1)")
     if result.delta is not None:
-        _row(head, "δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})")
+        _row(head, "δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})"
+             if result.delta < 1 else f"{result.delta:g} ≥ 1: no guarantee at all")
     if result.union_bound_cost:
         total = sum(result.union_bound_cost.values())
         costs = ", ".join(f"{k}: {v:.4g}" for k, v in result.union_bound_cost.items())

@@ -1,0 +1,186 @@
+"""Resource limits: the memory budget, time limits and bounded, safe reading of input files.
+
+Every input whose *declared* size (a tensor's shape, a grid's length, an index range) would
+make boundcalc allocate more than the memory budget is refused before anything is allocated.
+The budget is 1 GiB plus the largest tensor of the model being measured; set it with the
+global option ``--memory-budget`` or the environment variable ``BOUNDCALC_MEMORY_BUDGET``
+(bytes, or a number with a K/M/G/T suffix).
+
+The file helpers (:func:`read_limited`, :func:`loads_json`, :func:`check_regular_file`) are
+meant for every loader: they refuse FIFOs, devices and symlink loops, never read past a
+size limit, and turn duplicate JSON keys and absurd nesting into one-line errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import signal
+import stat
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from .errors import BoundcalcError, ResourceError
+
+ENV_BUDGET = "BOUNDCALC_MEMORY_BUDGET"
+BASE_BUDGET = 1 << 30
+_state: dict[str, int | None] = {"override": None, "largest_tensor": 0}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"1.5G"`` → 1610612736; ``"123"`` → 123 bytes. Raises :class:`BoundcalcError`."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise BoundcalcError(f"memory budget {str(text)[:40]!r}: expected bytes or a number "
+                             f"with K/M/G/T, e.g. 2G")
+    unit = (m.group(2) or "b")[0].lower()
+    value = float(m.group(1)) * 1024 ** "bkmgt".index(unit)
+    if not 1 <= value < 2 ** 62:
+        raise BoundcalcError(f"memory budget {str(text)[:40]!r} is out of range")
+    return int(value)
+
+
+def set_memory_budget(nbytes: int | None) -> None:
+    """Fix the budget (bytes) for this process; ``None`` returns to the default."""
+    _state["override"] = nbytes
+
+
+def note_tensor_bytes(nbytes: int) -> None:
+    """Record a model tensor's size: the default budget grows by the largest one."""
+    _state["largest_tensor"] = max(int(_state["largest_tensor"] or 0), int(nbytes))
+
+
+def memory_budget() -> int:
+    """The budget in bytes: the override, else the environment variable, else
+    1 GiB + the largest tensor seen."""
+    if _state["override"] is not None:
+        return int(_state["override"])
+    env = os.environ.get(ENV_BUDGET)
+    if env:
+        return parse_size(env)
+    return BASE_BUDGET + int(_state["largest_tensor"] or 0)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2 ** 30:.3g} GiB" if n < 2 ** 80 else f"about 2^{math.log2(n):.0f} bytes"
+
+
+def check_allocation(nbytes: float, what: str) -> None:
+    """Refuse an allocation of ``nbytes`` (a declared size, before allocating) above the
+    budget, with a one-line :class:`ResourceError` naming ``what``."""
+    budget = memory_budget()
+    if not (nbytes <= budget):  # also catches NaN
+        raise ResourceError(f"{what} would need {_gb(nbytes)}, more than the memory budget of "
+                            f"{_gb(budget)} (raise it with --memory-budget or {ENV_BUDGET})")
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str,
+               err: type[BoundcalcError] = ResourceError) -> Iterator[None]:
+    """Raise ``err`` (default :class:`ResourceError`) if the body runs longer than ``seconds`` (wall clock).
+
+    Uses SIGALRM, so it is enforced in the main thread only (elsewhere it is a no-op) and
+    never replaces an alarm someone else set."""
+    usable = (threading.current_thread() is threading.main_thread()
+              and hasattr(signal, "setitimer")
+              and signal.getitimer(signal.ITIMER_REAL)[0] == 0
+              and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None))
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise err(f"{what} took longer than {seconds:g} s; refused")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# ---- files -------------------------------------------------------------------------------
+
+def check_regular_file(path: str | os.PathLike, err: type[BoundcalcError],
+                       what: str = "file") -> os.stat_result:
+    """``os.stat`` of ``path``, which must be a regular file (not a FIFO, device, socket or
+    folder); symlink loops and unreadable paths become ``err`` with one line."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise err(f"{path}: cannot read {what} ({exc.strerror or exc.__class__.__name__})") \
+            from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "not a regular file")
+        raise err(f"{path}: {what} is {kind}; a regular file is required")
+    return st
+
+
+def read_limited(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcError],
+                 what: str = "file") -> bytes:
+    """The bytes of the regular file ``path``, refused with ``err`` if it is larger than
+    ``max_bytes`` (checked before reading and while reading, so a file that grows or lies
+    about its size is still cut off)."""
+    st = check_regular_file(path, err, what)
+    if st.st_size > max_bytes:
+        raise err(f"{path}: {what} is {st.st_size} bytes, more than the limit of {max_bytes}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise err(f"{path}: cannot read {what} ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped since the stat above
+            raise err(f"{path}: {what} is not a regular file")
+        try:
+            data = fh.read(max_bytes + 1)
+        except OSError as exc:
+            raise err(f"{path}: cannot read {what} ({exc.strerror})") from None
+    if len(data) > max_bytes:
+        raise err(f"{path}: {what} is larger than the limit of {max_bytes} bytes")
+    return data
+
+
+def _unique_keys(where: str, err: type[BoundcalcError]) -> Callable[[list], dict]:
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise err(f"{where}: key {k!r:.60} appears twice in one JSON object")
+            out[k] = v
+        return out
+    return hook
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"non-finite constant {name} is not allowed")
+
+
+def loads_json(text: str | bytes, where: str, err: type[BoundcalcError]) -> Any:
+    """``json.loads`` that refuses duplicate keys, NaN/Infinity and absurd nesting with one
+    line of ``err`` naming ``where``."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys(where, err),
+                          parse_constant=_no_constant)
+    except BoundcalcError:
+        raise
+    except RecursionError:
+        raise err(f"{where}: not valid JSON (nested too deeply)") from None
+    except MemoryError:
+        raise err(f"{where}: JSON document too large for memory") from None
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, int-string limit
+        raise err(f"{where}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+
+
+def read_json(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcError],
+              what: str = "JSON file") -> Any:
+    """:func:`read_limited` then :func:`loads_json`."""
+    return loads_json(read_limited(path, max_bytes, err, what), str(Path(path)), err)
