@@ -21,6 +21,7 @@ import sympy as sp
 import boundcalc as bc
 from boundcalc.engine.functions import Cases, GridMin, kl_inv, var_ratio_div
 from boundcalc.errors import BoundcalcError
+from boundcalc.evaluation import dr_grids
 
 REG = bc.load_registry()
 CERTIFIED = [e.id for e in REG if e.kind == "certified"]
@@ -153,8 +154,13 @@ def exact_value(prep: bc.Prepared, r: bc.Result) -> mp.mpf:
         if conf is not None:
             cost = mp.mpf(0)
             for name, c in r.union_bound_cost.items():
-                p = e.parameters[name]
-                if p.choice == "prior":
+                p = e.parameters.get(name)
+                if p is None:  # a per-group σ_g set by hand: σ_g² = c·e^(−j/b), 2 ln j + ln(π²/6)
+                    gc, gb = prep.scalars[f"{name}_prior_c"], prep.scalars[f"{name}_prior_b"]
+                    for v in np.ravel(prep.arrays[name]):
+                        j = int(mp.nint(gb * mp.log(gc / mp.mpf(float(v)) ** 2)))
+                        cost += 2 * mp.log(j) + mp.log(mp.pi ** 2 / 6)
+                elif p.choice == "prior":
                     j = p.prior.index_of(r.parameters[name])
                     cost += 2 * mp.log(j) + mp.log(mp.pi ** 2 / 6)
                 else:
@@ -210,6 +216,11 @@ def inputs(entry, rng: np.random.Generator, edgy: bool) -> dict:
     for p in entry.parameters.values():
         if p.choice == "fixed" and p.default is None and p.closed_form is None:
             vals[p.name] = draw(p.domain, rng, edgy and rng.random() < 0.5)
+    for name, (c, b) in dr_grids(entry).items():  # a hand-set σ_g must lie on its grid
+        if name in vals:
+            gc, gb = vals.get(c, entry.symbols[c].default), vals.get(b, entry.symbols[b].default)
+            j = rng.integers(1, 3000, size=vals[name].shape)
+            vals[name] = np.sqrt(gc * np.exp(-j / gb))
     return vals
 
 
