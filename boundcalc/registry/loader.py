@@ -471,7 +471,7 @@ class _EntryBuilder:
             exprs.extend(p.grid.args if p.grid is not None else ())
             if p.closed_form is not None:
                 exprs.append(p.closed_form)
-        checks = self.raw.get("assumptions", [])
+        checks = self.raw.get("assumptions") if isinstance(self.raw.get("assumptions"), list) else []
         used: set[str] = set()
         for ex in exprs:
             used |= {s.name for s in ex.free_symbols if isinstance(s, sp.Symbol)}
