@@ -389,7 +389,12 @@ class Prepared:
             moved = False
             for p in todo:
                 if p.choice == "grid":
-                    cands = [(float(g), costs[p.name]) for g in self.grids[p.name]]
+                    grid = self.grids[p.name]
+                    j0 = _nearest(grid, values[p.name], p.log_scale)
+                    idx = np.unique(np.r_[np.linspace(0, len(grid) - 1, min(len(grid), 64))
+                                          .astype(int),
+                                          np.arange(max(0, j0 - 32), min(len(grid), j0 + 33))])
+                    cands = [(float(grid[i]), costs[p.name]) for i in idx]
                 else:
                     j0 = p.prior.index_of(values[p.name])
                     js = np.arange(max(1, j0 - 60), min(p.prior.j_max, j0 + 60) + 1, 3)

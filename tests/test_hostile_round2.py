@@ -289,7 +289,7 @@ def _hostile_checkpoints() -> dict[str, tuple[dict, str]]:
     out["1e100"] = (sd, "magnitude")
     sd = _bert()
     sd[Q0] = torch.full((8, 8), float("inf"))
-    out["inf"] = (sd, "non-finite")
+    out["inf"] = (sd, "NaN or infinite")
     sd = _bert()
     sd["encoder.layer.0.intermediate.dense.weight"] = torch.randn(1).expand(16, 8)
     out["stride0"] = (sd, "stride-0")

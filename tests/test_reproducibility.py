@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from boundcalc.errors import StatsError
 from typer.testing import CliRunner
 
 import boundcalc as bc
@@ -274,8 +276,8 @@ def test_kill_harness_detects_a_non_atomic_writer(tmp_path):
 def test_failed_serialisation_leaves_the_old_file_and_no_temp_file(tmp_path):
     target = tmp_path / "stats.json"
     write_json_atomic(target, {"ok": 1})
-    with pytest.raises(ValueError):
-        write_json_atomic(target, {"bad": math.nan})  # allow_nan=False
+    with pytest.raises(StatsError, match="not a finite number"):  # one line, not a ValueError
+        write_json_atomic(target, {"bad": math.nan})
     assert json.loads(target.read_text()) == {"ok": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stats.json"]
 

@@ -64,7 +64,7 @@ def checked_tensor(t: torch.Tensor, name: str, source: str) -> torch.Tensor:
     if n and t.is_floating_point():
         finite = torch.isfinite(t)
         if not bool(finite.all()):
-            raise CheckpointError(f"{what} has non-finite values (inf or NaN)")
+            raise CheckpointError(f"{what} holds NaN or infinite values")
         amax = float(t.abs().max())
         if amax > MAX_ABS_WEIGHT:
             raise CheckpointError(f"{what} has an entry of magnitude {amax:.3g}; weights beyond "
