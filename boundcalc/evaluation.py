@@ -618,11 +618,16 @@ class Prepared:
             for name, cost in costs.items():
                 p = self.entry.parameters.get(name)
                 js = self._per_group_prior_js(name, cost)
-                if p is not None and p.choice == "prior":
-                    prior_js.append(p.prior.index_of(values[name]))
-                elif p is not None and p.grid is not None and cost > 0:
-                    size = len(self.grids[name])
-                    grid_counts.append((round(cost / math.log(size)), size))
+                j = (p.prior.index_of(values[name])
+                     if p is not None and p.choice == "prior" else None)
+                size = len(self.grids.get(name, ())) if p is not None and p.grid is not None else 0
+                count = round(cost / math.log(size)) if size > 1 else 0
+                # exact forms only where they reproduce the charged cost (a hand-set value may
+                # have been charged on the declared grid); else the cost enters as a float
+                if j is not None and math.isclose(PriorSpec.cost(j), cost, rel_tol=1e-12):
+                    prior_js.append(j)
+                elif count > 0 and math.isclose(count * math.log(size), cost, rel_tol=1e-12):
+                    grid_counts.append((count, size))
                 elif js is not None:
                     prior_js.extend(js)
                 elif cost != 0:

@@ -100,6 +100,11 @@ def guarded(fn: Callable[[], Any]) -> Any:
         fail("out of memory; lower the input sizes or raise --memory-budget", 8)
     except RecursionError:
         fail("input nested too deeply", 2)
+    except (ArithmeticError, ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+        # a bug, not bad input: still one line and a distinct exit code, never a traceback
+        detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+        fail(f"internal error ({exc.__class__.__name__}: {detail}); please report it with the "
+             "command line", 70)
 
 
 def emit_json(obj: Any) -> None:
