@@ -75,7 +75,7 @@ class Result:
         if self.failed_assumptions:
             return "not a bound: an assumption fails"
         if self.kind == "conditional":
-            what = "an upper bound" if self.output == "risk" else f"a valid {self.output}"
+            what = "an upper bound" if self.output in ("risk", "loss") else f"a valid {self.output}"
             est = "estimated (uses a stochastic estimate without its confidence term) and " \
                 if self.estimated else ""
             return (f"{est}conditional: {what} only if "
