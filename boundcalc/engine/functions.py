@@ -256,5 +256,5 @@ class var_ratio_div(sp.Function):  # noqa: N801
 
     def _latex(self, printer):
         a, b = (printer._print(x) for x in self.args)
-        r = r"\frac{%s^{2}}{%s^{2}}" % (a, b)
+        r = r"\frac{{%s}^{2}}{{%s}^{2}}" % (a, b)  # braces: an indexed a may carry a superscript
         return r"\left(%s - 1 - \ln %s\right)" % (r, r)
