@@ -330,15 +330,18 @@ def compare_cmd(
                   | {"failed": failed, "skipped": skipped})
         return
     if groups["certified"]:
-        t = Table(title="certified entries (bounds only where the label says 'certified bound')")
-        t.add_column("id", no_wrap=True)
+        t = Table(title="certified entries (bounds only where the label says 'certified bound')",
+                  caption="estimated: a stochastic input without its own confidence term; "
+                          "full labels: boundcalc optimize ID, or --json",
+                  caption_justify="left")
+        t.add_column("id", overflow="fold", min_width=12)
         t.add_column("value", justify="right", no_wrap=True)
-        t.add_column("label", overflow="fold")
+        t.add_column("label", no_wrap=True)
         t.add_column("vacuous", no_wrap=True)
         t.add_column("δ", justify="right", no_wrap=True)
-        t.add_column("union cost", justify="right", no_wrap=True)
+        t.add_column("cost", justify="right", no_wrap=True)
         for r in sorted(groups["certified"], key=lambda r: r.value):
-            t.add_row(r.id, r.value_text(6), r.label,
+            t.add_row(r.id, r.value_text(6), _short_label(r.label),
                       "—" if r.vacuous is None else ("yes" if r.vacuous else "no"),
                       fmt(r.delta), fmt(sum(r.union_bound_cost.values()), 4))
         console.print(t)
@@ -371,6 +374,11 @@ def compare_cmd(
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
         console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
+
+
+def _short_label(label: str) -> str:
+    """The label's head for a narrow table: 'certified bound', 'estimated', 'not a bound'."""
+    return label.split(" (")[0].split(":")[0]
 
 
 def _conditional_table(results: list[Any], console: Any) -> None:
