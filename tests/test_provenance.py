@@ -69,7 +69,7 @@ def test_descriptions_notes_and_readmes_point_only_to_files_in_the_repository():
 
 
 @pytest.mark.parametrize("name", ["pac_bayes", "norm_bounds", "sharper_picture",
-                                  "spectrum_adaptive", "shallow_gd"])
+                                  "spectrum_adaptive", "shallow_gd", "compression"])
 def test_each_note_cites_its_papers(name):
     text = (ROOT / "docs" / "sources" / f"{name}.md").read_text(encoding="utf-8")
     assert re.search(r"arXiv \d{4}\.\d{4,5}|arXiv cs/\d{7}|under (double-blind )?review", text)
