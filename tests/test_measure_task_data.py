@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from boundcalc.cli import app
 from boundcalc.experiments.digits_vit import DigitsConfig, build, error
-from tests._measure_helpers import minilm_path, single_thread
+from tests._measure_helpers import (TEXT_LABELS, TEXTS, single_thread,
+                                    tiny_text_checkpoints)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -120,25 +121,13 @@ def test_prior_data_dependent_is_refused(digits, tmp_path):
 
 @pytest.fixture(scope="module")
 def text_models(tmp_path_factory):
-    from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification,
-                              BertModel, GPT2Config, GPT2LMHeadModel)
+    from transformers import BertForSequenceClassification, BertModel
 
     out = tmp_path_factory.mktemp("text")
-    tok = AutoTokenizer.from_pretrained(minilm_path())
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
-                     num_attention_heads=2, intermediate_size=32, num_labels=3,
-                     max_position_embeddings=64)
-    BertForSequenceClassification(cfg).save_pretrained(out / "cls")
-    tok.save_pretrained(out / "cls")
+    _, cfg = tiny_text_checkpoints(out)
     BertForSequenceClassification(cfg).save_pretrained(out / "cls_notok")
     BertModel(cfg).save_pretrained(out / "bare")
-    gcfg = GPT2Config(vocab_size=tok.vocab_size, n_embd=16, n_layer=1, n_head=2, n_positions=64)
-    GPT2LMHeadModel(gcfg).save_pretrained(out / "lm")
-    tok.save_pretrained(out / "lm")
-    texts = ["the cat sat on the mat", "a dog", "boundcalc measures bounds", "hello world",
-             "one more line of text here", "short"]
-    labels = [0, 1, 2, 1, 0, 2]
+    texts, labels = TEXTS, TEXT_LABELS
     import pandas as pd
 
     df = pd.DataFrame({"sentence": texts, "label": labels})
