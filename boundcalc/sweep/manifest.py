@@ -189,29 +189,13 @@ def read_manifest(manifest: str | Path, target: str | None = None,
             row.n_heads = int(float(v))
         for c in columns:
             if c.startswith("set:"):
-                v = rec[c]
-                try:
-                    x = float(v)
-                except (TypeError, ValueError):
-                    raise ManifestError(f"{source}: row {line}: column '{c}' must be a number, "
-                                        f"got {v!r}") from None
-                if not math.isfinite(x) or isinstance(v, bool):
-                    raise ManifestError(f"{source}: row {line}: column '{c}' is {v!r}; give a "
-                                        "finite number")
-                row.values[c[4:]] = x
+                row.values[c[4:]] = _finite_number(rec[c], f"{source}: row {line}: column "
+                                                   f"'{c}'", "give a finite number")
             elif c.startswith("hp:") and _blank(rec[c]):
                 raise ManifestError(f"{source}: row {line}: hyper-parameter '{c}' is empty")
         if target is not None:
-            v = rec[target]
-            try:
-                x = float(v)
-            except (TypeError, ValueError):
-                raise ManifestError(f"{source}: row {line}: target column '{target}' must be a "
-                                    f"number, got {v!r}") from None
-            if not math.isfinite(x) or isinstance(v, bool):
-                shown = "NaN" if math.isnan(x) else repr(v)
-                raise ManifestError(f"{source}: row {line}: target column '{target}' is "
-                                    f"{shown}; every row needs a finite value")
+            _finite_number(rec[target], f"{source}: row {line}: target column '{target}'",
+                           "every row needs a finite value")
         key = (row.path, row.init, row.data, row.n_heads, tuple(sorted(row.values.items())),
                tuple((c, str(v)) for c, v in row.columns.items() if c.startswith("hp:")))
         if key in seen:
@@ -229,3 +213,15 @@ def registry_symbols(registry: Any) -> set[str]:
         names.update(entry.symbols)
         names.update(entry.parameters)
     return names
+
+
+def _finite_number(v: Any, what: str, need: str) -> float:
+    """``v`` as a finite float, or a one-line :class:`ManifestError` naming ``what``."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise ManifestError(f"{what} must be a number, got {v!r}") from None
+    if not math.isfinite(x) or isinstance(v, bool):
+        shown = "NaN" if math.isnan(x) else repr(v)
+        raise ManifestError(f"{what} is {shown}; {need}")
+    return x
