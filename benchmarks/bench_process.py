@@ -142,10 +142,14 @@ def _measure_vs_ww(reps: int, busy: bool) -> Record:
                  "paired_ratio_min": min(pair), "busy_loop": busy})
 
 
+def run_startup(quick: bool) -> list[Record]:
+    """``--help`` and ``evaluate`` only (``benchmarks/run --only startup``)."""
+    return _startup(5 if quick else 7)
+
+
 def run(quick: bool) -> list[Record]:
-    reps_start = 5 if quick else 7
     reps_measure = 3 if quick else 5
-    out = _startup(reps_start)
+    out = run_startup(quick)
     for busy in (False, True):
         try:
             out.append(_measure_vs_ww(reps_measure, busy))

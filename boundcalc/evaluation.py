@@ -10,11 +10,10 @@ import math
 from typing import Any, Iterable, Mapping
 
 import numpy as np
-import sympy as sp
 
 from .engine import logspace as ls
 from .engine.compile import Compiled, Context, axes_for
-from .engine.functions import GridMin
+from .engine.tree import Node, as_tree, limits, walk
 from .errors import DomainError, MissingValueError
 from .limits import check_allocation
 from .registry.schema import Entry, ParameterSpec, PriorSpec
@@ -31,7 +30,11 @@ CHECKED_KINDS = ("certified", "conditional")
 
 def gridmin_params(entry: Entry) -> list[str]:
     """Names of grid parameters that the expression minimises with GridMin."""
-    return sorted({g.args[1].name for g in entry.expression.atoms(GridMin)})
+    found = entry.__dict__.get("_gridmin_params")
+    if found is None:
+        found = sorted({g.args[1].name for g in as_tree(entry.expression).atoms("GridMin")})
+        entry.__dict__["_gridmin_params"] = found
+    return found
 
 
 def compiled_for(entry: Entry) -> Compiled:
@@ -87,24 +90,24 @@ class Prepared:
         sizes: dict[str, int] = dict(self.sizes)
         if with_grids:
             sizes.update({g: len(self.grids[g]) for g in gridmin_params(self.entry)})
-        memo: dict[sp.Basic, frozenset] = {}
+        memo: dict[Node, frozenset] = {}
 
-        def axes(e: sp.Basic) -> frozenset:
+        def axes(e: Node) -> frozenset:
             out = memo.get(e)
             if out is None:
-                if isinstance(e, sp.Symbol):
+                if e.op == "Symbol":
                     out = frozenset([e.name]) if e.name in sizes else frozenset()
                 else:
                     out = frozenset().union(*[axes(a) for a in e.args])
-                    if isinstance(e, (sp.Sum, sp.Product)):
-                        out = out - {str(lim[0]) for lim in e.limits}
-                    elif isinstance(e, GridMin):
+                    if e.op in ("Sum", "Product"):
+                        out = out - {lim[0].name for lim in limits(e)}
+                    elif e.op == "GridMin":
                         out = out - {e.args[1].name}
                 memo[e] = out
             return out
 
         try:
-            axes(self.entry.expression)
+            axes(as_tree(self.entry.expression))
         except RecursionError:
             return  # parser limits keep real expressions far from this
         worst = max(memo.values(), key=lambda ax: math.prod(sizes[a] for a in ax))
@@ -214,10 +217,10 @@ class Prepared:
         return Context(scalars=scalars, arrays=self._ctx_arrays, sizes=self.sizes,
                        grids=self.grids)
 
-    def eval_array(self, expr: sp.Basic, ctx: Context) -> np.ndarray:
+    def eval_array(self, expr: Node | Any, ctx: Context) -> np.ndarray:
         return self.compiled.compile(expr)(ctx).to_float()
 
-    def eval_scalar(self, expr: sp.Basic, ctx: Context | None = None) -> float:
+    def eval_scalar(self, expr: Node | Any, ctx: Context | None = None) -> float:
         ctx = ctx or self.context()
         lv = self._run(expr, ctx)
         arr = np.broadcast_to(lv.to_float(), lv.shape)
@@ -484,7 +487,7 @@ class Prepared:
         ctx = self.context(params, self.delta_effective(costs))
         return self._checked(ctx)
 
-    def _run(self, expr: sp.Basic, ctx: Context):
+    def _run(self, expr: Node | Any, ctx: Context):
         """Evaluate ``expr``; engine errors are prefixed with this entry's id."""
         try:
             return self.compiled.compile(expr)(ctx)
@@ -508,23 +511,23 @@ class Prepared:
 
     def _diagnose(self, ctx: Context) -> str:
         """Name the smallest sub-expression whose value is undefined."""
-        def visit(e: sp.Basic) -> str | None:
+        def visit(e: Node) -> str | None:
             for arg in e.args:
-                if isinstance(arg, sp.Expr) and not isinstance(arg, (sp.Indexed, sp.Tuple)):
+                if arg.op not in _NOT_VALUES:
                     found = visit(arg)
                     if found:
                         return found
-            if isinstance(e, (sp.Sum, sp.Product)):
+            if e.op in ("Sum", "Product"):
                 return None
             try:
                 lv = self.compiled.compile(e)(Context(ctx.scalars, ctx.arrays, ctx.sizes,
                                                       ctx.grids))
             except Exception:  # noqa: BLE001 - diagnostics only
                 return None
-            if np.any(np.isnan(lv.s)) and not isinstance(e, (sp.Symbol, sp.Indexed)):
+            if np.any(np.isnan(lv.s)) and e.op not in ("Symbol", "Indexed"):
                 return f"undefined at '{str(e)[:70]}'"
             return None
-        return visit(self.entry.expression) or "check the inputs"
+        return visit(as_tree(self.entry.expression)) or "check the inputs"
 
     def result(self, params: Mapping[str, float] | None = None, method: str = "evaluate",
                how: Mapping[str, str] | None = None, rigorous: bool = True) -> Result:
@@ -681,14 +684,16 @@ class Prepared:
         index = tuple(slice(None) if ax in keep else 0 for ax in range(sel.ndim))
         return np.asarray(sel[index])
 
-    def exact_value(self, params: Mapping[str, float] | None = None, digits: int = 30) -> sp.Float:
+    def exact_value(self, params: Mapping[str, float] | None = None, digits: int = 30) -> Any:
         """The value by SymPy substitution and ``evalf`` at ``digits`` digits (slow; a check).
 
         Sums and products are expanded over the concrete index ranges, every indexed value is
         substituted, and ``GridMin`` becomes a ``Min`` over its grid. Use it to cross-check the
         fast evaluator; the grid and δ accounting are those of :meth:`resolve`.
         """
-        from .engine.functions import Cases
+        import sympy as sp
+
+        from .engine.functions import Cases, GridMin
 
         values, _, costs = self.resolve(params)
         subs: dict[sp.Basic, Any] = {}
@@ -733,17 +738,24 @@ class Prepared:
         for asm in self.entry.assumptions:
             status = "unchecked"
             if asm.check is not None:
+                check = as_tree(asm.check)
                 try:
-                    sides = [self.compiled.compile(x)(ctx) for x in (asm.check.lhs, asm.check.rhs)]
+                    sides = [self.compiled.compile(x)(ctx) for x in check.args[:2]]
                     if any(np.any(np.isnan(x.s)) for x in sides):
                         status = "unknown"  # a side is undefined: never report "holds"
                     else:
-                        cond = self.compiled._condition(asm.check)(ctx)
+                        cond = self.compiled.condition(check)(ctx)
                         status = "holds" if bool(np.all(cond)) else "fails"
                 except (DomainError, KeyError):
                     status = "unknown"
             out.append({"text": asm.text, "check": asm.check_text, "status": status})
         return out
+
+
+# sub-trees that are not numbers (conditions, index tuples, bases): skipped by diagnostics
+_NOT_VALUES = ("Indexed", "IndexedBase", "Tuple", "ExprCondPair", "StrictLessThan", "LessThan",
+               "StrictGreaterThan", "GreaterThan", "Equality", "Unequality", "And", "Or", "Not",
+               "True", "False")
 
 
 def dr_grids(entry: Entry) -> dict[str, tuple[str, str]]:

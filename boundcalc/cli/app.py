@@ -164,10 +164,11 @@ def _global_options(
     set_memory_budget(guarded(lambda: parse_size(memory_budget)) if memory_budget else None)
 
 
-def registry():
-    """The registry for this invocation (errors become one-line messages)."""
+def registry(symbolic: bool = True):
+    """The registry for this invocation (errors become one-line messages). ``symbolic=False``:
+    plain trees from the cache, no SymPy (for commands that only evaluate)."""
     from ..registry import load_registry
     from ..registry.registry import default_formula_dirs
 
     return guarded(lambda: load_registry(default_formula_dirs(_state["formulas"]),
-                                         replace=_state["replace"]))
+                                         replace=_state["replace"], symbolic=symbolic))

@@ -31,10 +31,11 @@ def list_entries(
 ) -> None:
     """List registry entries: id, kind and family (--wide adds title and source).
 
-    Kinds: [green]certified[/] (a valid bound), [yellow]rate[/] (O(·), hidden constant),
-    [cyan]proxy[/] (complexity measure).
+    Kinds: [green]certified[/] (a valid bound), [magenta]conditional[/] (a bound if its named
+    conditions hold), [yellow]rate[/] (O(·), hidden constant), [cyan]proxy[/] (complexity
+    measure).
     """
-    reg = registry()
+    reg = registry(symbolic=False)
     entries = guarded(lambda: reg.filter(family=family, kind=kind, requires=requires))
     if json_out:
         emit_json([e.summary() for e in entries])
@@ -81,11 +82,11 @@ def _latex_or_none(entry) -> str | None:
 
 
 def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path],
-             fixed: list[str] | None = None):
+             fixed: list[str] | None = None, symbolic: bool = True):
     from ..api import compute
     from ..stats import load_stats
 
-    reg = registry()
+    reg = registry(symbolic)
 
     def run():
         entry = reg.get(entry_id)
@@ -116,7 +117,7 @@ def evaluate_cmd(
 
     Example: boundcalc evaluate mcallester --set emp_risk=0.05 --set KL=5000 --set n=60000
     """
-    _, result = _compute(entry_id, sets, stats, fixed)
+    _, result = _compute(entry_id, sets, stats, fixed, symbolic=False)
     if json_out:
         emit_json(result.to_json())
     else:

@@ -1,4 +1,4 @@
-"""Compile a SymPy expression into a vectorised signed-log evaluator with named axes.
+"""Compile a formula tree into a vectorised signed-log evaluator with named axes.
 
 Every index variable (l, h, k, ...) and every parameter minimised by ``GridMin`` owns one numpy
 axis. A sub-expression evaluates to one array broadcast over the axes it depends on, so
@@ -12,16 +12,15 @@ per node, independent of the number of layers and heads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
-import sympy as sp
 
 from ..errors import DomainError
 from . import logspace as ls
-from .functions import (Cases, GridMin, kl, kl_bernoulli, kl_inv, kl_inv_upper, var_ratio_div,
-                        var_ratio_div_float)
+from .kernels import kl_bernoulli, kl_inv_upper, var_ratio_div_float
 from .logspace import LV
+from .tree import Node, as_tree, body, indexed_name, indices, limits, one_minus_exp_arg, pairs
 
 Fn = Callable[["Context"], LV]
 
@@ -52,14 +51,16 @@ class Compiled:
         self.ndim = len(axes)
         self.index_of_symbol = index_of_symbol  # indexed symbol -> its declared index names
         self.grid_params = grid_params
-        self._cache: dict[sp.Basic, Fn] = {}
+        self._cache: dict[Node, Fn] = {}
 
     # ---- public --------------------------------------------------------------------------
-    def compile(self, expr: sp.Basic) -> Fn:
-        fn = self._cache.get(expr)
+    def compile(self, expr: Node | Any) -> Fn:
+        """The evaluator of a tree (a SymPy expression is converted first, see :func:`as_tree`)."""
+        node = as_tree(expr)
+        fn = self._cache.get(node)
         if fn is None:
-            fn = self._build(expr)
-            self._cache[expr] = fn
+            fn = self._build(node)
+            self._cache[node] = fn
         return fn
 
     def shape_axis(self, values: np.ndarray, axis: int) -> np.ndarray:
@@ -68,7 +69,7 @@ class Compiled:
         return values.reshape(shape)
 
     # ---- builders ------------------------------------------------------------------------
-    def _build(self, e: sp.Basic) -> Fn:
+    def _build(self, e: Node) -> Fn:
         inner = self._build_inner(e)
 
         def memoised(ctx: Context, _e=e, _f=inner) -> LV:
@@ -80,11 +81,12 @@ class Compiled:
 
         return memoised
 
-    def _build_inner(self, e: sp.Basic) -> Fn:  # noqa: C901 - a dispatcher
-        if e.is_Number or e in (sp.pi, sp.E):
+    def _build_inner(self, e: Node) -> Fn:  # noqa: C901 - a dispatcher
+        op = e.op
+        if e.is_number:
             val = ls.from_float(float(e))
             return lambda ctx, v=val: v
-        if isinstance(e, sp.Symbol):
+        if op == "Symbol":
             name = e.name
             if name in self.axes and name not in self.grid_params:
                 axis = self.axes[name]
@@ -94,71 +96,52 @@ class Compiled:
                 axis = self.axes[name]
                 return lambda ctx: ls.from_float(self.shape_axis(ctx.grids[name], axis))
             return lambda ctx: _scalar(ctx, name)
-        if isinstance(e, sp.Indexed):
+        if op == "Indexed":
             return self._indexed(e)
-        if isinstance(e, sp.Add):
-            special = self._one_minus_exp(e)
-            if special is not None:
-                return special
+        if op == "Add":
+            y = one_minus_exp_arg(e)
+            if y is not None:  # 1 − e^y as −expm1(y): full precision for tiny y (Catoni, kl⁻¹(0, c))
+                y_fn = self.compile(y)
+                return lambda ctx: ls.expm1_neg(y_fn(ctx))
             parts = [self.compile(a) for a in e.args]
             return lambda ctx: ls.add([p(ctx) for p in parts])
-        if isinstance(e, sp.Mul):
+        if op == "Mul":
             return _fold([self.compile(a) for a in e.args], ls.mul)
-        if isinstance(e, sp.Pow):
+        if op == "Pow":
             base = self.compile(e.args[0])
             expo = self.compile(e.args[1])
             return lambda ctx: ls.power(base(ctx), expo(ctx).to_float())
-        if isinstance(e, sp.exp):
+        if op in _UNARY:
             arg = self.compile(e.args[0])
-            return lambda ctx: ls.exp(arg(ctx))
-        if isinstance(e, sp.log):
-            arg = self.compile(e.args[0])
-            return lambda ctx: ls.log(arg(ctx))
-        if isinstance(e, sp.Abs):
-            arg = self.compile(e.args[0])
-            return lambda ctx: ls.absolute(arg(ctx))
-        if isinstance(e, (sp.Min, sp.Max)):
+            f = _UNARY[op]
+            return lambda ctx: f(arg(ctx))
+        if op in ("Min", "Max"):
             return _fold([self.compile(a) for a in e.args],
-                         ls.minimum if isinstance(e, sp.Min) else ls.maximum)
-        if isinstance(e, (sp.ceiling, sp.floor)):
+                         ls.minimum if op == "Min" else ls.maximum)
+        if op in ("ceiling", "floor"):
             arg = self.compile(e.args[0])
-            f = np.ceil if isinstance(e, sp.ceiling) else np.floor
+            f = np.ceil if op == "ceiling" else np.floor
             return lambda ctx: ls.from_float(f(arg(ctx).to_float()))  # v is exact float
-        if isinstance(e, kl_inv):
+        if op == "kl_inv":
             q, c = (self.compile(a) for a in e.args)
             return lambda ctx: ls.from_float(_kl_inv_vec(q(ctx).to_float(), c(ctx).to_float()))
-        if isinstance(e, kl):
+        if op == "kl":
             q, p = (self.compile(a) for a in e.args)
             return lambda ctx: ls.from_float(_kl_vec(q(ctx).to_float(), p(ctx).to_float()))
-        if isinstance(e, var_ratio_div):
+        if op == "var_ratio_div":
             a, b = (self.compile(x) for x in e.args)
             return lambda ctx: _var_ratio_div_lv(a(ctx), b(ctx))
-        if isinstance(e, sp.Piecewise):
-            return self._piecewise([(v, c) for v, c in e.args])
-        if isinstance(e, Cases):
-            a = e.args
-            return self._piecewise([(a[i], a[i + 1]) for i in range(0, len(a) - 1, 2)]
-                                   + [(a[-1], sp.true)])
-        if isinstance(e, (sp.Sum, sp.Product)):
+        if op in ("Piecewise", "Cases"):
+            return self._piecewise(pairs(e))
+        if op in ("Sum", "Product"):
             return self._reduction(e)
-        if isinstance(e, GridMin):
+        if op == "GridMin":
             return self._gridmin(e)
-        raise DomainError(f"cannot evaluate {type(e).__name__} in '{str(e)[:80]}'")
+        raise DomainError(f"cannot evaluate {op} in '{str(e)[:80]}'")
 
-    def _one_minus_exp(self, e: sp.Add) -> Fn | None:
-        # 1 - exp(y)  ->  -expm1(y): keeps full precision when y is tiny (Catoni, kl^{-1}(0,c)).
-        if len(e.args) != 2 or sp.S.One not in e.args:
-            return None
-        other = e.args[0] if e.args[1] == sp.S.One else e.args[1]
-        coeff, rest = other.as_coeff_Mul()
-        if coeff == -1 and isinstance(rest, sp.exp):
-            y = self.compile(rest.args[0])
-            return lambda ctx: ls.expm1_neg(y(ctx))
-        return None
-
-    def _indexed(self, e: sp.Indexed) -> Fn:
-        name = e.base.label.name
-        idx_fns = [self.compile(i) for i in e.indices]
+    def _indexed(self, e: Node) -> Fn:
+        name = indexed_name(e)
+        idx_fns = [self.compile(i) for i in indices(e)]
 
         def gather(ctx):
             arr = ctx.arrays[name]
@@ -177,8 +160,8 @@ class Compiled:
             return LV(s, a, v)
         return gather
 
-    def _piecewise(self, pairs: list[tuple[sp.Basic, sp.Basic]]) -> Fn:
-        branches = [(self.compile(v), self._condition(c)) for v, c in pairs]
+    def _piecewise(self, branches_in: list[tuple[Node, Node]]) -> Fn:
+        branches = [(self.compile(v), self.condition(c)) for v, c in branches_in]
 
         def pw(ctx):
             out = branches[-1][0](ctx)
@@ -187,36 +170,30 @@ class Compiled:
             return out
         return pw
 
-    def _condition(self, c: sp.Basic) -> Callable[[Context], np.ndarray]:
-        if c is sp.true:
+    def condition(self, c: Node | Any) -> Callable[[Context], np.ndarray]:
+        """The evaluator of a condition (a relation, And/Or of relations, True or False)."""
+        c = as_tree(c)
+        if c.op == "True":
             return lambda ctx: np.bool_(True)
-        if c is sp.false:
+        if c.op == "False":
             return lambda ctx: np.bool_(False)
-        if isinstance(c, sp.core.relational.Relational):
-            lhs, rhs = self.compile(c.lhs), self.compile(c.rhs)
-            ops = {
-                sp.StrictLessThan: lambda x, y: ls.less(x, y),
-                sp.LessThan: lambda x, y: ~ls.less(y, x),
-                sp.StrictGreaterThan: lambda x, y: ls.less(y, x),
-                sp.GreaterThan: lambda x, y: ~ls.less(x, y),
-                sp.Equality: ls.equal,
-                sp.Unequality: lambda x, y: ~ls.equal(x, y),
-            }
-            op = ops[type(c)]
+        if c.op in _RELATIONS:
+            lhs, rhs = self.compile(c.args[0]), self.compile(c.args[1])
+            op = _RELATIONS[c.op]
             return lambda ctx: op(lhs(ctx), rhs(ctx))
-        if isinstance(c, (sp.And, sp.Or)):
-            return _fold([self._condition(a) for a in c.args],
-                         np.logical_and if isinstance(c, sp.And) else np.logical_or)
+        if c.op in ("And", "Or"):
+            return _fold([self.condition(a) for a in c.args],
+                         np.logical_and if c.op == "And" else np.logical_or)
         raise DomainError(f"cannot evaluate condition '{c}'")
 
-    def _reduction(self, e: sp.Sum | sp.Product) -> Fn:
-        body = self.compile(e.function)
-        limits = [(v.name, self.compile(lo), self.compile(hi)) for v, lo, hi in e.limits]
-        is_sum = isinstance(e, sp.Sum)
+    def _reduction(self, e: Node) -> Fn:
+        summand = self.compile(body(e))
+        lims = [(v.name, self.compile(lo), self.compile(hi)) for v, lo, hi in limits(e)]
+        is_sum = e.op == "Sum"
 
         def reduce(ctx):
-            out = body(ctx)
-            for name, lo_f, hi_f in limits:
+            out = summand(ctx)
+            for name, lo_f, hi_f in lims:
                 axis = self.axes[name]
                 rng = self.shape_axis(np.arange(ctx.sizes[name], dtype=np.float64), axis)
                 lo, hi = ls.integer(lo_f(ctx)), ls.integer(hi_f(ctx))
@@ -234,13 +211,13 @@ class Compiled:
             return out
         return reduce
 
-    def _gridmin(self, e: GridMin) -> Fn:
-        body = self.compile(e.args[0])
+    def _gridmin(self, e: Node) -> Fn:
+        inner = self.compile(e.args[0])
         name = e.args[1].name
         axis = self.axes[name]
 
         def gridmin(ctx):
-            val = body(ctx)
+            val = inner(ctx)
             shape = list(np.broadcast_shapes(val.shape, (1,) * self.ndim))
             shape[axis] = len(ctx.grids[name])
             full = LV(*(np.broadcast_to(x, shape) for x in (val.s, val.a, val.v)))
@@ -249,6 +226,17 @@ class Compiled:
                 np.broadcast_to(self.shape_axis(ctx.grids[name], axis), shape), idx, axis=axis)
             return ls.take(full, idx, axis)
         return gridmin
+
+
+_UNARY = {"exp": ls.exp, "log": ls.log, "Abs": ls.absolute}
+_RELATIONS = {
+    "StrictLessThan": lambda x, y: ls.less(x, y),
+    "LessThan": lambda x, y: ~ls.less(y, x),
+    "StrictGreaterThan": lambda x, y: ls.less(y, x),
+    "GreaterThan": lambda x, y: ~ls.less(x, y),
+    "Equality": ls.equal,
+    "Unequality": lambda x, y: ~ls.equal(x, y),
+}
 
 
 def _fold(parts: list[Callable[[Context], object]], op: Callable) -> Callable[[Context], object]:

@@ -1,7 +1,7 @@
 """Rigorous evaluation of an instantiated expression in interval arithmetic (mpmath ``iv``).
 
 The fast engine (:mod:`.compile`) rounds to nearest, so a certified value can land a few ulps
-below the exact real value of its formula. This module evaluates the same SymPy expression at
+below the exact real value of its formula. This module evaluates the same formula tree at
 the same inputs with outward-rounded intervals, so the exact real value provably lies inside
 the returned interval; the caller prints its upper end. It walks the expression once, with
 sums and products expanded over their concrete index ranges: meant for the one final point,
@@ -17,9 +17,9 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
-import sympy as sp
 
-from .functions import Cases, GridMin, kl, kl_inv, kl_inv_lower, kl_inv_upper, var_ratio_div
+from .kernels import kl_inv_lower, kl_inv_upper
+from .tree import Node, as_tree, body, indexed_name, indices, limits, one_minus_exp_arg, pairs
 
 PREC = 160
 """Working precision in bits: wide enough that the cancellations left in the registry's formulas
@@ -61,7 +61,7 @@ class IntervalUnavailable(Exception):
     """The expression uses something the interval walk cannot enclose; the reason says what."""
 
 
-def enclose(expr: sp.Basic, scalars: Mapping[str, float], arrays: Mapping[str, np.ndarray],
+def enclose(expr: Node | Any, scalars: Mapping[str, float], arrays: Mapping[str, np.ndarray],
             grids: Mapping[str, np.ndarray], selected: Mapping[str, np.ndarray] | None = None,
             prec: int = PREC) -> tuple[Any, Any]:
     """Lower and upper end (mpmath ``mpf``) of an interval holding the exact value of ``expr``.
@@ -80,7 +80,7 @@ def enclose(expr: sp.Basic, scalars: Mapping[str, float], arrays: Mapping[str, n
     iv.prec = prec
     try:
         walk = _Walk(iv, scalars, arrays, grids, selected or {})
-        out = walk.value(expr, ())
+        out = walk.value(as_tree(expr), ())
         if _isnan(out):
             raise IntervalUnavailable("the interval is undefined")
         return out.a, out.b
@@ -133,7 +133,7 @@ class _Walk:
         self.count = 0
 
     # env: tuple of (name, value) for bound index variables and GridMin parameters
-    def value(self, e: sp.Basic, env: tuple) -> Any:
+    def value(self, e: Node, env: tuple) -> Any:
         key = (e, env)
         hit = self.memo.get(key)
         if hit is None:
@@ -144,27 +144,28 @@ class _Walk:
             self.memo[key] = hit
         return hit
 
-    def _point(self, e: sp.Basic, env: tuple) -> int:
+    def _point(self, e: Node, env: tuple) -> int:
         """An index or limit: must come out as one exact integer."""
         x = self.value(e, env)
         if x.a != x.b or x.a != int(x.a):
             raise IntervalUnavailable(f"index '{e}' is not an exact integer")
         return int(x.a)
 
-    def _value(self, e: sp.Basic, env: tuple) -> Any:  # noqa: C901 - a dispatcher
+    def _value(self, e: Node, env: tuple) -> Any:  # noqa: C901 - a dispatcher
         iv = self.iv
-        if isinstance(e, sp.Integer):
-            return iv.mpf(int(e))
-        if isinstance(e, sp.Rational):
-            return iv.mpf(int(e.p)) / iv.mpf(int(e.q))
-        if isinstance(e, sp.Float):
+        op = e.op
+        if op == "Integer":
+            return iv.mpf(e.value)
+        if op == "Rational":
+            return iv.mpf(e.value[0]) / iv.mpf(e.value[1])
+        if op == "Float":
             # a literal such as 0.01 in a formula file means the decimal number
-            return iv.mpf(str(e))
-        if e is sp.pi:
+            return iv.mpf(e.value)
+        if op == "Pi":
             return iv.pi
-        if e is sp.E:
+        if op == "E":
             return iv.e
-        if isinstance(e, sp.Symbol):
+        if op == "Symbol":
             for name, v in env:
                 if name == e.name:
                     return iv.mpf(v)
@@ -174,97 +175,88 @@ class _Walk:
             if isinstance(v, ChargedDelta):
                 return v.interval(iv)
             return iv.mpf([float(v[0]), float(v[1])] if isinstance(v, tuple) else float(v))
-        if isinstance(e, sp.Indexed):
-            idx = tuple(self._point(i, env) for i in e.indices)
-            arr = self.arrays[e.base.label.name]
+        if op == "Indexed":
+            idx = tuple(self._point(i, env) for i in indices(e))
+            name = indexed_name(e)
+            arr = self.arrays[name]
             if any(i < 0 or i >= n for i, n in zip(idx, arr.shape)):
-                raise IntervalUnavailable(f"index {idx} outside '{e.base.label.name}'")
+                raise IntervalUnavailable(f"index {idx} outside '{name}'")
             return iv.mpf(float(arr[idx]))
-        if isinstance(e, sp.Add):
-            special = self._one_minus_exp(e, env)
-            if special is not None:
-                return special
+        if op == "Add":
+            y = one_minus_exp_arg(e)
+            if y is not None:
+                return self._one_minus_exp(y, env)
             out = self.value(e.args[0], env)
             for a in e.args[1:]:
                 out = out + self.value(a, env)
             return out
-        if isinstance(e, sp.Mul):
+        if op == "Mul":
             out = self.value(e.args[0], env)
             for a in e.args[1:]:
                 out = out * self.value(a, env)
             return out
-        if isinstance(e, sp.Pow):
+        if op == "Pow":
             return self._pow(e, env)
-        if isinstance(e, sp.exp):
+        if op == "exp":
             return self._exp(self.value(e.args[0], env))
-        if isinstance(e, sp.log):
+        if op == "log":
             x = self.value(e.args[0], env)
             if not x.a > 0:
                 raise IntervalUnavailable(f"log of an interval reaching {x.a}")
             return iv.log(x)
-        if isinstance(e, sp.Abs):
+        if op == "Abs":
             return abs(self.value(e.args[0], env))
-        if isinstance(e, (sp.Min, sp.Max)):
+        if op in ("Min", "Max"):
             vals = [self.value(a, env) for a in e.args]
-            pick = min if isinstance(e, sp.Min) else max
+            pick = min if op == "Min" else max
             return iv.mpf([pick(v.a for v in vals), pick(v.b for v in vals)])
-        if isinstance(e, (sp.ceiling, sp.floor)):
+        if op in ("ceiling", "floor"):
             from mpmath import ceil, floor
 
             x = self.value(e.args[0], env)
-            f = ceil if isinstance(e, sp.ceiling) else floor
+            f = ceil if op == "ceiling" else floor
             return iv.mpf([f(x.a), f(x.b)])
-        if isinstance(e, kl_inv):
+        if op == "kl_inv":
             q, c = (self.value(a, env) for a in e.args)
             if q.a < 0 or q.b > 1 or c.a < 0:
                 raise IntervalUnavailable("kl_inv outside q ∈ [0, 1], c ≥ 0")
             hi = kl_inv_upper(upper_float(q.b), upper_float(c.b))
             lo = kl_inv_lower(lower_float(q.a), lower_float(c.a))
             return iv.mpf([lo, hi])
-        if isinstance(e, kl):
+        if op == "kl":
             raise IntervalUnavailable("kl(q, p) has no interval form here")
-        if isinstance(e, var_ratio_div):
+        if op == "var_ratio_div":
             a, b = (self.value(x, env) for x in e.args)
             return self._var_ratio_div(a, b)
-        if isinstance(e, sp.Piecewise):
-            return self._cases([(v, c) for v, c in e.args], env)
-        if isinstance(e, Cases):
-            a = e.args
-            return self._cases([(a[i], a[i + 1]) for i in range(0, len(a) - 1, 2)]
-                               + [(a[-1], sp.true)], env)
-        if isinstance(e, (sp.Sum, sp.Product)):
+        if op in ("Piecewise", "Cases"):
+            return self._cases(pairs(e), env)
+        if op in ("Sum", "Product"):
             return self._reduction(e, env)
-        if isinstance(e, GridMin):
-            body, p = e.args
+        if op == "GridMin":
+            inner, p = e.args
             sel = self.selected.get(p.name)
             points = self.grids[p.name] if sel is None or np.size(sel) != 1 \
                 else np.ravel(sel)
-            vals = [self.value(body, env + ((p.name, float(g)),)) for g in points]
+            vals = [self.value(inner, env + ((p.name, float(g)),)) for g in points]
             return iv.mpf([min(v.a for v in vals), min(v.b for v in vals)])
-        raise IntervalUnavailable(f"cannot enclose {type(e).__name__}")
+        raise IntervalUnavailable(f"cannot enclose {op}")
 
-    def _one_minus_exp(self, e: sp.Add, env: tuple) -> Any | None:
-        if len(e.args) != 2 or sp.S.One not in e.args:
-            return None
-        other = e.args[0] if e.args[1] == sp.S.One else e.args[1]
-        coeff, rest = other.as_coeff_Mul()
-        if coeff == -1 and isinstance(rest, sp.exp):
-            y = self.value(rest.args[0], env)
-            if abs(y.a) > _EXP_ARG_MAX or abs(y.b) > _EXP_ARG_MAX:
-                raise IntervalUnavailable("exponent too large to enclose")
-            return -self.iv.expm1(y)
-        return None
+    def _one_minus_exp(self, y_node: Node, env: tuple) -> Any:
+        y = self.value(y_node, env)
+        if abs(y.a) > _EXP_ARG_MAX or abs(y.b) > _EXP_ARG_MAX:
+            raise IntervalUnavailable("exponent too large to enclose")
+        return -self.iv.expm1(y)
 
-    def _pow(self, e: sp.Pow, env: tuple) -> Any:
+    def _pow(self, e: Node, env: tuple) -> Any:
         iv = self.iv
         base = self.value(e.args[0], env)
         expo = e.args[1]
-        if expo == sp.Rational(1, 2):
+        if expo.op == "Rational" and expo.value == (1, 2):
             if base.a < 0:
                 raise IntervalUnavailable("square root of an interval reaching below 0")
             return iv.sqrt(base)
-        if expo.is_Integer and abs(int(expo)) <= 64:
-            k = int(expo)
+        if expo.op == "Integer" and abs(expo.value) <= 64:
+            k = expo.value
             if k >= 0:
                 return base ** k
             if base.a <= 0 <= base.b:
@@ -319,44 +311,44 @@ class _Walk:
             raise IntervalUnavailable("no branch of a piecewise expression applies")
         return hull
 
-    def _truth(self, c: sp.Basic, env: tuple) -> bool | None:
+    def _truth(self, c: Node, env: tuple) -> bool | None:
         """True / False when certain for the whole interval, None when undecided."""
-        if c is sp.true or c is True:
+        op = c.op
+        if op == "True":
             return True
-        if c is sp.false or c is False:
+        if op == "False":
             return False
-        if isinstance(c, sp.core.relational.Relational):
-            x, y = self.value(c.lhs, env), self.value(c.rhs, env)
-            if isinstance(c, sp.StrictLessThan):
+        if op in ("StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan", "Equality",
+                  "Unequality"):
+            x, y = self.value(c.args[0], env), self.value(c.args[1], env)
+            if op == "StrictLessThan":
                 return True if x.b < y.a else False if x.a >= y.b else None
-            if isinstance(c, sp.LessThan):
+            if op == "LessThan":
                 return True if x.b <= y.a else False if x.a > y.b else None
-            if isinstance(c, sp.StrictGreaterThan):
+            if op == "StrictGreaterThan":
                 return True if x.a > y.b else False if x.b <= y.a else None
-            if isinstance(c, sp.GreaterThan):
+            if op == "GreaterThan":
                 return True if x.a >= y.b else False if x.b < y.a else None
-            if isinstance(c, sp.Equality):
-                if x.a == x.b == y.a == y.b:
-                    return True
-                return False if (x.b < y.a or y.b < x.a) else None
-            if isinstance(c, sp.Unequality):
-                eq = self._truth(sp.Eq(c.lhs, c.rhs, evaluate=False), env)
-                return None if eq is None else not eq
-        if isinstance(c, (sp.And, sp.Or)):
+            if x.a == x.b == y.a == y.b:
+                equal = True
+            else:
+                equal = False if (x.b < y.a or y.b < x.a) else None
+            return equal if op == "Equality" or equal is None else not equal
+        if op in ("And", "Or"):
             vals = [self._truth(a, env) for a in c.args]
-            if isinstance(c, sp.And):
+            if op == "And":
                 return False if False in vals else True if all(v is True for v in vals) else None
             return True if True in vals else False if all(v is False for v in vals) else None
         raise IntervalUnavailable(f"cannot decide condition '{c}'")
 
-    def _reduction(self, e: sp.Sum | sp.Product, env: tuple) -> Any:
-        is_sum = isinstance(e, sp.Sum)
-        limits = list(e.limits)
+    def _reduction(self, e: Node, env: tuple) -> Any:
+        is_sum = e.op == "Sum"
+        lims = limits(e)
 
         def loop(level: int, env_in: tuple) -> Any:
-            if level == len(limits):
-                return self.value(e.function, env_in)
-            var, lo, hi = limits[level]
+            if level == len(lims):
+                return self.value(body(e), env_in)
+            var, lo, hi = lims[level]
             lo_v, hi_v = self._point(lo, env_in), self._point(hi, env_in)
             total = self.iv.mpf(0 if is_sum else 1)
             for i in range(lo_v, hi_v + 1):

@@ -2,6 +2,9 @@
 
 Parsing every formula file (AST whitelist → SymPy construction and canonicalisation) takes about
 0.6 s; ``boundcalc evaluate`` needs none of that work again when the files have not changed.
+A hit can be decoded two ways: into SymPy trees (``symbolic=True``: what ``show``, LaTeX export
+and the optimizer's derivatives need) or into the engine's plain trees
+(:class:`~boundcalc.engine.tree.Node`, ``symbolic=False``), which does not import SymPy at all.
 
 The cache is data, never code: a JSON document per formula file holding its entries as a tree
 of plain values, the registry's own dataclasses (by name, from :mod:`.schema` only) and SymPy
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import tempfile
@@ -30,8 +34,16 @@ from typing import Any
 
 FORMAT = 1
 _CODE_FILES = ("registry/loader.py", "registry/parser.py", "registry/schema.py",
-               "registry/cache.py", "engine/functions.py")
+               "registry/cache.py", "engine/functions.py", "engine/tree.py")
 _code_hash: str | None = None
+
+# operators a plain tree may carry: the allow-listed SymPy classes by name (tests keep the two
+# lists equal); a plain tree is only data, so this is a consistency check, not a safety one
+TREE_OPS = frozenset((
+    "Add", "Mul", "Pow", "Tuple", "Indexed", "IndexedBase", "Sum", "Product", "Equality",
+    "Unequality", "StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan", "And", "Or",
+    "Not", "Abs", "exp", "log", "ceiling", "floor", "Max", "Min", "Piecewise", "ExprCondPair",
+    "kl_inv", "kl", "GridMin", "Cases", "var_ratio_div"))
 
 
 class _Unsupported(Exception):
@@ -56,11 +68,18 @@ def _code_key() -> str:
         h = hashlib.sha256(str(FORMAT).encode())
         for rel in _CODE_FILES:
             h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
-        import sympy
-
-        h.update(sympy.__version__.encode())
+        h.update(_sympy_release())
         _code_hash = h.hexdigest()
     return _code_hash
+
+
+def _sympy_release() -> bytes:
+    """SymPy's version file, read without importing SymPy (an evaluate from the cache never
+    imports it)."""
+    spec = importlib.util.find_spec("sympy")
+    if spec is None or spec.origin is None:
+        return b"no sympy"
+    return (Path(spec.origin).parent / "release.py").read_bytes()
 
 
 # ---- encoding --------------------------------------------------------------------------------
@@ -93,13 +112,96 @@ def _schema_classes() -> dict[str, type]:
             if isinstance(c, type) and dataclasses.is_dataclass(c) and c.__module__ == schema.__name__}
 
 
-class _Codec:
+class _Decoder:
+    """A cache document back into entries; subclasses say how a node of the table is built."""
+
+    def __init__(self) -> None:
+        self.schema = _schema_classes()
+
+    def load(self, payload: str) -> list:
+        doc = json.loads(payload)
+        self.built: list = []
+        for node in doc["nodes"]:
+            self.built.append(self.dec_node(node))
+        out = self.dec(doc["body"])
+        if not isinstance(out, list):
+            raise _Unsupported("body is not a list")
+        return out
+
+    def dec(self, o: Any) -> Any:
+        if o is None or isinstance(o, (bool, str, float)):
+            return o
+        if isinstance(o, list):
+            return [self.dec(v) for v in o]
+        if not isinstance(o, dict) or len(o) == 0:
+            raise _Unsupported("bad node")
+        if "i" in o:
+            return int(o["i"])
+        if "t" in o:
+            return tuple(self.dec(v) for v in o["t"])
+        if "d" in o:
+            return {self.dec(k): self.dec(v) for k, v in o["d"]}
+        if "r" in o:
+            return self.built[o["r"]]
+        if "c" in o:
+            cls = self.schema[o["c"]]
+            obj = cls.__new__(cls)
+            fields = {f.name for f in dataclasses.fields(cls)}
+            if set(o["f"]) != fields:
+                raise _Unsupported(f"{o['c']}: fields differ")
+            for n, v in o["f"].items():
+                object.__setattr__(obj, n, self.dec(v))
+            return obj
+        raise _Unsupported("bad node")
+
+    def dec_node(self, o: dict) -> Any:
+        raise NotImplementedError
+
+
+class _TreeDecoder(_Decoder):
+    """Nodes of the table as :class:`~boundcalc.engine.tree.Node` (no SymPy)."""
+
+    def __init__(self) -> None:
+        from ..engine import tree
+
+        super().__init__()
+        self.tree = tree
+        t = tree
+        self.singletons = {
+            "Zero": t.integer(0), "One": t.ONE, "NegativeOne": t.MINUS_ONE, "Half": t.HALF,
+            "Infinity": t.Node("Inf"), "NegativeInfinity": t.Node("NegInf"),
+            "ComplexInfinity": t.Node("ComplexInf"), "NaN": t.Node("NaN"), "Pi": t.Node("Pi"),
+            "Exp1": t.Node("E"), "true": t.TRUE, "false": t.FALSE,
+            "EulerGamma": t.Node("EulerGamma")}
+
+    def dec_node(self, o: dict) -> Any:
+        t = self.tree
+        if "s" in o:
+            return self.singletons[o["s"]]
+        if "y" in o:
+            if not isinstance(o["y"], str):
+                raise _Unsupported("bad symbol")
+            return t.symbol(o["y"])
+        if "n" in o:
+            return t.integer(int(o["n"]))
+        if "q" in o:
+            return t.Node("Rational", (), (int(o["q"][0]), int(o["q"][1])))
+        if o["o"] not in TREE_OPS:
+            raise _Unsupported(f"operator {str(o['o'])[:40]}")
+        if any(not isinstance(a, int) or not 0 <= a < len(self.built) for a in o["x"]):
+            raise _Unsupported("bad reference")
+        return t.Node(o["o"], tuple(self.built[a] for a in o["x"]))
+
+
+class _Codec(_Decoder):
+    """Entries to a cache document and back, with SymPy trees."""
+
     def __init__(self) -> None:
         import sympy as sp
 
+        super().__init__()
         self.sp = sp
         self.classes = _sympy_classes()
-        self.schema = _schema_classes()
         self.singletons = {n: getattr(sp.S, n) for n in _SINGLETONS if hasattr(sp.S, n)}
         self.singleton_names = {type(v): n for n, v in self.singletons.items()}
 
@@ -158,42 +260,6 @@ class _Codec:
         body = self.enc(entries)
         return json.dumps({"nodes": self.table, "body": body}, separators=(",", ":"))
 
-    def load(self, payload: str) -> list:
-        doc = json.loads(payload)
-        self.built: list = []
-        for node in doc["nodes"]:
-            self.built.append(self.dec_node(node))
-        out = self.dec(doc["body"])
-        if not isinstance(out, list):
-            raise _Unsupported("body is not a list")
-        return out
-
-    def dec(self, o: Any) -> Any:
-        if o is None or isinstance(o, (bool, str, float)):
-            return o
-        if isinstance(o, list):
-            return [self.dec(v) for v in o]
-        if not isinstance(o, dict) or len(o) == 0:
-            raise _Unsupported("bad node")
-        if "i" in o:
-            return int(o["i"])
-        if "t" in o:
-            return tuple(self.dec(v) for v in o["t"])
-        if "d" in o:
-            return {self.dec(k): self.dec(v) for k, v in o["d"]}
-        if "r" in o:
-            return self.built[o["r"]]
-        if "c" in o:
-            cls = self.schema[o["c"]]
-            obj = cls.__new__(cls)
-            fields = {f.name for f in dataclasses.fields(cls)}
-            if set(o["f"]) != fields:
-                raise _Unsupported(f"{o['c']}: fields differ")
-            for n, v in o["f"].items():
-                object.__setattr__(obj, n, self.dec(v))
-            return obj
-        raise _Unsupported("bad node")
-
     def dec_node(self, o: dict) -> Any:
         sp = self.sp
         if "s" in o:
@@ -240,38 +306,43 @@ def _digest(payload: str) -> str:
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-def load_file_cached(path: str | Path) -> list:
+def load_file_cached(path: str | Path, symbolic: bool = True) -> list:
     """:func:`~boundcalc.registry.loader.load_file`, through the cache when a valid document
     exists for these bytes, this file name and this code; a miss parses (errors propagate) and
-    stores the result."""
-    from .loader import load_file
-
+    stores the result. ``symbolic=False``: a hit comes back as plain trees, without SymPy (a
+    miss still parses, so its entries hold SymPy trees, which the engine takes as well)."""
     path = Path(path)
     folder = cache_dir()
     if folder is None:
-        return load_file(path)
+        return _parse(path)
     try:
         raw = path.read_bytes()
         key = hashlib.sha256(_code_key().encode() + b"\0" + path.name.encode() + b"\0"
                              + raw).hexdigest()
     except Exception:  # noqa: BLE001 - unreadable here: let the loader name the problem
-        return load_file(path)
+        return _parse(path)
     target = folder / "registry" / f"{key}.json"
-    hit = _read(target, key)
+    hit = _read(target, key, symbolic)
     if hit is not None:
         return hit
-    entries = load_file(path)
+    entries = _parse(path)
     _write(target, key, entries)
     return entries
 
 
-def _read(target: Path, key: str) -> list | None:
+def _parse(path: Path) -> list:
+    from .loader import load_file  # deferred: the parser needs SymPy, a cache hit does not
+
+    return load_file(path)
+
+
+def _read(target: Path, key: str, symbolic: bool = True) -> list | None:
     try:
         doc = json.loads(target.read_text(encoding="utf-8"))
         if (not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("key") != key
                 or doc.get("sha256") != _digest(doc.get("entries", ""))):
             return None
-        return _Codec().load(doc["entries"])
+        return (_Codec() if symbolic else _TreeDecoder()).load(doc["entries"])
     except Exception:  # noqa: BLE001 - missing, corrupt or foreign: ignore, parse as usual
         return None
 

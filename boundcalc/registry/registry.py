@@ -105,7 +105,7 @@ _CACHE: dict[tuple, Registry] = {}
 
 
 def load_registry(paths: Iterable[str | Path] | None = None, *,
-                  replace: bool | None = None) -> Registry:
+                  replace: bool | None = None, symbolic: bool = True) -> Registry:
     """Load every ``*.toml`` formula file in the given folders (or files).
 
     ``paths=None`` loads the bundled formulas plus the user folders named in
@@ -116,6 +116,9 @@ def load_registry(paths: Iterable[str | Path] | None = None, *,
 
     Parsed registries are cached by file path, size and modification time, so repeated calls
     (``optimize("id")`` in a loop, say) do not re-parse unchanged files.
+
+    ``symbolic=False`` serves entries from the disk cache as the engine's plain trees, without
+    importing SymPy: enough to evaluate, not to print LaTeX, differentiate or optimize.
     """
     if replace is None:
         replace = os.environ.get("BOUNDCALC_REPLACE", "") == "1"
@@ -133,7 +136,7 @@ def load_registry(paths: Iterable[str | Path] | None = None, *,
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
         raise FormulaError(f"{getattr(exc, 'filename', None) or 'formula folder'}: cannot "
                            f"read ({getattr(exc, 'strerror', None) or exc})") from None
-    key = (*key, replace)
+    key = (*key, replace, symbolic)
     cached = _CACHE.get(key)
     if cached is not None:
         return cached
@@ -143,7 +146,7 @@ def load_registry(paths: Iterable[str | Path] | None = None, *,
         if f.resolve() in seen:  # the same file named twice (a folder given twice, say)
             continue
         seen.add(f.resolve())
-        for entry in load_file_cached(f):
+        for entry in load_file_cached(f, symbolic):
             if replace and entry.id in reg:
                 reg.replace(entry)
             else:

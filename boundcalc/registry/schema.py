@@ -8,7 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import sympy as sp
+
+Formula = Any
+"""A formula as data: a SymPy expression after parsing, or the engine's
+:class:`~boundcalc.engine.tree.Node` when a registry is loaded from the cache without SymPy
+(``load_registry(symbolic=False)``, what ``boundcalc evaluate`` does). The engine accepts both
+(:func:`~boundcalc.engine.tree.as_tree`)."""
 
 KINDS = ("certified", "conditional", "rate", "proxy")
 """What an entry's number promises.
@@ -96,7 +101,7 @@ class SymbolSpec:
     stat: str | None = None
     default: float | None = None
     latex: str | None = None
-    symbol: Any = None  # sp.Symbol, or sp.IndexedBase when indexed
+    symbol: Formula = None  # a Symbol, or an IndexedBase when indexed
 
     @property
     def indexed(self) -> bool:
@@ -108,10 +113,10 @@ class GridSpec:
     """A finite grid: explicit values, ``range`` (start, stop, step) or ``linspace``/``geomspace``."""
 
     kind: str
-    args: tuple[sp.Expr, ...]
+    args: tuple[Formula, ...]
 
     def values(self, evaluate_scalar) -> np.ndarray:
-        """The grid points, given a function that evaluates a scalar SymPy expression."""
+        """The grid points, given a function that evaluates a scalar formula."""
         nums = [float(evaluate_scalar(a)) for a in self.args]
         if not all(math.isfinite(x) for x in nums):
             raise ValueError("grid arguments must be finite numbers")
@@ -176,7 +181,7 @@ class ParameterSpec:
     indices: tuple[str, ...] = ()
     grid: GridSpec | None = None
     prior: PriorSpec | None = None
-    closed_form: sp.Expr | None = None
+    closed_form: Formula | None = None
     closed_form_text: str | None = None
     bounds: tuple[float, float] | None = None
     log_scale: bool = False
@@ -192,7 +197,7 @@ class Assumption:
     """An assumption in words, optionally with a predicate checked against the values."""
 
     text: str
-    check: sp.Basic | None = None
+    check: Formula | None = None
     check_text: str | None = None
 
 
@@ -202,9 +207,9 @@ class Definition:
 
     name: str
     text: str
-    expr: sp.Expr
+    expr: Formula
     indices: tuple[str, ...] = ()
-    index_symbols: tuple[sp.Symbol, ...] = ()
+    index_symbols: tuple[Formula, ...] = ()
 
 
 @dataclass
@@ -218,11 +223,11 @@ class Entry:
     source: str
     provenance: str
     expression_text: str
-    expression: sp.Expr
+    expression: Formula
     symbols: dict[str, SymbolSpec]
     parameters: dict[str, ParameterSpec]
     indices: dict[str, str]  # index variable -> size symbol name
-    index_symbols: dict[str, sp.Symbol]
+    index_symbols: dict[str, Formula]
     definitions: dict[str, Definition]
     terms: list[str]
     assumptions: list[Assumption]
