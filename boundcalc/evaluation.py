@@ -14,7 +14,7 @@ import numpy as np
 from .engine import logspace as ls
 from .engine.compile import Compiled, Context, axes_for
 from .engine.tree import Node, as_tree, limits, walk
-from .errors import DomainError, MissingValueError
+from .errors import BoundcalcError, DomainError, MissingValueError
 from .limits import check_allocation
 from .registry.schema import Entry, ParameterSpec, PriorSpec
 from .result import Result
@@ -695,6 +695,9 @@ class Prepared:
 
         from .engine.functions import Cases, GridMin
 
+        if isinstance(self.entry.expression, Node):
+            raise BoundcalcError(f"entry '{self.entry.id}': exact_value needs the entry's SymPy "
+                                 f"form; load the registry with symbolic=True (the default)")
         values, _, costs = self.resolve(params)
         subs: dict[sp.Basic, Any] = {}
         for name, x in {**self.scalars, **values}.items():

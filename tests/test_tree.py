@@ -140,3 +140,12 @@ def test_plain_kl_inverse_entry_gives_the_hand_value(cache_dir):
     want = kl_inv_upper(0.1, (800 * math.log(2) + math.log(1 / 0.05)) / 1000)
     assert r.value == pytest.approx(want, rel=1e-12) and r.label == "certified bound"
     assert r.terms["divergence"] == pytest.approx(800 * math.log(2), rel=1e-15)
+
+
+def test_exact_value_of_a_plain_entry_says_what_it_needs(cache_dir):
+    bc.load_registry()
+    _CACHE.clear()
+    prep = bc.Prepared(bc.load_registry(symbolic=False).get("mcallester"),
+                       {"emp_risk": 0.05, "KL": 100, "n": 10000})
+    with pytest.raises(BoundcalcError, match="symbolic=True"):
+        prep.exact_value()
