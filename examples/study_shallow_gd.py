@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Study: the shallow Transformer of seed 004 trained by gradient descent, and its Theorem 5.
+"""Study: the shallow Transformer of docs/sources/shallow_gd.md trained by gradient descent, and
+the paper's Theorem 5.
 
-Trains the seed's one-layer Transformer (single-head attention with 1/√d_m scaling, ReLU with
+Trains the paper's one-layer Transformer (single-head attention with 1/√d_m scaling, ReLU with
 W_H = I, average pooling, linear output; LeCun initialisation; d = d_m) by full-batch gradient
 descent on scikit-learn's bundled 8×8 digits 0 vs 1, at several training-set sizes N and widths
 d_m. For each run it measures what Theorem 5 needs (radii from initialisation over the whole run,
@@ -26,7 +27,7 @@ what you get (in --out):
                     hidden constant C, which conditions of Theorem 5 hold, and the findings
   radii_vs_N.png    R_Q, R_K, R_V, R_O (max over GD steps) against N, one line per d_m
   rate_vs_N.png     the rate (both ρ-variants) and the measured test loss against N
-  loss_curves.png   train/test loss along GD (like the seed's Figures 1-3)
+  loss_curves.png   train/test loss along GD (like the paper's Figures 1-3)
   runs.csv          every number, one row per (N, d_m)
 
 how to read it:

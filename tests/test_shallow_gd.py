@@ -1,5 +1,5 @@
-"""Shallow-Transformer GD bound (seed 004, Theorem 5 / Lemma 4) against a direct implementation
-written here from the seed's definitions, and its checkable conditions."""
+"""Shallow-Transformer GD bound (docs/sources/shallow_gd.md: Theorem 5 / Lemma 4) against a direct implementation
+written here from the paper's definitions, and its checkable conditions."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ IDS = ("shallow_gd_rho4", "shallow_gd_rho2")
 
 
 def reference(v, rho_power):
-    """Every quantity of Theorem 5, from the seed's definitions (natural logs)."""
+    """Every quantity of Theorem 5, from the paper's definitions (natural logs)."""
     N, ds, dm, RX = v["N"], v["d_s"], v["d_m"], v["R_X"]
     eta = {"Q": v["WQ0_fro"] + v["R_Q"], "K": v["WK0_fro"] + v["R_K"],
            "V": v["WV0_fro"] + v["R_V"], "O": v["wO0_norm"] + v["R_O"]}

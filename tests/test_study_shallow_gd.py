@@ -1,8 +1,8 @@
-"""End to end: examples/study_shallow_gd.py at reduced scale (seed 004's shallow Transformer).
+"""End to end: examples/study_shallow_gd.py at reduced scale (the shallow Transformer of docs/sources/shallow_gd.md).
 
 The model, the measured inputs of Theorem 5 and the bound are checked against independent
-computations written here: a numpy loop over positions for the seed's f(X), numpy SVDs for α
-and the spectral norms, and Theorem 5 typed in from the seed with math.
+computations written here: a numpy loop over positions for the paper's f(X), numpy SVDs for α
+and the spectral norms, and Theorem 5 typed in from the paper with math.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def study(tmp_path_factory):
 
 
 def seed_f(X, WQ, WK, WV, wO):
-    """The seed's f(X) = (1/d_s) w_Oᵀ Σ_i ReLU(W_V Xᵀ σ_s(X W_Kᵀ W_Q X_iᵀ / √d_m)), by loops."""
+    """The paper's f(X) = (1/d_s) w_Oᵀ Σ_i ReLU(W_V Xᵀ σ_s(X W_Kᵀ W_Q X_iᵀ / √d_m)), by loops."""
     d_s, d_m = X.shape[0], WQ.shape[0]
     acc = np.zeros(d_m)
     for i in range(d_s):
@@ -44,7 +44,7 @@ def seed_f(X, WQ, WK, WV, wO):
 
 
 def theorem5(v, rho_power):
-    """Theorem 5 of seed 004 (natural logs), with the Dudley infimum of Lemma 2 over [0, A]."""
+    """Theorem 5 of the shallow-Transformer paper (natural logs), with the Dudley infimum of Lemma 2 over [0, A]."""
     N, ds, dm, RX = v["N"], v["d_s"], v["d_m"], v["R_X"]
     eQ, eK = v["WQ0_fro"] + v["R_Q"], v["WK0_fro"] + v["R_K"]
     eV, eO = v["WV0_fro"] + v["R_V"], v["wO0_norm"] + v["R_O"]

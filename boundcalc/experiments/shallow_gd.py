@@ -1,9 +1,10 @@
-"""Study: the shallow Transformer of seed 004 trained by full-batch GD, and its Theorem 5.
+"""Study: the shallow Transformer of docs/sources/shallow_gd.md trained by full-batch GD, and
+the paper's Theorem 5.
 
-The model is the seed's (§3.1) exactly: one single-head self-attention layer with
+The model is the paper's (§3.1) exactly: one single-head self-attention layer with
 W_Q, W_K, W_V ∈ R^{d_m×d} and scaling 1/√d_m, a ReLU layer with W_H = I, average pooling over
 the d_s positions and a linear output w_O ∈ R^{d_m}; LeCun initialisation (W entries N(0, 1/d),
-w_O entries N(0, 1/d_m)); d = d_m as in the seed's proofs. It is trained by full-batch gradient
+w_O entries N(0, 1/d_m)); d = d_m as in the paper's proofs. It is trained by full-batch gradient
 descent on Φ(θ) = ½‖f(θ) − y‖² (the objective of the convergence argument the theorem uses).
 
 Data: scikit-learn's bundled 8×8 digits, classes 0 and 1, labels y ∈ {−1, +1}. Each image is
@@ -11,7 +12,7 @@ cut into its d_s = 8 pixel rows; a token is the row, rescaled from [0, 16] to [�
 a one-hot code of its position, divided by √(8 + 1) = 3 so that every token has norm ≤ 1, then
 zero-padded to d = d_m. Centring the pixels matters: with non-negative tokens a ReLU unit whose
 weights are mostly negative is dead on every input, F_pre⁰ gets a zero column and α = 0. The
-position code makes every X_n full row rank (Assumption 3 of the seed); without it an image with
+position code makes every X_n full row rank (Assumption 3 of the paper); without it an image with
 an empty pixel row would not be.
 
 Everything the registry entries ``shallow_gd_rho4``/``shallow_gd_rho2`` need is measured here:
@@ -428,13 +429,14 @@ def _g(x: float, d: int = 3) -> str:
 def write_report(records: Sequence[RunRecord], cfg: ShallowGDConfig, out: Path,
                  full: bool) -> StudyReport:
     """Markdown report with tables, figures and a CSV of every run."""
-    rep = StudyReport("Study: a shallow Transformer trained by gradient descent (seed 004, "
-                      "Theorem 5)", out)
+    rep = StudyReport("Study: a shallow Transformer trained by gradient descent (Theorem 5 "
+                      "of the shallow-Transformer GD paper)", out)
     first = records[0].results[ENTRY_IDS[0]]
     scale = ("full grid (`--full`)" if full
              else "reduced grid (the default; `--full` runs a larger one)")
     rep.text(f"""
-**What this is.** The one-layer Transformer of seed 004 (§3.1: single-head self-attention with
+**What this is.** The one-layer Transformer of *Generalization bound for a Shallow Transformer
+trained using Gradient Descent* (its §3.1: single-head self-attention with
 W_Q, W_K, W_V ∈ R^(d_m×d) and scaling 1/√d_m, ReLU with W_H = I, average pooling over the
 d_s = {D_S} positions, linear output w_O; LeCun initialisation; d = d_m) trained by full-batch
 gradient descent on Φ(θ) = ½‖f(θ) − y‖² on scikit-learn's bundled 8×8 digits, classes 0 (y = −1)
@@ -448,7 +450,7 @@ shuffled order (seed {cfg.seed}).
 
 **Scale.** {scale}:
 N ∈ {list(cfg.sizes)}, d_m ∈ {list(cfg.widths)}, {cfg.steps} GD steps with step size
-γ = {cfg.lr}/N on Φ (i.e. learning rate {cfg.lr} on the mean squared loss). The seed's own
+γ = {cfg.lr}/N on Φ (i.e. learning rate {cfg.lr} on the mean squared loss). The paper's own
 experiment used MNIST (d = 64 tokens, N up to 10 000, d_m up to 4096, cross-entropy); this is a
 small stand-in that runs offline.
 
@@ -457,7 +459,7 @@ small stand-in that runs offline.
 `emp_loss_bound + C_hidden × (rademacher_term + confidence_term)` with the hidden constant
 C_hidden = {cfg.c_hidden:g} (label: *{first.label}*). It is never a certified bound. The two
 entries differ only in the power of ρ in the second empirical-loss term (ρ⁴ as printed, ρ² as the
-seed's own derivation gives); δ = {cfg.delta:g}.
+paper's own derivation gives); δ = {cfg.delta:g}.
 """)
     rep.table(
         ["N", "d_m", "R_X", "α = σ_min(F_pre⁰)", "Φ(θ⁰)", "R_Q", "R_K", "R_V", "R_O",
@@ -472,7 +474,7 @@ seed's own derivation gives); δ = {cfg.delta:g}.
         [[r.N, r.d_m, _g(r.WQ0_fro + r.R_Q), _g(r.WK0_fro + r.R_K), _g(r.WV0_fro + r.R_V),
           _g(r.wO0_norm + r.R_O), _g(r.WQ0_spec + r.R_Q), _g(r.WK0_spec + r.R_K),
           _g(r.WV0_spec + r.R_V)] for r in records],
-        caption="η = ‖W⁰‖_F + R (Frobenius) and ξ = ‖W⁰‖₂ + R (spectral) of the seed's Lemma 4.")
+        caption="η = ‖W⁰‖_F + R (Frobenius) and ξ = ‖W⁰‖₂ + R (spectral) of the paper's Lemma 4.")
     rows = []
     for r in records:
         for eid in ENTRY_IDS:
@@ -496,7 +498,7 @@ seed's own derivation gives); δ = {cfg.delta:g}.
                "against N (log-log).")
     rep.figure(fig_curves(records), "loss_curves",
                "Train (solid) and test (dashed) loss mean|f − y| along GD, per width d_m "
-               "(as the seed's Figures 1–3 show for MNIST).")
+               "(as the paper's Figures 1–3 show for MNIST).")
     # conditions
     texts = [a["text"] for a in first.assumptions if a["check"]]
     header = ["N", "d_m"] + [_short(t) for t in texts]
@@ -508,7 +510,7 @@ seed's own derivation gives); δ = {cfg.delta:g}.
                                     "entries' `check` predicates, evaluated by boundcalc).")
     rep.text("Conditions, in full:\n\n" + "\n".join(
         f"- **{_short(a['text'])}**: {a['text']} — `{a['check']}`" for a in first.assumptions
-        if a["check"]) + "\n\nConditions the seed states but gives no formula or data for "
+        if a["check"]) + "\n\nConditions the paper states but gives no formula or data for "
         "(reported as *unchecked*):\n\n" + "\n".join(
         f"- {a['text']}" for a in first.assumptions if not a["check"]))
     rep.text(_findings(records, cfg))

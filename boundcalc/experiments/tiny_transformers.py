@@ -1,4 +1,4 @@
-"""Small trainable Transformers for the seeds' studies (CPU-sized, float32 or float64).
+"""Small trainable Transformers for the studies of the source papers (CPU-sized, float32 or float64).
 
 * :class:`SparseMajorityTransformer`: the one-layer model of Trauger & Tewari's official
   experiment (``run_experiment.py``, norm_bounds.md §6.3), ported from Keras: a 2-head

@@ -5,8 +5,8 @@ Small Transformer classifiers are trained on scikit-learn's handwritten digits (
 training-set size and seed. Each model's test error on a fixed held-out set is measured, every
 checkpoint (with its initialisation) is swept with :func:`boundcalc.sweep.run_sweep`, and every
 entry that applies is ranked against the test error (Kendall τ, Spearman ρ, Jiang et al.'s
-granulated τ over the four hyper-parameters) — the comparison the seeds make one bound at a
-time, done for the whole registry.
+granulated τ over the four hyper-parameters) — the comparison the source papers make one bound
+at a time, done for the whole registry.
 """
 
 from __future__ import annotations
