@@ -65,28 +65,41 @@ class Result:
     def label(self) -> str:
         """How this number may be called: 'certified bound', 'conditional ...', 'estimated',
         'rate', 'proxy'. A conditional number always carries its condition(s)."""
+        head, rest = self._label_parts()
+        return head + rest
+
+    @property
+    def label_head(self) -> str:
+        """The label's first words, for narrow tables: 'certified bound', 'estimated',
+        'conditional', 'not a bound', 'rate', 'proxy', 'certified divergence', ..."""
+        return self._label_parts()[0]
+
+    def _label_parts(self) -> tuple[str, str]:
         if self.kind == "proxy":
-            return "proxy (complexity measure, not a bound)"
+            return "proxy", " (complexity measure, not a bound)"
         if self.kind == "rate":
             consts = ", ".join(f"{k}={v:g}" for k, v in self.hidden_constants.items())
-            return f"rate (O(·) with hidden constant {consts})"
+            return "rate", f" (O(·) with hidden constant {consts})"
         if self.delta_exhausted:
-            return f"not a bound: total δ = {self.delta:g} ≥ 1 (no guarantee)"
+            return "not a bound", f": total δ = {self.delta:g} ≥ 1 (no guarantee)"
         if self.failed_assumptions:
-            return "not a bound: an assumption fails"
+            return "not a bound", ": an assumption fails"
+        estimated = " (uses a stochastic estimate without its confidence term)"
         if self.kind == "conditional":
             what = "an upper bound" if self.output in ("risk", "loss") else f"a valid {self.output}"
-            est = "estimated (uses a stochastic estimate without its confidence term) and " \
-                if self.estimated else ""
-            return (f"{est}conditional: {what} only if "
-                    f"{'; and '.join(self.conditions)}")
+            condition = f"conditional: {what} only if {'; and '.join(self.conditions)}"
+            if self.estimated:
+                return "estimated", f"{estimated} and {condition}"
+            head, _, rest = condition.partition(":")
+            return head, ":" + rest
         if self.estimated:
-            return "estimated (uses a stochastic estimate without its confidence term)"
+            return "estimated", estimated
         if self.output == "loss":
-            return "certified bound on an expected loss (in its own unit; not compared with 1)"
+            return ("certified bound on an expected loss",
+                    " (in its own unit; not compared with 1)")
         if self.output != "risk":
-            return f"certified {self.output} (exact under the assumptions; not a risk bound)"
-        return "certified bound"
+            return f"certified {self.output}", " (exact under the assumptions; not a risk bound)"
+        return "certified bound", ""
 
     @property
     def vacuous(self) -> bool | None:

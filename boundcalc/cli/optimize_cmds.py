@@ -341,7 +341,7 @@ def compare_cmd(
         t.add_column("δ", justify="right", no_wrap=True)
         t.add_column("cost", justify="right", no_wrap=True)
         for r in sorted(groups["certified"], key=lambda r: r.value):
-            t.add_row(r.id, r.value_text(6), _short_label(r.label),
+            t.add_row(r.id, r.value_text(6), r.label_head,
                       "—" if r.vacuous is None else ("yes" if r.vacuous else "no"),
                       fmt(r.delta), fmt(sum(r.union_bound_cost.values()), 4))
         console.print(t)
@@ -374,11 +374,6 @@ def compare_cmd(
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
         console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
-
-
-def _short_label(label: str) -> str:
-    """The label's head for a narrow table: 'certified bound', 'estimated', 'not a bound'."""
-    return label.split(" (")[0].split(":")[0]
 
 
 def _conditional_table(results: list[Any], console: Any) -> None:
