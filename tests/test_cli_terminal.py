@@ -171,3 +171,48 @@ def test_compare_certified_table_fits_80_columns_with_whole_labels(tmp_path):
               if ln.startswith("│") and ln.count("│") == 7 and ln.split("│")[2].strip()]
     assert labels and "estimated" in labels, labels
     assert set(labels) <= {"certified bound", "estimated", "not a bound"}, labels
+
+
+def _description(help_text: str) -> list[list[str]]:
+    """The paragraphs of a command's description (between Usage and the first box), as lines."""
+    body = help_text.split("Usage:", 1)[1].split("\n", 1)[1]
+    body = re.split(r"\n\s*[╭┌]", body, maxsplit=1)[0]
+    paras: list[list[str]] = [[]]
+    for line in body.splitlines():
+        text = line.strip()
+        if text:
+            paras[-1].append(text)
+        elif paras[-1]:
+            paras.append([])
+    return [p for p in paras if p]
+
+
+def test_every_command_help_wraps_its_prose_to_80_columns():
+    """Typer keeps the source line breaks of a docstring's later paragraphs; at 80 columns
+    they came out ragged ('... charged to' / 'δ, unless' / '--fixed NAME says ...')."""
+    from boundcalc.cli import app as typer_app
+
+    names = [c.name or c.callback.__name__ for c in typer_app.registered_commands]
+    assert {"evaluate", "optimize", "measure", "sweep", "correlate"} <= set(names)
+    for name in [None, *names]:
+        res = invoke(*([name] if name else []), "--help")
+        assert res.exit_code == 0, (name, res.output)
+        for para in _description(res.stdout):
+            for line, following in zip(para, para[1:]):
+                # a line that stops well short of the width although the next word would fit
+                assert cell_len(line) + 1 + len(following.split()[0]) > 78, (name, line)
+
+
+def test_reflow_keeps_lists_and_joins_prose():
+    from boundcalc.cli.app import reflow_help
+
+    doc = """Title line.
+
+    A paragraph written
+    over two lines.
+
+    - an item
+    - another item
+    """
+    assert reflow_help(doc) == ("Title line.\n\nA paragraph written over two lines.\n\n"
+                                "- an item\n- another item")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from .app import app
+from .app import app, reflow_command_help
 
 # Each module registers its commands on ``app`` when imported. A module that is not there yet
 # (work in progress) is skipped, so the CLI stays usable.
@@ -18,6 +18,7 @@ def _load_commands() -> None:
         except ModuleNotFoundError as exc:
             if exc.name != f"{__name__}.{name}":
                 raise
+    reflow_command_help(app)
 
 
 _load_commands()

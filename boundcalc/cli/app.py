@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from typing import Any, Callable, Optional
@@ -51,14 +52,40 @@ app = typer.Typer(
     help=(
         "Turn published generalization bounds for Transformers into honest numbers for one "
         "trained model.\n\nEvery number is labelled: [bold]certified[/] (a valid bound with "
-        "probability ≥ 1−δ under the listed assumptions), [bold]rate[/] (an O(·) statement "
-        "with its hidden constant set by you) or [bold]proxy[/] (a complexity measure, not a bound)."
+        "probability ≥ 1−δ under the listed assumptions), [bold]conditional[/] (a bound only "
+        "if its named conditions hold, which cannot be checked), [bold]rate[/] (an O(·) "
+        "statement with its hidden constant set by you) or [bold]proxy[/] (a complexity "
+        "measure, not a bound)."
     ),
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
 )
+
+def reflow_help(doc: str | None) -> str | None:
+    """A docstring as help text that wraps to the terminal: Typer keeps the line breaks of every
+    paragraph after the first, so source lines of ~95 columns came out ragged at 80. Lines of a
+    paragraph are joined; a paragraph that is a list (lines starting with '- ', '* ' or '• ') or is
+    indented stays as written."""
+    if not doc:
+        return doc
+    out = []
+    for para in inspect.cleandoc(doc).split("\n\n"):
+        lines = para.split("\n")
+        if any(ln.startswith((" ", "- ", "* ", "• ", "\b")) for ln in lines[1:]):
+            out.append(para)
+        else:
+            out.append(" ".join(ln.strip() for ln in lines))
+    return "\n\n".join(out)
+
+
+def reflow_command_help(typer_app: typer.Typer) -> None:
+    """Apply :func:`reflow_help` to every registered command's docstring."""
+    for info in typer_app.registered_commands:
+        if info.help is None and info.callback is not None:
+            info.callback.__doc__ = reflow_help(info.callback.__doc__)
+
 
 class SafeConsole(Console):
     """A console that never lets a control character from data reach the terminal: every text
