@@ -295,7 +295,7 @@ def _hostile_checkpoints() -> dict[str, tuple[dict, str]]:
     out["stride0"] = (sd, "stride-0")
     sd = _bert()
     sd[Q0] = torch.zeros(0, 8)
-    out["zero_rows"] = (sd, "")
+    out["zero_rows"] = (sd, f"'{Q0}': role q of layer 0 has shape [0, 8] (out, in): an empty")
     sd = _bert()
     sd["encoder.layer." + "9" * 5000 + ".attention.self.query.weight"] = torch.randn(8, 8)
     out["digits"] = (sd, "layer index")

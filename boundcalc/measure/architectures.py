@@ -331,6 +331,12 @@ def build_layer_map(src: TensorSource, n_heads: int | None = None,
             if role not in by_layer[l]:
                 raise CheckpointError(f"{src.source}: layer {l} has no '{role}' weight "
                                       f"({name} layer map)")
+    for l in layers:
+        for role, e in by_layer[l].items():
+            if 0 in _oriented(e):
+                raise CheckpointError(f"'{e.name}': role {role} of layer {l} has shape "
+                                      f"{list(_oriented(e))} (out, in): an empty weight "
+                                      f"matrix has no spectrum to measure")
     first = by_layer[0]
     q_rows, hidden = _oriented(first["q"])
     k_rows, _ = _oriented(first["k"])
