@@ -29,9 +29,12 @@ for mod in torch numpy scipy sympy safetensors threadpoolctl typer rich transfor
 done
 echo "missing modules: ${missing[*]:-none}"
 if [ ${#missing[@]} -gt 0 ] && [ -d "$root/.whl" ]; then
+  # one wheel at a time: a wheel whose dependency is missing does not block the others
   echo "installing from .whl/ (no index)"
-  "$py" -m pip install -q --no-index --find-links "$root/.whl" "$root/.whl"/*.whl > "$out/pip.txt" 2>&1 \
-    || echo "some wheels did not install (see pip.txt); going on with what is there"
+  for whl in "$root/.whl"/*.whl; do
+    "$py" -m pip install -q --no-index --find-links "$root/.whl" "$whl" >> "$out/pip.txt" 2>&1 \
+      || echo "  $(basename "$whl") did not install (see pip.txt); going on without it"
+  done
 fi
 for mod in torch numpy scipy safetensors; do
   if ! "$py" -c "import $mod" >/dev/null 2>&1; then
