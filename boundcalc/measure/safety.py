@@ -62,10 +62,12 @@ def checked_tensor(t: torch.Tensor, name: str, source: str) -> torch.Tensor:
     if t.dtype in _FLOAT8:
         t = t.to(torch.float32)
     if n and t.is_floating_point():
-        finite = torch.isfinite(t)
-        if not bool(finite.all()):
+        # one pass without a temporary (isfinite + abs + max took 40× longer: 0.17 s of a
+        # MiniLM measure); NaN propagates to both ends, ±inf shows at one end
+        lo, hi = (float(x) for x in torch.aminmax(t))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
             raise CheckpointError(f"{what} holds NaN or infinite values")
-        amax = float(t.abs().max())
+        amax = max(-lo, hi)
         if amax > MAX_ABS_WEIGHT:
             raise CheckpointError(f"{what} has an entry of magnitude {amax:.3g}; weights beyond "
                                   f"{MAX_ABS_WEIGHT:g} cannot be measured in double precision")
