@@ -13,7 +13,7 @@ import numpy as np
 
 from .engine import logspace as ls
 from .engine.compile import Compiled, Context, axes_for
-from .engine.tree import Node, as_tree, limits, walk
+from .engine.tree import RELATIONS, Node, as_tree, limits
 from .errors import BoundcalcError, DomainError, MissingValueError
 from .limits import check_allocation
 from .registry.schema import Entry, ParameterSpec, PriorSpec
@@ -756,8 +756,7 @@ class Prepared:
 
 
 # sub-trees that are not numbers (conditions, index tuples, bases): skipped by diagnostics
-_NOT_VALUES = ("Indexed", "IndexedBase", "Tuple", "ExprCondPair", "StrictLessThan", "LessThan",
-               "StrictGreaterThan", "GreaterThan", "Equality", "Unequality", "And", "Or", "Not",
+_NOT_VALUES = ("Indexed", "IndexedBase", "Tuple", "ExprCondPair", *RELATIONS, "And", "Or", "Not",
                "True", "False")
 
 

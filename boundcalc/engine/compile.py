@@ -100,7 +100,7 @@ class Compiled:
             return self._indexed(e)
         if op == "Add":
             y = one_minus_exp_arg(e)
-            if y is not None:  # 1 − e^y as −expm1(y): full precision for tiny y (Catoni, kl⁻¹(0, c))
+            if y is not None:  # 1 − e^y as −expm1(y): exact for tiny y (Catoni, kl⁻¹(0, c))
                 y_fn = self.compile(y)
                 return lambda ctx: ls.expm1_neg(y_fn(ctx))
             parts = [self.compile(a) for a in e.args]

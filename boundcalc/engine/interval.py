@@ -19,7 +19,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from .kernels import kl_inv_lower, kl_inv_upper
-from .tree import Node, as_tree, body, indexed_name, indices, limits, one_minus_exp_arg, pairs
+from .tree import (RELATIONS, Node, as_tree, body, indexed_name, indices, limits,
+                   one_minus_exp_arg, pairs)
 
 PREC = 160
 """Working precision in bits: wide enough that the cancellations left in the registry's formulas
@@ -318,8 +319,7 @@ class _Walk:
             return True
         if op == "False":
             return False
-        if op in ("StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan", "Equality",
-                  "Unequality"):
+        if op in RELATIONS:
             x, y = self.value(c.args[0], env), self.value(c.args[1], env)
             if op == "StrictLessThan":
                 return True if x.b < y.a else False if x.a >= y.b else None

@@ -16,12 +16,14 @@ and the constants ``Pi``, ``E``, ``Inf``, ``NegInf``, ``NaN``, ``ComplexInf``, `
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator
 
-CONSTANTS = ("Pi", "E", "Inf", "NegInf", "NaN", "ComplexInf", "True", "False")
-NUMBERS = ("Integer", "Rational", "Float")
+NUMBERS = ("Integer", "Rational", "Float", "Pi", "E", "Inf", "NegInf", "NaN")
 RELATIONS = ("StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan", "Equality",
              "Unequality")
+_CONSTANT_VALUES = {"Pi": math.pi, "E": math.e, "Inf": math.inf, "NegInf": -math.inf,
+                    "NaN": math.nan}
 
 
 class Node:
@@ -68,21 +70,18 @@ class Node:
 
     @property
     def is_number(self) -> bool:
-        return self.op in NUMBERS or self.op in ("Pi", "E", "Inf", "NegInf", "NaN")
+        """A number or a numeric constant (what ``float()`` accepts)."""
+        return self.op in NUMBERS
 
     def __float__(self) -> float:
-        import math
-
         if self.op == "Integer":
             return float(self.value)
         if self.op == "Rational":
             return self.value[0] / self.value[1]
         if self.op == "Float":
             return float(self.value)
-        consts = {"Pi": math.pi, "E": math.e, "Inf": math.inf, "NegInf": -math.inf,
-                  "NaN": math.nan}
-        if self.op in consts:
-            return consts[self.op]
+        if self.op in _CONSTANT_VALUES:
+            return _CONSTANT_VALUES[self.op]
         raise TypeError(f"{self} is not a number")
 
     def atoms(self, op: str) -> set["Node"]:
