@@ -1,6 +1,6 @@
 """Compression family (formulas/compression.toml): every entry against a direct computation here.
 
-kl inverses are computed independently with mpmath bisection at 50 digits; the registry's value
+kl inverses are computed independently with mpmath bisection at 60 digits; the registry's value
 must be at or above the exact root (outward rounding) and within 1e-9 of it.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import math
 
-import mpmath as mp
 import numpy as np
 import pytest
 
 import boundcalc as bc
+from _reference import kl_inv_exact
 
 REG = bc.load_registry()
 LN2 = math.log(2)
@@ -24,31 +24,6 @@ def ev(entry_id: str, values: dict, params: dict | None = None) -> bc.Result:
     return bc.compute(REG.get(entry_id), values=values, params=params, registry=REG)
 
 
-def kl_inv_exact(q: float, c: float) -> float:
-    """sup{p ∈ [q, 1]: kl(q‖p) ≤ c} by 200 bisection steps at 50 digits."""
-    mp.mp.dps = 50
-    q, c = mp.mpf(q), mp.mpf(c)
-
-    def kl(p):
-        out = mp.mpf(0)
-        if q > 0:
-            out += q * mp.log(q / p)
-        if q < 1:
-            out += (1 - q) * mp.log((1 - q) / (1 - p))
-        return out
-
-    lo, hi = q, mp.mpf(1)
-    if kl(1 - mp.mpf(10) ** -40) <= c:
-        return 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if kl(mid) <= c:
-            lo = mid
-        else:
-            hi = mid
-    return float(hi)
-
-
 CASES = [(500.0, 0.1, 1400), (0.0, 0.0, 100), (3000.0, 0.02, 60000), (20000.0, 0.3, 1000)]
 
 
@@ -56,7 +31,7 @@ CASES = [(500.0, 0.1, 1400), (0.0, 0.0, 100), (3000.0, 0.02, 60000), (20000.0, 0
 def test_occam_kl_matches_exact_kl_inverse(bits, risk, n):
     r = ev("occam_kl", {"code_bits": bits, "emp_risk": risk, "n": n})
     budget = (bits * LN2 + math.log(1 / 0.05)) / n
-    want = kl_inv_exact(risk, budget)
+    want = float(kl_inv_exact(risk, budget))
     assert r.value >= want - 1e-15  # outward
     assert r.value == pytest.approx(want, abs=1e-9)
     assert r.is_bound and r.kind == "certified"
@@ -70,7 +45,7 @@ def test_relaxations_match_closed_forms_and_sit_above_kl(bits, risk, n):
     fast = ev("occam_fast_rate", {"code_bits": bits, "emp_risk": risk, "n": n}).value
     assert hoeff == pytest.approx(risk + math.sqrt(B / 2), rel=1e-12)
     assert fast == pytest.approx(risk + math.sqrt(2 * risk * B) + 2 * B, rel=1e-12)
-    exact = kl_inv_exact(risk, B)
+    exact = float(kl_inv_exact(risk, B))
     assert hoeff >= exact - 1e-12 and fast >= exact - 1e-12
 
 
@@ -124,7 +99,7 @@ def test_smoothed_nll_kl_direct(alpha, nll):
     D = delta_range(alpha, V)
     lmin = -math.log2((1 - alpha) + alpha / V)
     q = min(max((nll - lmin) / D, 0.0), 1.0)
-    want = lmin + D * kl_inv_exact(q, (bits * LN2 + math.log(1 / d)) / n)
+    want = lmin + D * float(kl_inv_exact(q, (bits * LN2 + math.log(1 / d)) / n))
     r = ev("occam_smoothed_nll_kl", {"code_bits": bits, "smoothed_nll": nll, "n": n, "V": V},
            {"alpha": alpha})
     assert r.value >= want - 1e-12
@@ -211,7 +186,8 @@ def test_alpha_chosen_only_among_measured_points_each_with_its_own_loss(how):
     for a, l in zip(ALPHAS, LOSSES):
         D, lmin = delta_range(a, 10), -math.log2((1 - a) + a / 10)
         q = min(max((l - lmin) / D, 0.0), 1.0)
-        kl_vals.append(lmin + D * kl_inv_exact(q, (900.0 * LN2 + math.log(8 / 0.05)) / 3000))
+        kl_vals.append(lmin + D * float(kl_inv_exact(q, (900.0 * LN2 + math.log(8 / 0.05))
+                                                     / 3000)))
     assert k.value == pytest.approx(min(kl_vals), abs=1e-8) and k.value <= r.value + 1e-12
 
 

@@ -20,6 +20,7 @@ import sympy as sp
 
 import boundcalc as bc
 from _draw_helpers import grid_points, inputs
+from _reference import kl_inv_exact
 from boundcalc.engine.functions import Cases, GridMin, kl_inv, var_ratio_div
 from boundcalc.errors import BoundcalcError
 
@@ -31,31 +32,6 @@ DPS = 60
 
 
 # ---- an independent 60-digit evaluation of a formula ------------------------------------------
-
-def _kl(q, p):
-    if p >= 1:
-        return mp.inf if q < 1 else mp.mpf(0)
-    out = mp.mpf(0)
-    if q > 0:
-        out += q * mp.log(q / p)
-    if q < 1:
-        out += (1 - q) * mp.log((1 - q) / (1 - p))
-    return out
-
-
-def _kl_inv(q, c):
-    """sup{p ∈ [q, 1] : kl(q‖p) ≤ c} by bisection to 2^-220."""
-    if q >= 1 or c == mp.inf:
-        return mp.mpf(1)
-    lo, hi = mp.mpf(q), mp.mpf(1)
-    for _ in range(220):
-        mid = (lo + hi) / 2
-        if _kl(q, mid) <= c:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
 
 class Exact:
     def __init__(self, scalars, arrays, grids):
@@ -98,7 +74,7 @@ class Exact:
         if isinstance(e, sp.ceiling):
             return mp.ceil(self.ev(e.args[0], env))
         if isinstance(e, kl_inv):
-            return _kl_inv(*(self.ev(a, env) for a in e.args))
+            return kl_inv_exact(*(self.ev(a, env) for a in e.args), dps=DPS)
         if isinstance(e, var_ratio_div):
             a, b = (self.ev(x, env) for x in e.args)
             with mp.workdps(3 * DPS):  # the textbook form, with digits to spare

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import boundcalc as bc
+from _reference import kl_exact, kl_inv_exact
 from boundcalc.engine.functions import kl_inv_upper
 from boundcalc.errors import BoundcalcError, DomainError, OptimizationError
 from boundcalc.evaluation import Prepared, dr_grids, gridmin_params
@@ -397,35 +398,6 @@ def test_any_layer_product_survives_96_layers_of_norm_50(entry):
 mpmath.mp.dps = 80
 
 
-def _kl_mp(q, p):
-    """kl(q‖p) in 80-digit arithmetic; log1p keeps tiny p − q and tiny p exact."""
-    q, p = mpmath.mpf(q), mpmath.mpf(p)
-    out = mpmath.mpf(0)
-    if q > 0:
-        out += q * mpmath.log(q / p)
-    if q < 1:
-        out += (1 - q) * (mpmath.log1p(-q) - mpmath.log1p(-p))
-    return out
-
-
-def _kl_inv_mp(q: float, c: float):
-    """Independent root of kl(q‖p) = c on (q, 1), 80-digit arithmetic: first the scale of
-    p − q by halving, then 200 bisection steps inside [u, 2u] (relative precision 2⁻²⁰⁰)."""
-    q, c = mpmath.mpf(q), mpmath.mpf(c)
-    width = 1 - q
-    u = mpmath.mpf(1)
-    while _kl_mp(q, q + width * u / 2) > c:  # kl(q‖q + w·u) > c: the root is below
-        u /= 2
-    lo, hi = u / 2, u  # kl(q‖q + w·hi) > c (or hi = 1, p = 1, kl = ∞) and kl(q‖q + w·lo) ≤ c
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if _kl_mp(q, q + width * mid) <= c:
-            lo = mid
-        else:
-            hi = mid
-    return q + width * hi
-
-
 @settings(max_examples=120, deadline=None, derandomize=True)
 @given(q=st.one_of(st.just(0.0), st.floats(0, 1, exclude_max=True),
                    _log_uniform(1e-15, 1e-1), _log_uniform(1e-12, 1e-1).map(lambda t: 1 - t)),
@@ -435,10 +407,10 @@ def test_kl_inv_upper_matches_high_precision_root_and_rounds_outward(q, c):
     if c == 0:
         assert got == q
         return
-    if _kl_mp(mpmath.mpf(q), 1 - mpmath.mpf(2) ** -53) <= c:
+    if kl_exact(q, 1 - mpmath.mpf(2) ** -53) <= c:
         assert got == 1.0  # the root lies above the largest double below 1
         return
-    root = _kl_inv_mp(q, c)
+    root = kl_inv_exact(q, c, dps=80)
     assert mpmath.mpf(got) >= root, (q, c, got, root)  # never below the true root
     # the kernel certifies kl(q‖p) > c with a 1e-12 relative margin on kl, i.e. about 1e-12
     # relative on p − q: exact to 1e-12 absolutely, and to 2e-12 relatively for tiny roots

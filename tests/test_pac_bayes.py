@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq, minimize_scalar
 
 import boundcalc as bc
+from _reference import kl_inv_exact
 from boundcalc.engine.functions import kl_inv_upper
 from boundcalc.errors import DomainError, MissingValueError
 
@@ -51,32 +52,6 @@ def kl_inv_brentq(q: float, c: float) -> float:
 
 
 mp.mp.dps = 60
-
-
-def kl_mp(q, p):
-    q, p = mp.mpf(q), mp.mpf(p)
-    out = mp.mpf(0)
-    if q > 0:
-        out += q * mp.log(q / p)
-    if q < 1:
-        out += (1 - q) * (mp.log1p(-q) - mp.log1p(-p))
-    return out
-
-
-def kl_inv_exact(q: float, c: float):
-    """The exact root (60 digits): bisection on ln(p − q), so tiny roots are resolved too."""
-    q, c = mp.mpf(q), mp.mpf(c)
-    if q == 1 or kl_mp(q, 1 - mp.mpf(10) ** -55) <= c:
-        return mp.mpf(1)
-    lo, hi = mp.mpf(-1500), mp.log(1 - q)
-    for _ in range(260):
-        mid = (lo + hi) / 2
-        p = q + mp.exp(mid)
-        if p < 1 and kl_mp(q, p) <= c:
-            lo = mid
-        else:
-            hi = mid
-    return q + mp.exp(hi)
 
 
 def dr_sigma(j: int, c: float = 0.1, b: float = 100.0) -> float:
