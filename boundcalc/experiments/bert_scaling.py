@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -41,20 +40,6 @@ TEX = {"QK": r"$W^{QK}$", "V": r"$\tilde V = VW^{O}$", "M_in": r"$M^{in}$", "M_o
 NAME = {"QK": "QK", "V": "Ṽ", "M_in": "M_in", "M_out": "M_out"}
 OURS_COLOUR, EDELMAN_COLOUR = "orange", "slateblue"
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-
-
-@contextmanager
-def torch_threads(n: int | None) -> Iterator[None]:
-    """Run a block with ``n`` torch threads (None: unchanged), then restore the setting."""
-    import torch
-
-    old = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 # ---- models -------------------------------------------------------------------------------------
@@ -350,11 +335,13 @@ def _point(stats, registry, label: str, source: str, **extra) -> ScalePoint:
 def scaling_local(depths: Sequence[int], widths: Sequence[int], head_dim: int, steps: int,
                   registry, seed: int = 0, threads: int | None = 1, log=print) -> list[ScalePoint]:
     """Build and briefly train a BERT at every (L, N), measure it, evaluate both proxies."""
+    from ..measure.threads import blas_threads
+
     points = []
     for L in depths:
         for N in widths:
             t0 = time.perf_counter()
-            with torch_threads(threads):
+            with blas_threads(threads):
                 model, loss = train_tiny_bert(L, N, head_dim=head_dim, steps=steps, seed=seed)
                 stats = measure_stats(model)
             p = _point(stats, registry, f"L={L} N={N}",
@@ -619,13 +606,15 @@ def run_study(out: str | Path, cfg: SpectrumStudyConfig | None = None, log=print
     """Measure the detailed model and the scaling grid; write ``<out>/report.md`` and CSVs."""
     import boundcalc as bc
 
+    from ..measure.threads import blas_threads
+
     cfg = cfg or SpectrumStudyConfig()
     out = Path(out)
     registry = bc.load_registry()
     t0 = time.perf_counter()
     spec = cfg.model or minilm_path()
     label = cfg.model or "MiniLM-L6 (sentence-transformers/all-MiniLM-L6-v2, packaged)"
-    with torch_threads(cfg.threads):   # one thread is faster on a small, busy machine
+    with blas_threads(cfg.threads):   # one thread is faster on a small, busy machine
         stats = measure_stats(open_model(spec))
     b = breakdown(stats, registry, label)
     log(f"{label}: {b.count()} matrices, ours {b.ours.value_text(5)}, "

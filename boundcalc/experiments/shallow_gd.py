@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from ..errors import BoundcalcError
+from ..measure.threads import blas_threads
 from .report import StudyReport
 
 DTYPE = torch.float64
@@ -42,17 +42,6 @@ TOKEN_DIM = 16               # 8 pixels + 8-dimensional position one-hot
 TOKEN_SCALE = 3.0            # √(8·1² + 1²): largest possible token norm (pixels in [−1, 1])
 ENTRY_IDS = ("shallow_gd_rho4", "shallow_gd_rho2")
 RADII = ("R_Q", "R_K", "R_V", "R_O")
-
-
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run a block with ``n`` torch threads, then restore the previous setting."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 # ---- data ---------------------------------------------------------------------------------------
@@ -582,7 +571,7 @@ def run_study(out: str | Path, full: bool = False, cfg: ShallowGDConfig | None =
               log=print) -> StudyReport:
     """Train the grid, evaluate Theorem 5, write ``<out>/report.md`` with figures and CSV."""
     cfg = cfg or (ShallowGDConfig.full() if full else ShallowGDConfig())
-    with torch_threads(1):   # these models are tiny: extra threads only add overhead
+    with blas_threads(1):   # these models are tiny: extra threads only add overhead
         records = run_grid(cfg, log=log)
     rep = write_report(records, cfg, Path(out), full)
     rep.write()
