@@ -3,7 +3,7 @@
 Both compute the same per-sample losses of a ViTForImageClassification on the 1797 digits
 (0-1 error, cross-entropy, logit margin) under ``torch.no_grad``, batch 256, one thread:
 
-* boundcalc: :func:`boundcalc.measure.data_pass.run_pass` (float64 loss arithmetic, plus the
+* boundcalc: :func:`boundcalc.measure.data.data_pass.run_pass` (float64 loss arithmetic, plus the
   embedding-output norms for B_X: one extra ``output_hidden_states``);
 * baseline: ``model(pixel_values=x).logits`` per batch, ``cross_entropy(reduction="none")``,
   argmax and margins in float32, what a user would write.
@@ -35,8 +35,8 @@ def _setup(device: torch.device):
     from sklearn.datasets import load_digits
     from transformers import ViTConfig, ViTForImageClassification
 
-    from boundcalc.measure.dataset_io import Batched
-    from boundcalc.measure.hf import TaskModel
+    from boundcalc.measure.data.dataset_io import Batched
+    from boundcalc.measure.data.hf import TaskModel
 
     d = load_digits()
     x = torch.from_numpy(((d.images.astype(np.float32) / 16 - 0.5) / 0.5)[:, None])
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = ap.parse_args(argv)
-    from boundcalc.measure.data_pass import run_pass
+    from boundcalc.measure.data.data_pass import run_pass
     from boundcalc.measure.device import device_name, resolve_device
 
     torch.set_num_threads(1)

@@ -85,7 +85,7 @@ def t_ci(samples: np.ndarray, conf: float = 0.95) -> tuple[float, float]:
 
 
 def _one(quick: bool, device: str, n: int, rid: str, need: float | None) -> Record:
-    from boundcalc.measure.curvature import hutchinson_trace
+    from boundcalc.measure.data.curvature import hutchinson_trace
 
     probes = 50 if quick else 100
     reps = 2 if quick else 3
@@ -243,7 +243,7 @@ def hutchpp_records(quick: bool, device: str, sketch: int = 10, pilot: int = 10)
 
     from pyhessian import hessian
 
-    from boundcalc.measure.hutchpp import hutchpp_trace
+    from boundcalc.measure.data.hutchpp import hutchpp_trace
 
     K = 50 if quick else 100
     out = []

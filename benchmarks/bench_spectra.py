@@ -164,7 +164,7 @@ def _heads_only(path: str, grid: list[float], device: str):
 
     from safetensors import safe_open
 
-    from boundcalc.measure.spectra import product_stats, schatten_grid
+    from boundcalc.measure.weights.spectra import product_stats, schatten_grid
 
     cfg = json.load(open(os.path.join(path, "config.json"), encoding="utf-8"))
     H, N = int(cfg["num_attention_heads"]), int(cfg["hidden_size"])

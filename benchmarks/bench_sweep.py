@@ -121,7 +121,7 @@ def llama_layer(folder: Path, hidden: int) -> Path:
 def layer_cost(tmp: Path, hiddens: list[int]) -> dict:
     import numpy as np
 
-    from boundcalc.measure.pipeline import measure_layer
+    from boundcalc.measure.weights.pipeline import measure_layer
 
     torch.set_num_threads(1)
     try:

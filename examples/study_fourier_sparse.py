@@ -318,7 +318,7 @@ readout at the output position; AdamW (lr {tc.lr}, weight decay {tc.weight_decay
 {tc.batch_size}, dropout {tc.dropout}, squared loss, stop when an epoch's mean training loss is
 below {tc.stop_loss} (cap {tc.max_epochs} epochs). Test loss: {cells[0]['functions'][0]['test_kind']}.
 Hessian traces: Hutchinson with {cfg.probes} Rademacher probes on the training MSE (95 %
-Student-t interval), via `boundcalc.measure.curvature`.
+Student-t interval), via `boundcalc.measure.data.curvature`.
 
 **Every bound value below is labelled *estimated*** (Σ is measured, P̂ is measured) and is a
 bound only under Theorem 2's assumptions, which this study checks and which **do not all hold**

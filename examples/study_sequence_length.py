@@ -388,7 +388,7 @@ over the epoch's changing weights, so theirs can fall short of 1.0).
     rep.table(["T", "run", "matrix", "spectral", "Frobenius", "(2,1)", "ℓ1"],
               [[r["T"], r["run"], n, s["spectral"], s["frobenius"], s["norm_21"], s["norm_11"]]
                for r in results for n, s in r["norms"]["matrices"].items()],
-              caption="Per-matrix norms from boundcalc.measure.spectra, torch (out, in) "
+              caption="Per-matrix norms from boundcalc.measure.weights.spectra, torch (out, in) "
                       "orientation; (2,1) = sum of column ℓ2 norms (checkpoint).")
     rep.table(["T", "run", "head", "‖QK_h‖₂", "‖QK_h‖₂,₁", "‖Ṽ_h‖₂", "‖Ṽ_h‖₂,₁"],
               [[r["T"], r["run"], h, r["norms"]["heads"]["QK"][h]["spectral"],

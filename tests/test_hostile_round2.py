@@ -358,7 +358,7 @@ def test_zip_bombs_are_refused_before_inflating(tmp_path):
             with pytest.raises(BoundcalcError, match="memory budget|zip bomb"):
                 open_source(str(p))
         else:
-            from boundcalc.measure.data import load_data
+            from boundcalc.measure.samples import load_data
 
             with pytest.raises(BoundcalcError, match="memory budget|zip bomb"):
                 load_data(str(p))

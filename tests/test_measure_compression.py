@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 import boundcalc as bc
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, StatsError
-from boundcalc.measure.compression import (ALPHA_GRID, check_compression_scalars, code_length,
+from boundcalc.measure.compress.compression import (ALPHA_GRID, check_compression_scalars, code_length,
                                            compress, parse_levels, quantize)
 from boundcalc.stats import Quantity, Stats
 

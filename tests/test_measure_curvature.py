@@ -12,7 +12,8 @@ from torch.func import functional_call
 from _measure_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 from boundcalc.errors import BoundcalcError, DomainError
-from boundcalc.measure.curvature import hutchinson_trace, monte_carlo_gibbs_risk, perturbed
+from boundcalc.measure.data.curvature import hutchinson_trace
+from boundcalc.measure.data.gibbs import monte_carlo_gibbs_risk, perturbed
 
 
 def _tiny_mlp():

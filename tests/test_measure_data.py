@@ -12,7 +12,7 @@ from _measure_helpers import save_safetensors, tiny_bert
 
 from boundcalc.errors import BoundcalcError
 from boundcalc.measure import measure
-from boundcalc.measure.data import input_stats, load_data
+from boundcalc.measure.samples import input_stats, load_data
 
 
 def test_float_input_stats_match_numpy():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from _measure_helpers import one_thread  # noqa: F401  (autouse fixture)
 
-from boundcalc.measure.spectra import (core_singular_values, matrix_stats, numerical_rank,
+from boundcalc.measure.weights.spectra import (core_singular_values, matrix_stats, numerical_rank,
                                        product_stats, schatten_grid, schatten_sum)
 
 

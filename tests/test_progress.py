@@ -22,7 +22,7 @@ def run_cli(*args: str, after: str = "0", cwd: Path | None = None):
     env = dict(os.environ, PYTHONPATH=str(ROOT), BOUNDCALC_PROGRESS_AFTER=after)
     code = ("import sys\nfrom boundcalc.cli import main\nsys.argv = ['boundcalc', *sys.argv[1:]]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
-            "print('LOADED', 'torch' in sys.modules, 'boundcalc.measure.pipeline' in sys.modules,"
+            "print('LOADED', 'torch' in sys.modules, 'boundcalc.measure.weights.pipeline' in sys.modules,"
             " file=sys.stderr)\nsys.exit(code)\n")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                           env=env, cwd=cwd or ROOT, timeout=300)

@@ -133,7 +133,7 @@ def test_gauss_newton_trace_equals_the_full_hessian_trace_at_zero_loss():
 
 
 def test_perturbation_deltas_vanish_without_noise_and_hutchinson_matches_exact():
-    from boundcalc.measure.curvature import hutchinson_trace
+    from boundcalc.measure.data.curvature import hutchinson_trace
 
     t = fs.FourierTarget(5, [(0, 1), (2, 4), (3,)][:2], np.array([0.6, 0.8]))
     model = fs.Construction(t)

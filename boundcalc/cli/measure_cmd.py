@@ -162,15 +162,15 @@ def measure_cmd(
                                  "as the bound is not a valid prior; fit --init on a disjoint "
                                  "split (or use the pretrained / initial weights)")
         if compress is not None:  # option checks: cheapest first
-            from ..measure.compression import add_compression, compression_options
+            from ..measure.compress.compression import add_compression, compression_options
 
             opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
                                        max_changed, data)
         require_paths(model=model, init=init)  # before torch and the model are loaded
         stages = Stages("measure")
         from ..measure import measure
-        from ..measure.dataset_io import TABLE_SUFFIXES
-        from ..measure.hf import read_config, task_of
+        from ..measure.data.dataset_io import TABLE_SUFFIXES
+        from ..measure.data.hf import read_config, task_of
 
         progress = stages.measure_progress(model)
         cfg = read_config(model) if data is not None else None
@@ -178,7 +178,7 @@ def measure_cmd(
                                          Path(data).suffix.lower() in TABLE_SUFFIXES)
         task = data is not None and (is_table or task_of(cfg) is not None)
         if task:
-            from ..measure.task_measure import DEFAULT_SIGMAS, measure_task
+            from ..measure.data.task_measure import DEFAULT_SIGMAS, measure_task
 
             stats = measure_task(model, data, init, device=device, text_column=text_column,
                                  label_column=label_column, max_length=max_length,

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ..measure.compression import Compression, compress, quantize
+from ..measure.compress.compression import Compression, compress, quantize
 from ..stats import Quantity, Stats
 from .report import StudyReport
 
@@ -339,7 +339,7 @@ def _run(cfg: StudyConfig, out: Path, progress) -> dict[str, Any]:
 
 def _quantized(comp: Compression, full, init_state, sub, rebuild, fulls, subs, full_from):
     """The decoded model the code describes (re-quantized here from the coded vector)."""
-    from ..measure.compression import coded_vector, decoded_state
+    from ..measure.compress.compression import coded_vector, decoded_state
 
     if comp.select == "given":
         wk = next(v for c, v in subs if c is comp)

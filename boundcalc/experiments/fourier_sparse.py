@@ -258,7 +258,7 @@ def gauss_newton_trace(model: nn.Module, X: torch.Tensor, chunk: int = 64) -> di
 def perturbed_loss(model: nn.Module, loss_fn: Callable[[], torch.Tensor], sigma: float,
                    draws: int, seed: int) -> dict[str, float]:
     """Monte Carlo ``E_u L̂(θ + u)``, ``u ~ N(0, σ² I)`` over every trainable parameter."""
-    from ..measure.curvature import perturbed
+    from ..measure.data.gibbs import perturbed
 
     gen = torch.Generator().manual_seed(seed)
     vals = []
@@ -278,7 +278,8 @@ def perturbation_deltas(model: nn.Module, loss_fn: Callable[[], torch.Tensor], s
     Both traces are Hutchinson estimates with the *same* Rademacher probes (common random
     numbers), so most probe noise cancels in the difference.
     """
-    from ..measure.curvature import hutchinson_trace, perturbed
+    from ..measure.data.curvature import hutchinson_trace
+    from ..measure.data.gibbs import perturbed
 
     before = hutchinson_trace(model, loss_fn, n_probes=probes, groups=None, seed=seed).samples
     gen = torch.Generator().manual_seed(seed + 1)
@@ -404,7 +405,7 @@ def run_cell(D: int, omega: int, cfg: StudyConfig, registry=None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Targets, learned models, constructions and bound values of one (D_f, ω) class."""
     import boundcalc as bc
-    from ..measure.curvature import hutchinson_trace
+    from ..measure.data.curvature import hutchinson_trace
     from ..measure.subgaussian import subgaussian_constant
 
     reg = registry or bc.load_registry()

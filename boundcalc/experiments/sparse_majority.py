@@ -289,8 +289,8 @@ def train(model: SparseMajorityTransformer, data: SparseMajorityData, cfg: Train
 def weight_norms(model: SparseMajorityTransformer) -> dict[str, Any]:
     """Entrywise ℓ1 of every trainable tensor (Keras names) and their sum, as the official code
     reports; spectral, Frobenius and (2,1) norms of every matrix and of the per-head products
-    QK_h = W_Q,hᵀ W_K,h / √key_dim and Ṽ_h = (W_O,h W_V,h)ᵀ, via :mod:`boundcalc.measure.spectra`."""
-    from ..measure.spectra import matrix_stats, product_stats
+    QK_h = W_Q,hᵀ W_K,h / √key_dim and Ṽ_h = (W_O,h W_V,h)ᵀ, via :mod:`boundcalc.measure.weights.spectra`."""
+    from ..measure.weights.spectra import matrix_stats, product_stats
 
     l1 = {name: float(p.detach().double().abs().sum()) for name, p in model.named_tensors_keras()}
     mats = {}

@@ -6,21 +6,23 @@ Public API::
     stats = measure("path/to/model", init="path/to/init", data="data.pt")
     stats.to_dataframe()
 
-Submodules: :mod:`.io` (loading), :mod:`.architectures` (layer maps), :mod:`.spectra` (norms,
-fast per-head spectra, Schatten sums), :mod:`.curvature` (Hutchinson, Gaussian perturbation,
-Monte Carlo kl bound), :mod:`.subgaussian`, :mod:`.data`, :mod:`.fourier`, :mod:`.device`.
+Rooms (each imports only the ones before it): the base modules (:mod:`.io` loading,
+:mod:`.architectures` layer maps, :mod:`.samples` input arrays, :mod:`.safety`, :mod:`.device`,
+:mod:`.threads`, :mod:`.subgaussian`, :mod:`.fourier`); :mod:`.weights` (spectra, norms, the
+weights pipeline); :mod:`.data` (task models and data sets, the data pass, Monte Carlo Gibbs risk,
+Hessian traces); :mod:`.compress` (quantization and code lengths).
 """
 
 from __future__ import annotations
 
 from .architectures import LayerMap, build_layer_map, format_layer_map
-from .curvature import (GibbsRisk, HessianTrace, attach_hessian_trace, hutchinson_trace,
-                        monte_carlo_gibbs_risk, param_groups, perturbed)
-from .data import DataSample, load_data
-from .hutchpp import hutchpp_trace
+from .data.curvature import HessianTrace, attach_hessian_trace, hutchinson_trace, param_groups
+from .data.gibbs import GibbsRisk, monte_carlo_gibbs_risk, perturbed
+from .samples import DataSample, load_data
+from .data.hutchpp import hutchpp_trace
 from .io import TensorSource, open_source
-from .pipeline import measure
-from .spectra import core_singular_values, numerical_rank, schatten_grid, schatten_sum
+from .weights.pipeline import measure
+from .weights.spectra import core_singular_values, numerical_rank, schatten_grid, schatten_sum
 from .subgaussian import subgaussian_constant
 
 __all__ = [

@@ -99,7 +99,7 @@ def run_layer(task: dict[str, Any]) -> dict[str, Any]:
     _one_thread()
     _mark_started(task)
     try:
-        from ..measure.pipeline import measure_layer
+        from ..measure.weights.pipeline import measure_layer
 
         mats = measure_layer(task["path"], task["layer"], init=task.get("init"), device="cpu",
                              n_heads=task.get("n_heads"))

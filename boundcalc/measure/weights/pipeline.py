@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError, CheckpointError, ResourceError
-from ..stats import MatrixStats, Quantity, Stats
-from .architectures import MATRIX_ROLES, Entry, LayerMap, build_layer_map
-from .data import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_data, loss_stats,
+from ...errors import BoundcalcError, CheckpointError, ResourceError
+from ...stats import MatrixStats, Quantity, Stats
+from ..architectures import MATRIX_ROLES, Entry, LayerMap, build_layer_map
+from ..samples import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_data, loss_stats,
                    per_sample_losses)
-from .device import DTYPE, device_name, resolve_device
-from .io import TensorSource, open_source
+from ..device import DTYPE, device_name, resolve_device
+from ..io import TensorSource, open_source
 from .spectra import matrix_stats, product_stats, schatten_grid, svdvals
-from .threads import blas_threads, layer_workers
+from ..threads import blas_threads, layer_workers
 
 Progress = Callable[[int, int, str], None]
 # Raw types, then the spectrum-adaptive ones; order of matrices within a layer in the output.
@@ -33,7 +33,7 @@ SA_TYPES = ("QK", "V", "M_gate", "M_in", "M_out")
 
 def _version() -> str:
     try:
-        from .. import __version__  # type: ignore[attr-defined]
+        from ... import __version__  # type: ignore[attr-defined]
 
         return str(__version__)
     except ImportError:

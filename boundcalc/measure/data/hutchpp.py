@@ -31,8 +31,8 @@ import math
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError, DomainError
-from ..stats import Quantity
+from ...errors import BoundcalcError, DomainError
+from ...stats import Quantity
 from .curvature import Closure, HessianTrace, _hvp_batch, _params, _rademacher, t_interval
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError
+from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
 
@@ -120,25 +120,6 @@ def ramp_risk(margins: np.ndarray, gamma: float) -> float:
     return float(np.mean(np.clip(1.0 - margins / gamma, 0.0, 1.0)))
 
 
-def gibbs_risk(tm: TaskModel, data: Batched, device: torch.device, sigmas: Sequence[float],
-               draws: int, seed: int, alpha: float,
-               progress: Progress | None = None) -> np.ndarray:
-    """(len(sigmas), draws) array: the bounded-loss mean over the data of each noisy draw."""
-    from .curvature import perturbed
-
-    out = np.empty((len(sigmas), draws))
-    total = len(sigmas) * draws
-    for i, s in enumerate(sigmas):
-        gen = torch.Generator().manual_seed(seed + i)
-        for d in range(draws):
-            if progress:
-                progress(i * draws + d, total, f"Gibbs risk σ={s:.3g}")
-            with perturbed(tm.model, float(s), gen):
-                r = run_pass(tm, data, device, alpha=alpha, norms=False)
-            out[i, d] = float(r.bounded.mean())
-    return out
-
-
 def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):
     """A closure returning the mean training loss (cross-entropy / NLL) on the first
     ``max_samples`` samples, with a graph for second derivatives."""
@@ -182,7 +163,8 @@ def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
     """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
     u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
     Rademacher probes (common random numbers), on the first ``samples`` samples."""
-    from .curvature import hutchinson_trace, perturbed
+    from .curvature import hutchinson_trace
+    from .gibbs import perturbed
 
     loss, _ = hessian_closure(tm, data, device, samples)
     for p in tm.model.parameters():

@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError
-from ..stats import Curve, Quantity, Stats
-from .data_pass import (GAMMA_GRID, LS_MESH, gibbs_risk, hessian_closure, perturbation_term,
-                        ramp_risk, run_pass)
+from ...errors import BoundcalcError
+from ...stats import Curve, Quantity, Stats
+from .data_pass import (GAMMA_GRID, LS_MESH, hessian_closure, perturbation_term, ramp_risk,
+                        run_pass)
 from .dataset_io import read_batches
-from .device import device_name, resolve_device
+from .gibbs import gibbs_risk
+from ..device import device_name, resolve_device
 from .hf import load_task_model
 
 DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid of pac_bayes.toml: σ_j² = c·e^{−j/b}
@@ -50,7 +51,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
                  perturbation_draws: int = 0, progress: Any = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring)."""
-    from .pipeline import measure
+    from ..weights.pipeline import measure
 
     if draws < 0 or hessian_probes < 0 or hessian_probes == 1:
         raise BoundcalcError("--draws must be >= 0 and --hessian-probes 0 or >= 2")
@@ -71,7 +72,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                            max_length=max_length, batch_size=batch_size)
     stats = measure(model, init=init, device=device, progress=progress or False)
     if progress is True:
-        from .pipeline import _rich_progress
+        from ..weights.pipeline import _rich_progress
 
         report, stop = _rich_progress()
     else:
@@ -142,7 +143,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
         points = sorted({dr_point(s) for s in sigmas}, key=lambda t: t[1])
         sig = [p[1] for p in points]
         losses = gibbs_risk(tm, batched, dev, sig, draws, seed, alpha, report)
-        from ..engine.functions import kl_inv_upper
+        from ...engine.functions import kl_inv_upper
 
         means = losses.mean(1)
         c = math.log(2 * len(sig) / delta_mc) / draws

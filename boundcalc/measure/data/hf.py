@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
+from ...errors import CheckpointError
 
 TASKS = {  # architecture-name suffix -> task
     "ForSequenceClassification": "sequence_classification",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError
+from ...errors import BoundcalcError
 from .hf import TaskModel, load_tokenizer
 
 TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet",
@@ -83,7 +83,7 @@ def _columns_from_datasets(path: Path) -> dict[str, list[Any]]:
 
 
 def _tensors(path: Path) -> dict[str, Any]:
-    from .data import _read_file
+    from ..samples import _read_file
 
     return _read_file(path)
 

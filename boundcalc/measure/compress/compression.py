@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..codecheck import check_compression_scalars  # noqa: F401  (re-exported)
-from ..errors import BoundcalcError
-from ..stats import Curve, Quantity
-from .data import DataSample, load_data
+from ...codecheck import check_compression_scalars  # noqa: F401  (re-exported)
+from ...errors import BoundcalcError
+from ...stats import Curve, Quantity
+from ..samples import DataSample, load_data
 
 ALPHA_GRID = (0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5)  # formulas/compression.toml
 LEVELS_GRID = (2, 4, 8, 16, 32, 64)
@@ -298,7 +298,7 @@ def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
     model, its losses averaged over the positions that count (causal: every next token; masked:
     the masked positions). ``tm`` is the loaded task model (its task and tokenizer); ``model``
     is evaluated in its place (the quantized copy)."""
-    from .data_pass import _lm_targets
+    from ..data.data_pass import _lm_targets
 
     errs, preds, units = [], [], []
     smooth: dict[float, list[np.ndarray]] = {float(a): [] for a in alphas}
@@ -418,7 +418,7 @@ def _fingerprint(codes: np.ndarray, codebook: np.ndarray, select: str) -> str:
 
 
 def _occam_kl(err: float, bits: float, n: int, delta: float = 0.05) -> float:
-    from ..engine.functions import kl_inv_upper
+    from ...engine.functions import kl_inv_upper
 
     return kl_inv_upper(min(max(err, 0.0), 1.0), (bits * math.log(2) + math.log(1 / delta)) / n)
 
@@ -547,13 +547,13 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
     from pathlib import Path
 
-    from .dataset_io import TABLE_SUFFIXES
+    from ..data.dataset_io import TABLE_SUFFIXES
 
     table = Path(data).is_dir() or Path(data).suffix.lower() in TABLE_SUFFIXES
     risk = None
     if table:
-        from . import hf
-        from .dataset_io import read_batches
+        from ..data import hf
+        from ..data.dataset_io import read_batches
 
         tm = hf.load_task_model(model)
         if tm.is_lm:

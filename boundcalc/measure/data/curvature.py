@@ -1,13 +1,11 @@
-"""Curvature and Gaussian-perturbation statistics of a live model (pac_bayes.md §3).
+"""Curvature of a live model (pac_bayes.md §3): Hessian traces.
 
 * :func:`hutchinson_trace`: tr ∇²L ≈ mean of vᵀHv over Rademacher probes v, with Hessian-vector
   products by double backward (probes batched with ``is_grads_batched`` where autograd allows),
   in total and per parameter group, with a t confidence interval.
-* :func:`perturbed`: a context manager adding N(0, σ²) noise to every trainable parameter and
-  restoring the exact original values afterwards.
-* :func:`monte_carlo_gibbs_risk`: k noisy draws, mean loss Ê and the certified upper end
-  kl⁻¹(Ê, ln(2/δ′)/k) (Langford & Caruana 2002), valid with probability ≥ 1 − δ′ for a loss
-  in [0, 1].
+* :func:`param_groups`, :func:`attach_hessian_trace`: the stats file's groups.
+
+The Gaussian-perturbation side (Monte Carlo Gibbs risk) is :mod:`.gibbs`.
 
 ``loss_fn`` is always a closure ``() -> scalar tensor`` evaluated at the model's current weights.
 """
@@ -17,14 +15,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError, DomainError
-from ..stats import Quantity, Stats
+from ...errors import BoundcalcError, DomainError
+from ...stats import Quantity, Stats
 
 Closure = Callable[[], torch.Tensor]
 GroupSpec = str | Mapping[str, str] | Callable[[str], str] | None
@@ -39,15 +36,6 @@ class HessianTrace:
     groups: dict[str, Quantity] = field(default_factory=dict)
     samples: np.ndarray | None = None
     hvps: int | None = None  # Hessian-vector products spent
-
-
-@dataclass
-class GibbsRisk:
-    """Monte Carlo estimate of the Gibbs empirical risk under Gaussian weight noise."""
-
-    mean: Quantity
-    upper: Quantity
-    losses: np.ndarray
 
 
 def _params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
@@ -181,8 +169,8 @@ def param_groups(model: torch.nn.Module, n_heads: int | None = None,
                  mapping: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{parameter name: stats group}`` from the model's layer map (``layer.i``, ``embeddings``,
     ``head``); parameters the map excludes (e.g. tied copies) get the group ``excluded``."""
-    from .architectures import build_layer_map
-    from .io import open_source
+    from ..architectures import build_layer_map
+    from ..io import open_source
 
     lmap = build_layer_map(open_source(model), n_heads=n_heads, mapping=mapping)
     group = {e.name: e.group for e in lmap.entries}
@@ -207,77 +195,3 @@ def attach_hessian_trace(stats: Stats, trace: HessianTrace) -> Stats:
         stats.groups["stats"]["hessian_trace_stderr"] = [q.stderr or 0.0 for q in per]
         stats.groups.setdefault("estimated", {})["hessian_trace"] = True
     return stats
-
-
-def _sigma_for(sigma: float | Mapping[str, float], name: str) -> float:
-    s = sigma.get(name) if isinstance(sigma, Mapping) else sigma
-    if s is None:
-        raise BoundcalcError(f"sigma: no noise level for parameter '{name}'")
-    s = float(s)
-    if not math.isfinite(s) or s < 0:
-        raise DomainError(f"sigma for '{name}': expected a finite number >= 0, got {s}")
-    return s
-
-
-@contextmanager
-def perturbed(model: torch.nn.Module, sigma: float | Mapping[str, float],
-              generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
-    """Add N(0, σ²) noise to every trainable parameter; restore the originals on exit.
-
-    ``sigma`` is one std for all parameters or a ``{parameter name: std}`` mapping. Yields the
-    noise drawn (float64, per parameter name).
-    """
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    named = _params(model)
-    saved = {n: p.detach().clone() for n, p in named}
-    noise: dict[str, torch.Tensor] = {}
-    try:
-        with torch.no_grad():
-            for n, p in named:
-                e = torch.randn(p.shape, generator=gen, dtype=torch.float64) * _sigma_for(sigma, n)
-                noise[n] = e
-                p.add_(e.to(dtype=p.dtype, device=p.device))
-        yield noise
-    finally:
-        with torch.no_grad():
-            for n, p in named:
-                p.copy_(saved[n])
-
-
-def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure,
-                           sigma: float | Mapping[str, float], *, k: int = 100,
-                           delta_prime: float = 0.05, seed: int = 0) -> GibbsRisk:
-    """Mean loss over k Gaussian weight draws and its kl upper end at confidence 1 − δ′.
-
-    ``loss_fn`` must return the empirical loss on the sample, a number in [0, 1].
-    """
-    from ..engine.functions import kl_inv_upper
-
-    if k < 1:
-        raise BoundcalcError(f"monte_carlo_gibbs_risk: k must be >= 1, got {k}")
-    if not 0 < delta_prime < 1:
-        raise DomainError(f"monte_carlo_gibbs_risk: delta_prime must lie in (0, 1), "
-                          f"got {delta_prime}")
-    gen = torch.Generator().manual_seed(seed)
-    losses = np.empty(k)
-    for i in range(k):
-        with perturbed(model, sigma, gen), torch.no_grad():
-            value = float(loss_fn())
-        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            raise DomainError(f"monte_carlo_gibbs_risk: draw {i} gave loss {value}; the kl bound "
-                              "needs a loss in [0, 1] (e.g. the 0-1 error)")
-        losses[i] = value
-    mean = float(losses.mean())
-    c = math.log(2 / delta_prime) / k
-    upper = kl_inv_upper(mean, c)
-    sig = sigma if not isinstance(sigma, Mapping) else "per-parameter"
-    stderr = float(losses.std(ddof=1) / math.sqrt(k)) if k > 1 else None
-    return GibbsRisk(
-        mean=Quantity(mean, estimated=True, stderr=stderr,
-                      method=f"mean loss over {k} draws of N(0, sigma^2 I) noise, sigma={sig}, "
-                             f"seed {seed}"),
-        upper=Quantity(upper, confidence=1 - delta_prime,
-                       method=f"kl^-1(mean, ln(2/delta')/k) with k={k}, delta'={delta_prime} "
-                              "(Langford-Caruana)",
-                       note="upper bound on the Gibbs empirical risk with probability >= 1-delta'"),
-        losses=losses)
