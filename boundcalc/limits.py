@@ -6,9 +6,11 @@ The budget is 1 GiB plus the largest tensor of the model being measured; set it 
 global option ``--memory-budget`` or the environment variable ``BOUNDCALC_MEMORY_BUDGET``
 (bytes, or a number with a K/M/G/T suffix).
 
-The file helpers (:func:`read_limited`, :func:`loads_json`, :func:`check_regular_file`) are
-meant for every loader: they refuse FIFOs, devices and symlink loops, never read past a
-size limit, and turn duplicate JSON keys and absurd nesting into one-line errors.
+The file helpers (:func:`input_files`, :func:`check_regular_file`, :func:`open_regular`,
+:func:`read_limited`, :func:`loads_json`) are meant for every loader: every path a user names
+is checked with ``stat`` (a regular file, or a folder of them) before anything opens it; they
+refuse FIFOs, devices and symlink loops, never read past a size limit, and turn duplicate JSON
+keys and absurd nesting into one-line errors.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ from .errors import BoundcalcError, ResourceError
 
 ENV_BUDGET = "BOUNDCALC_MEMORY_BUDGET"
 BASE_BUDGET = 1 << 30
+MAX_FOLDER_ENTRIES = 10_000  # files + folders below one folder a user names
+MAX_FOLDER_DEPTH = 8
+MAX_FORMULA_FILE_BYTES = 2_000_000  # one formula (.toml) file
 _state: dict[str, int | None] = {"override": None, "largest_tensor": 0}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
@@ -125,6 +130,77 @@ def check_regular_file(path: str | os.PathLike, err: type[BoundcalcError],
     return st
 
 
+def input_files(path: str | os.PathLike, err: type[BoundcalcError], what: str = "file", *,
+                folder: bool = True, recursive: bool = True,
+                max_entries: int = MAX_FOLDER_ENTRIES,
+                max_depth: int = MAX_FOLDER_DEPTH) -> list[Path]:
+    """The files behind a path a user named, each checked with ``stat`` before anything opens
+    it: ``[path]`` for a regular file; for a folder (when ``folder``), every file below it,
+    sorted, hidden names (``.*``) skipped (with ``recursive=False`` only the folder's own
+    files; its subfolders are skipped). A FIFO, device, socket, dangling
+    link or symlink loop anywhere, a folder nested deeper than ``max_depth`` or holding more
+    than ``max_entries`` entries is refused with one line of ``err`` naming it."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as exc:
+        raise err(f"{p}: cannot read {what} ({exc.strerror or exc.__class__.__name__})") from None
+    if not stat.S_ISDIR(st.st_mode) or not folder:
+        check_regular_file(p, err, what)
+        return [p]
+    out: list[Path] = []
+    count = 0
+    stack = [(p, 0)]
+    while stack:
+        d, depth = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise err(f"{d}: cannot read {what} folder ({exc.strerror or exc.__class__.__name__})") \
+                from None
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            count += 1
+            if count > max_entries:
+                raise err(f"{p}: {what} folder holds more than {max_entries} entries; refused")
+            q = Path(e.path)
+            try:
+                est = os.stat(q)
+            except OSError as exc:
+                raise err(f"{q}: cannot read {what} ({exc.strerror or exc.__class__.__name__})") \
+                    from None
+            if stat.S_ISDIR(est.st_mode):
+                if not recursive:
+                    continue
+                if depth + 1 >= max_depth:
+                    raise err(f"{q}: {what} folder nested deeper than {max_depth} levels (a "
+                              "symlink loop?); refused")
+                stack.append((q, depth + 1))
+            else:
+                check_regular_file(q, err, what)
+                out.append(q)
+    return sorted(out)
+
+
+def open_regular(path: str | os.PathLike, err: type[BoundcalcError], what: str = "file"):
+    """``path`` opened for binary reading, refused with ``err`` unless it is a regular file.
+
+    Opened without blocking (a FIFO would wait for a writer) and checked again on the open
+    descriptor, so a file swapped for a FIFO or device after a ``stat`` is still refused."""
+    check_regular_file(path, err, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as exc:
+        raise err(f"{path}: cannot read {what} ({exc.strerror})") from None
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped since the stat above
+        fh.close()
+        raise err(f"{path}: {what} is not a regular file")
+    return fh
+
+
 def read_limited(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcError],
                  what: str = "file") -> bytes:
     """The bytes of the regular file ``path``, refused with ``err`` if it is larger than
@@ -133,13 +209,7 @@ def read_limited(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcErr
     st = check_regular_file(path, err, what)
     if st.st_size > max_bytes:
         raise err(f"{path}: {what} is {st.st_size} bytes, more than the limit of {max_bytes}")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise err(f"{path}: cannot read {what} ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped since the stat above
-            raise err(f"{path}: {what} is not a regular file")
+    with open_regular(path, err, what) as fh:
         try:
             data = fh.read(max_bytes + 1)
         except OSError as exc:

@@ -1,7 +1,8 @@
 """Data statistics: input scales, sequence length, losses and pooled-feature conditioning.
 
-A data file (``.pt``, ``.npz`` or ``.safetensors``) holds ``inputs`` — float embeddings of shape
-B × T × d or integer token ids of shape B × T — and optionally ``targets`` (first dimension B).
+A data file (``.pt``, ``.npz`` or ``.safetensors``) holds ``inputs`` (or ``input_ids``) — float
+embeddings of shape B × T × d or integer token ids of shape B × T — and optionally ``targets``
+(or ``labels``; first dimension B).
 For token ids the input norms are those of the model's token-embedding rows (positional
 embeddings are not added); this is stated in the quantity's ``method``.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import BoundcalcError
-from ..limits import check_regular_file
+from ..limits import check_allocation, check_regular_file
 from .safety import MAX_ABS_WEIGHT, check_archive
 from ..stats import Quantity
 
@@ -55,12 +56,23 @@ def _as_tensor(value: Any, what: str) -> torch.Tensor:
     raise BoundcalcError(f"{what}: expected a tensor or array, got {type(value).__name__}")
 
 
-def _read_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise BoundcalcError(f"{path}: no such data file")
+INPUT_KEYS = ("inputs", "input_ids")  # the names a tensor file may give its inputs, in order
+TARGET_KEYS = ("targets", "labels")
+
+
+def read_tensor_file(path: str | os.PathLike,
+                     err: type[BoundcalcError] = BoundcalcError) -> dict[str, Any]:
+    """The mapping stored in a ``.pt``/``.pth`` (plain tensors only), ``.npz`` or
+    ``.safetensors`` file: the one reader of tensor data files (``measure --data`` and
+    ``--compress`` alike). The path is checked with ``stat`` first (a regular file), its size
+    and a zip container's declared contents against the memory budget."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise err(f"{path}: no such data file")
     suffix = path.suffix.lower()
-    check_regular_file(path, BoundcalcError, "data file")
-    check_archive(path, BoundcalcError)
+    st = check_regular_file(path, err, "data file")
+    check_allocation(st.st_size, f"{path}: data file of {st.st_size} bytes")
+    check_archive(path, err)
     try:
         if suffix in (".pt", ".pth"):
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -72,22 +84,25 @@ def _read_file(path: Path) -> dict[str, Any]:
 
             obj = load_file(str(path))
         else:
-            raise BoundcalcError(f"{path}: unknown data format (expected .pt, .npz or "
-                                 ".safetensors with an 'inputs' entry)")
+            raise err(f"{path}: unknown data format (expected .pt, .npz or .safetensors with "
+                      "an 'inputs' entry)")
     except BoundcalcError:
         raise
     except MemoryError:
-        raise BoundcalcError(f"{path}: does not fit in memory") from None
+        raise err(f"{path}: does not fit in memory") from None
     except pickle.UnpicklingError:
-        raise BoundcalcError(f"{path}: refused to load: the pickle needs code execution; store "
-                             "plain tensors") from None
+        raise err(f"{path}: refused to load: the pickle needs code execution; store plain "
+                  "tensors") from None
     except Exception as exc:
         msg = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:120]
-        raise BoundcalcError(f"{path}: not a readable data file ({msg})") from None
+        raise err(f"{path}: not a readable data file ({msg})") from None
     if not isinstance(obj, Mapping):
-        raise BoundcalcError(f"{path}: expected a mapping with an 'inputs' entry, got "
-                             f"{type(obj).__name__}")
+        raise err(f"{path}: expected a mapping with an 'inputs' entry, got "
+                  f"{type(obj).__name__}")
     return dict(obj)
+
+
+_read_file = read_tensor_file  # the former private name
 
 
 def load_data(obj: Any) -> DataSample:
@@ -101,10 +116,12 @@ def load_data(obj: Any) -> DataSample:
             source = str(obj)
             obj = _read_file(Path(obj))
         if isinstance(obj, Mapping):
-            if "inputs" not in obj:
-                raise BoundcalcError(f"{source}: no 'inputs' entry (found "
+            key = next((k for k in INPUT_KEYS if k in obj), None)
+            if key is None:
+                raise BoundcalcError(f"{source}: no 'inputs' or 'input_ids' entry (found "
                                      f"{', '.join(map(str, list(obj)[:5])) or 'nothing'})")
-            inputs, targets = obj["inputs"], obj.get("targets")
+            inputs = obj[key]
+            targets = next((obj[k] for k in TARGET_KEYS if k in obj), None)
         elif isinstance(obj, (tuple, list)) and len(obj) == 2:
             inputs, targets = obj
         else:

@@ -32,6 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..errors import FormulaError
+from ..limits import MAX_FORMULA_FILE_BYTES, read_limited
+
 FORMAT = 1
 _CODE_FILES = ("registry/loader.py", "registry/parser.py", "registry/schema.py",
                "registry/cache.py", "engine/functions.py", "engine/tree.py")
@@ -316,7 +319,8 @@ def load_file_cached(path: str | Path, symbolic: bool = True) -> list:
     if folder is None:
         return _parse(path)
     try:
-        raw = path.read_bytes()
+        # bounded and stat-checked: a FIFO would hang a plain read, /dev/zero never end it
+        raw = read_limited(path, MAX_FORMULA_FILE_BYTES, FormulaError, "formula file")
         key = hashlib.sha256(_code_key().encode() + b"\0" + path.name.encode() + b"\0"
                              + raw).hexdigest()
     except Exception:  # noqa: BLE001 - unreadable here: let the loader name the problem

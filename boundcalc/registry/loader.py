@@ -16,7 +16,7 @@ from typing import Any
 import sympy as sp
 
 from ..errors import FormulaError, one_line
-from ..limits import read_limited, time_limit
+from ..limits import MAX_FORMULA_FILE_BYTES, read_limited, time_limit
 from .parser import Namespace, parse_expression
 from .schema import (CHOICES, KINDS, OUTPUTS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
                      ParameterSpec, PriorSpec, SymbolSpec)
@@ -26,7 +26,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-MAX_FILE_BYTES = 2_000_000
+MAX_FILE_BYTES = MAX_FORMULA_FILE_BYTES
 MAX_KEY_PARTS = 64
 PARSE_SECONDS = 30.0  # one file, wall clock: the bundled files take well under a second
 _ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import BoundcalcError, FormulaError
+from ..limits import check_regular_file
 from .cache import load_file_cached
 from .schema import Entry
 
@@ -125,12 +126,13 @@ def load_registry(paths: Iterable[str | Path] | None = None, *,
     files: list[Path] = []
     for base in (list(paths) if paths is not None else default_formula_dirs()):
         base = Path(base)
-        if base.is_file():
-            files.append(base)
-        elif base.is_dir():
-            files.extend(sorted(base.glob("*.toml")))
-        else:
+        if not os.path.lexists(base):
             raise FormulaError(f"{base}: no such formula file or folder")
+        # every file checked with stat before anything opens it: a FIFO would hang a read
+        found = [base] if not base.is_dir() else sorted(base.glob("*.toml"))
+        for f in found:
+            check_regular_file(f, FormulaError, "formula file")
+        files.extend(found)
     try:
         key = tuple((str(f.resolve()), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)

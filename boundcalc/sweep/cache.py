@@ -12,16 +12,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..errors import BoundcalcError, FormulaError
+from ..limits import MAX_FORMULA_FILE_BYTES, input_files, open_regular, read_json, read_limited
+
 KEY_VERSION = 1  # bump when the meaning of a stored result changes
 _CHUNK = 1 << 22
+MAX_INDEX_BYTES = 64 << 20
+MAX_MEMO_BYTES = 256 << 20
 
 
 def _file_digest(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with open_regular(path, BoundcalcError, "checkpoint file") as fh:
         while chunk := fh.read(_CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -29,30 +35,42 @@ def _file_digest(path: Path) -> str:
 
 def _checkpoint_files(path: Path) -> list[Path]:
     """The files whose bytes define a checkpoint: a folder's files (recursively, hidden ones
-    skipped), a sharded index plus its shards, or the file itself."""
+    skipped), a sharded index plus its shards, or the file itself; each checked with ``stat``
+    (:func:`~boundcalc.limits.input_files`: a FIFO or device is refused, never read)."""
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.is_file()
-                      and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        return input_files(path, BoundcalcError, "checkpoint file")
     if path.name.endswith(".index.json"):
         try:
-            shards = set(json.loads(path.read_text())["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            shards = {str(s) for s in read_json(path, MAX_INDEX_BYTES, BoundcalcError,
+                                                "shard index")["weight_map"].values()}
+        except (BoundcalcError, KeyError, TypeError, AttributeError):
             shards = set()
         return [path] + sorted(path.parent / s for s in shards if (path.parent / s).is_file())
-    return [path]
+    return input_files(path, BoundcalcError, "checkpoint file", folder=False)
+
+
+def _valid_memo(entry: Any) -> bool:
+    return (isinstance(entry, list) and len(entry) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in entry[:2])
+            and isinstance(entry[2], str) and re.fullmatch(r"[0-9a-f]{64}", entry[2]) is not None)
 
 
 class Hasher:
-    """Digests of files and checkpoints, remembered across runs in a JSON file."""
+    """Digests of files and checkpoints, remembered across runs in a JSON file.
+
+    The memo is validated when read back: an entry of the wrong shape (a damaged or
+    hand-edited ``hashes.json``) is dropped, so its file is hashed again."""
 
     def __init__(self, memo: Path | None = None) -> None:
         self.memo = memo
         self._known: dict[str, list[Any]] = {}
-        if memo is not None and memo.is_file():
+        if memo is not None and os.path.lexists(memo):
             try:
-                self._known = dict(json.loads(memo.read_text()))
-            except (OSError, ValueError, TypeError):
-                self._known = {}
+                doc = read_json(memo, MAX_MEMO_BYTES, BoundcalcError, "sweep hashes")
+            except BoundcalcError:
+                doc = {}
+            if isinstance(doc, dict):
+                self._known = {str(k): v for k, v in doc.items() if _valid_memo(v)}
 
     def file(self, path: Path) -> str:
         st = path.stat()
@@ -91,7 +109,8 @@ def formulas_digest(dirs: Iterable[str | os.PathLike] | None) -> str:
         files.extend([b] if b.is_file() else sorted(b.glob("*.toml")))
     h = hashlib.sha256()
     for f in files:
-        h.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).hexdigest().encode())
+        raw = read_limited(f, MAX_FORMULA_FILE_BYTES, FormulaError, "formula file")
+        h.update(f.name.encode() + b"\0" + hashlib.sha256(raw).hexdigest().encode())
     return h.hexdigest()
 
 

@@ -42,16 +42,12 @@ class Correlation:
 
 def load_table(path: str | Path):
     """A results table written by a sweep (CSV or Parquet)."""
-    import pandas as pd
+    from ..tables import read_pandas
 
     p = Path(path)
-    if not p.is_file():
+    if not p.exists() and not p.is_symlink():
         raise BoundcalcError(f"{p}: no such results table")
-    try:
-        return pd.read_parquet(p) if p.suffix.lower() in (".parquet", ".pq") else pd.read_csv(p)
-    except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many kinds
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BoundcalcError(f"{p}: cannot read the results table ({first[:160]})") from None
+    return read_pandas(p, BoundcalcError, "the results table")
 
 
 def pair_tau(x: np.ndarray, y: np.ndarray) -> float:

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import glob as globlib
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import BoundcalcError
+from ..limits import input_files
 
 RESERVED = ("path", "init", "data", "n_heads")
 PREFIXES = ("set", "hp")
@@ -71,20 +73,17 @@ class Manifest:
 
 
 def _read_table(path: Path):
-    import pandas as pd
+    from ..tables import read_pandas
 
     suffix = path.suffix.lower()
-    try:
-        if suffix in (".parquet", ".pq"):
-            return pd.read_parquet(path)
-        if suffix in (".csv", ".tsv", ".txt"):
-            return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",",
-                               dtype={c: str for c in ("path", "init", "data")})
-    except FileNotFoundError:
-        raise ManifestError(f"{path}: no such manifest file") from None
-    except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many kinds
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ManifestError(f"{path}: cannot read the manifest ({first[:160]})") from None
+    if not os.path.lexists(path):
+        raise ManifestError(f"{path}: no such manifest file")
+    if suffix in (".parquet", ".pq"):
+        return read_pandas(path, ManifestError, "the manifest")
+    if suffix in (".csv", ".tsv", ".txt"):
+        return read_pandas(path, ManifestError, "the manifest",
+                           sep="\t" if suffix == ".tsv" else ",",
+                           dtype={c: str for c in ("path", "init", "data")})
     raise ManifestError(f"{path}: a manifest is a .csv, .tsv or .parquet file, or a glob "
                         "pattern of checkpoints")
 
@@ -130,11 +129,17 @@ def _check_columns(source: str, columns: list[str], known_symbols: Iterable[str]
 
 
 def _resolve(base: Path, value: Any, what: str, source: str, line: int) -> str:
+    """The row's path, checked with ``stat`` before the sweep hashes or opens it: a regular file
+    or a folder of regular files (a FIFO would hang the hash, ``/dev/zero`` never end it)."""
     p = Path(str(value)).expanduser()
     if not p.is_absolute():
         p = base / p
-    if not p.exists():
+    if not os.path.lexists(p):
         raise ManifestError(f"{source}: row {line}: {what} '{value}' does not exist")
+    try:
+        input_files(p, ManifestError, what)
+    except ManifestError as exc:
+        raise ManifestError(f"{source}: row {line}: {exc}") from None
     return str(p.resolve())
 
 

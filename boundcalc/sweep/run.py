@@ -15,7 +15,6 @@ for the checkpoints, not for DIR.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BoundcalcError
+from ..limits import check_regular_file, read_json, read_limited
 from .cache import Hasher, formulas_digest, task_key
 from .manifest import RESULT_COLUMNS, Manifest, read_manifest, registry_symbols
 from .tasks import run_checkpoint, run_layer
 
 Progress = Callable[["SweepProgress"], None]
+MAX_STATE_BYTES = 256 << 20  # one stored result or task log of DIR
 
 
 @dataclass
@@ -121,12 +122,9 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
     state = SweepProgress(total=len(manifest.rows))
     results: dict[int, dict[str, Any]] = {}
     for i, key in enumerate(keys):
-        stored = out / "done" / f"{key}.json"
-        if stored.is_file() and (out / "stats" / f"{key}.json").is_file():
-            try:
-                results[i] = json.loads(stored.read_text())
-            except (OSError, ValueError):
-                continue
+        stored = _stored_result(out, key)
+        if stored is not None:
+            results[i] = stored
             state.done += 1
             state.cached += 1
     todo = sorted(set(range(len(keys))) - set(results))
@@ -188,9 +186,40 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
 
 def _attempts(out: Path, key: str) -> int:
     try:
-        return len((out / "tasks" / f"{key}.log").read_text().splitlines())
-    except OSError:
+        text = read_limited(out / "tasks" / f"{key}.log", MAX_STATE_BYTES, BoundcalcError,
+                            "task log")
+    except BoundcalcError:
         return 0
+    return len(text.splitlines())
+
+
+_CELL = (str, int, float, bool, type(None))
+
+
+def _stored_result(out: Path, key: str) -> dict[str, Any] | None:
+    """A finished task's stored rows (``done/<key>.json``, beside its stats file), validated
+    as read back; None — recompute — when either is missing, unreadable, not a regular file or
+    not of the shape :func:`_store` writes (a damaged or hand-edited sweep folder)."""
+    stats = out / "stats" / f"{key}.json"
+    try:
+        check_regular_file(stats, BoundcalcError, "stats file")
+        doc = read_json(out / "done" / f"{key}.json", MAX_STATE_BYTES, BoundcalcError,
+                        "stored result")
+    except BoundcalcError:
+        return None
+    if not isinstance(doc, dict) or doc.get("ok") is not True:
+        return None
+    rows = doc.get("rows")
+    if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and all(isinstance(k, str) and isinstance(v, _CELL)
+                                        for k, v in r.items())
+            and all(isinstance(r.get(b), (bool, type(None))) for b in ("estimated", "vacuous"))
+            for r in rows):
+        return None
+    seconds = doc.get("seconds", 0.0)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return None
+    return doc
 
 
 def _store(out: Path, key: str, res: dict[str, Any]) -> None:
@@ -200,9 +229,31 @@ def _store(out: Path, key: str, res: dict[str, Any]) -> None:
 
     if not res.get("ok"):
         return
-    write_json_atomic(out / "stats" / f"{key}.json", res["stats"])
-    write_json_atomic(out / "done" / f"{key}.json",
-                      {k: v for k, v in res.items() if k != "stats"})
+    for target, doc in ((out / "stats" / f"{key}.json", res["stats"]),
+                        (out / "done" / f"{key}.json", {k: v for k, v in res.items()
+                                                        if k != "stats"})):
+        _clear_damaged(target)
+        write_json_atomic(target, doc)
+
+
+def _clear_damaged(path: Path) -> None:
+    """Remove what stands in DIR where a state file belongs but is not a regular file (a FIFO,
+    a device link, a folder left empty): DIR is the sweep's own, and writing into a special
+    file in place would fail or block."""
+    import os
+    import shutil
+    import stat as stat_
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat_.S_ISREG(st.st_mode):
+        return
+    if stat_.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        path.unlink()
 
 
 def _split_layers(ex: Any, manifest: Manifest, keys: list[str], todo: list[int], out: Path,

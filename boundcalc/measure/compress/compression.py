@@ -492,41 +492,15 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
 # from a checkpoint on disk (the CLI)
 # ---------------------------------------------------------------------------------------------
 
-_HEADS = {"ForSequenceClassification": ("AutoModelForSequenceClassification", False),
-          "ForCausalLM": ("AutoModelForCausalLM", True)}
-
-
 def load_task_model(path: str) -> tuple[torch.nn.Module, bool]:
-    """A Hugging Face folder with a task head → (module in eval mode, causal?).
+    """A Hugging Face folder with a task head → (module in eval mode, causal?), loaded exactly
+    as ``measure --data`` loads it (:func:`..data.hf.load_task_model`: local files only, no
+    checkpoint code). Only a model whose predictions can be evaluated can have its quantized
+    risk measured."""
+    from ..data import hf
 
-    Only a model whose predictions can be evaluated can have its quantized risk measured.
-    """
-    import json
-    from pathlib import Path
-
-    cfg = Path(path) / "config.json"
-    if not cfg.is_file():
-        raise BoundcalcError(f"{path}: --compress needs a Hugging Face folder with a task head "
-                             "(…ForSequenceClassification or …ForCausalLM) so the quantized "
-                             "model's risk can be measured; a bare checkpoint has no predictions")
-    try:
-        archs = json.loads(cfg.read_text()).get("architectures") or []
-    except (OSError, ValueError) as exc:
-        raise BoundcalcError(f"{cfg}: unreadable config ({exc.__class__.__name__})") from None
-    for arch in archs:
-        for suffix, (auto, causal) in _HEADS.items():
-            if str(arch).endswith(suffix):
-                import transformers
-
-                try:
-                    model = getattr(transformers, auto).from_pretrained(path)
-                except Exception as exc:  # transformers raises many types for bad folders
-                    msg = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:120]
-                    raise BoundcalcError(f"{path}: cannot load the model ({msg})") from None
-                return model.float().eval(), causal
-    raise BoundcalcError(f"{path}: architectures {archs} have no task head "
-                         "(…ForSequenceClassification or …ForCausalLM): the quantized model's "
-                         "risk cannot be measured, so no code length is written")
+    tm = hf.load_task_model(path)
+    return tm.model.float().eval(), tm.task == "causal_lm"
 
 
 def add_compression(stats: Any, model: str, data: str | None, init: str | None = None,
@@ -538,38 +512,29 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     """``measure --compress``: code length + quantized risk into ``stats`` (scalars, curves and
     ``provenance.compression``). Refuses a code length without data to measure its risk on.
 
-    DATA as a table (CSV, JSON Lines, Parquet) or a ``datasets`` folder is read, tokenized and
-    batched exactly as ``measure --data`` reads it (``dataset_io.read_batches``; columns,
-    ``--max-length``, ``--batch-size``); ``.pt/.npz`` tensors as before."""
+    DATA in every format (CSV, JSON Lines, Parquet, a ``datasets`` folder, ``.pt/.npz/
+    .safetensors`` tensors with ``inputs`` or ``input_ids`` and ``targets`` or ``labels``) is
+    read, tokenized and batched exactly as ``measure --data`` reads it
+    (``dataset_io.read_batches``; columns, ``--max-length``, ``--batch-size``)."""
     if data is None:
         raise BoundcalcError("--compress needs --data: a code length is only usable with the "
                              "quantized model's risk, measured on the same data")
     check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
-    from pathlib import Path
+    from ..data import hf
+    from ..data.dataset_io import read_batches
 
-    from ..data.dataset_io import TABLE_SUFFIXES
+    # one reader for every data format (tables, datasets folders, tensor files), the same as
+    # measure --data: a file accepted there is accepted here
+    tm = hf.load_task_model(model)
+    batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
+                           max_length=max_length, batch_size=batch_size)
+    module = tm.model.float().eval()
 
-    table = Path(data).is_dir() or Path(data).suffix.lower() in TABLE_SUFFIXES
-    risk = None
-    if table:
-        from ..data import hf
-        from ..data.dataset_io import read_batches
+    def risk(m: torch.nn.Module) -> Risk:
+        return batched_risk(m, tm, batched)
 
-        tm = hf.load_task_model(model)
-        if tm.is_lm:
-            tm.tokenizer = hf.load_tokenizer(model)
-        batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
-                               max_length=max_length, batch_size=batch_size)
-        module = tm.model.float().eval()
-
-        def risk(m: torch.nn.Module) -> Risk:
-            return batched_risk(m, tm, batched)
-
-        causal = tm.task == "causal_lm"
-        init_module = hf.load_task_model(init).model.float().eval() if init is not None else None
-    else:
-        module, causal = load_task_model(model)
-        init_module = load_task_model(init)[0] if init is not None else None
+    causal = tm.task == "causal_lm"
+    init_module = hf.load_task_model(init).model.float().eval() if init is not None else None
     result = compress(module, data, init=init_module, select=select, quantizer=quantizer,
                       levels_grid=levels_grid, codebook_bits=codebook_bits, prefix=prefix,
                       causal=causal, max_changed=max_changed, risk=risk)

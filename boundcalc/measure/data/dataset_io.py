@@ -12,6 +12,7 @@ of activations at a time.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError
-from .hf import TaskModel, load_tokenizer
+from ...limits import check_allocation, input_files, loads_json, read_limited
+from ...tables import check_cells, read_arrow
+from ..safety import MAX_JSON_BYTES
+from .hf import TaskModel, load_tokenizer, position_limit
 
 TABLE_SUFFIXES = {".csv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet",
                   ".pq": "parquet"}
@@ -44,31 +48,30 @@ class Batched:
     columns: dict[str, str] = field(default_factory=dict)
 
 
-def _columns_from_table(path: Path, kind: str) -> dict[str, list[Any]]:
-    import pyarrow as pa
+class Columns(dict):
+    """Column name → values, for the columns boundcalc may use; ``names`` lists every column of
+    the file (for messages)."""
 
-    try:
-        if kind == "csv":
-            import pyarrow.csv as pcsv
+    names: list[str]
 
-            table = pcsv.read_csv(str(path))
-        elif kind == "json":
-            import pyarrow.json as pjson
-
-            table = pjson.read_json(str(path))
-        else:
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(str(path))
-    except (pa.ArrowInvalid, OSError, ValueError) as exc:
-        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-        if path.is_file() and path.stat().st_size == 0:
-            raise DataError(f"{path}: empty file") from None
-        raise DataError(f"{path}: not a readable {kind.upper()} file ({msg})") from None
-    return {name: table.column(name).to_pylist() for name in table.column_names}
+    def __init__(self, values: dict[str, Any], names: list[str]) -> None:
+        super().__init__(values)
+        self.names = names
 
 
-def _columns_from_datasets(path: Path) -> dict[str, list[Any]]:
+def _columns_from_table(path: Path, kind: str, wanted: set[str]) -> Columns:
+    table, names = read_arrow(path, kind, DataError, "data file", columns=sorted(wanted))
+    return Columns({n: table.column(n).to_pylist() for n in table.column_names}, names)
+
+
+def _columns_from_datasets(path: Path, wanted: set[str]) -> Columns:
+    files = input_files(path, DataError, "data file")
+    for f in files:
+        if f.suffix != ".arrow" and f.stat().st_size > MAX_JSON_BYTES:
+            raise DataError(f"{f}: {f.stat().st_size} bytes, more than the {MAX_JSON_BYTES} "
+                            "allowed for a file beside the .arrow shards of a datasets folder")
+        if f.name == "state.json":
+            _check_state(f, set(files))
     try:
         from datasets import load_from_disk
 
@@ -79,13 +82,33 @@ def _columns_from_datasets(path: Path) -> dict[str, list[Any]]:
     if hasattr(ds, "keys") and not hasattr(ds, "column_names"):
         raise DataError(f"{path}: a DatasetDict with splits {', '.join(ds.keys())}; pass the "
                         "folder of one split")
-    return {name: ds[name] for name in ds.column_names}
+    names = list(ds.column_names)
+    keep = [n for n in names if n in wanted]
+    check_cells(int(ds.num_rows), len(keep), 0, str(path))
+    return Columns({n: ds[n] for n in keep}, names)
 
 
-def _tensors(path: Path) -> dict[str, Any]:
-    from ..samples import _read_file
+def _check_state(state: Path, files: set[Path]) -> None:
+    """The shards a ``state.json`` names must be files of its own folder that were checked
+    (a name such as ``../../fifo`` would send the loader outside the folder)."""
+    doc = loads_json(read_limited(state, MAX_JSON_BYTES, DataError, "datasets state file"),
+                     str(state), DataError)
+    shards = doc.get("_data_files") if isinstance(doc, dict) else None
+    if not isinstance(shards, list):
+        raise DataError(f"{state}: '_data_files' must be a list of shards")
+    for item in shards:
+        name = item.get("filename") if isinstance(item, dict) else None
+        if not isinstance(name, str) or (state.parent / name) not in files \
+                or Path(name).name != name:
+            raise DataError(f"{state}: shard {str(name)[:80]!r} is not a file of "
+                            f"{state.parent}")
 
-    return _read_file(path)
+
+def _tensors(path: Path) -> Columns:
+    from ..samples import read_tensor_file
+
+    obj = read_tensor_file(path, DataError)
+    return Columns(obj, list(obj))
 
 
 def _pick(cols: dict[str, Any], names: tuple[str, ...], what: str, source: str,
@@ -94,8 +117,9 @@ def _pick(cols: dict[str, Any], names: tuple[str, ...], what: str, source: str,
         if n in cols:
             return cols[n]
     if required:
+        shown = getattr(cols, "names", list(cols))
         raise DataError(f"{source}: no {what} column '{names[0]}' (columns: "
-                        f"{', '.join(list(cols)[:8]) or 'none'})")
+                        f"{', '.join(map(str, shown[:8])) or 'none'})")
     return None
 
 
@@ -132,27 +156,39 @@ def _texts(raw: Any, source: str, column: str) -> list[str]:
 def read_batches(data: str | Path, tm: TaskModel, *, text_column: str = "text",
                  label_column: str = "label", max_length: int = 128,
                  batch_size: int = 32) -> Batched:
-    """Read ``data`` for ``tm`` and cut it into batches (see the module docstring)."""
+    """Read ``data`` for ``tm`` and cut it into batches (see the module docstring).
+
+    The path is checked with ``stat`` before anything opens it (a regular file, or a folder of
+    regular files), read within the memory budget (a Parquet file's row count from its footer
+    first), and only the columns that can be used are turned into Python values. Text is
+    tokenized with the checkpoint's tokenizer (loaded here, into ``tm.tokenizer``, only when
+    needed: token ids need none), truncated to ``max_length`` and to the model's position
+    limit."""
     path = Path(data)
     source = str(path)
-    if path.is_dir():
-        cols = _columns_from_datasets(path)
-        kind = "datasets folder"
-    elif not path.exists():
+    if batch_size < 1:
+        raise DataError(f"batch size must be >= 1, got {batch_size}")
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise DataError(f"--max-length must be a positive integer, got {max_length!r}")
+    if not os.path.lexists(path):
         raise DataError(f"{source}: no such data file or folder")
+    wanted = {text_column, label_column, "labels", "targets", "input_ids", "inputs",
+              "pixel_values", "attention_mask"}
+    if path.is_dir():
+        cols = _columns_from_datasets(path, wanted)
+        kind = "datasets folder"
     elif path.suffix.lower() in TABLE_SUFFIXES:
         kind = TABLE_SUFFIXES[path.suffix.lower()]
-        cols = _columns_from_table(path, kind)
+        cols = _columns_from_table(path, kind, wanted)
     elif path.suffix.lower() in TENSOR_SUFFIXES:
         cols = _tensors(path)
         kind = "tensors"
     else:
+        input_files(path, DataError, "data file", folder=False)
         raise DataError(f"{source}: unknown data format (expected .csv, .jsonl, .parquet, a "
                         f"datasets folder or {', '.join(TENSOR_SUFFIXES)})")
-    if not cols:
+    if not cols.names:
         raise DataError(f"{source}: empty data (no columns)")
-    if batch_size < 1:
-        raise DataError(f"batch size must be >= 1, got {batch_size}")
     if tm.task == "image_classification":
         return _image_batches(cols, tm, source, kind, label_column, batch_size)
     return _token_batches(cols, tm, source, kind, text_column, label_column, max_length,
@@ -188,29 +224,64 @@ def _image_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
                    f"{x.shape[0]} images from {kind}", columns={"label": col})
 
 
+def _int_matrix(raw: Any, source: str, what: str) -> torch.Tensor:
+    """``raw`` as a B × T int64 tensor, or a one-line :class:`DataError`."""
+    try:
+        t = raw if isinstance(raw, torch.Tensor) else torch.as_tensor(np.asarray(raw))
+    except (TypeError, ValueError, RuntimeError):
+        raise DataError(f"{source}: {what} must be integers B x T") from None
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool or t.ndim != 2:
+        raise DataError(f"{source}: {what} must be integers B x T, got dtype {t.dtype} "
+                        f"shape {list(t.shape)}")
+    return t.long()
+
+
+def _pad_from_config(tok: Any, tm: TaskModel) -> None:
+    """Give a tokenizer without a pad token the config's pad id, else its end-of-text or
+    unknown token (padded positions are masked out: the choice does not change a number)."""
+    pid = getattr(tm.model.config, "pad_token_id", None)
+    if isinstance(pid, int) and not isinstance(pid, bool) and 0 <= pid < len(tok):
+        name = tok.convert_ids_to_tokens(pid)
+        if isinstance(name, str):
+            tok.pad_token = name
+            return
+    if tok.eos_token or tok.unk_token:
+        tok.pad_token = tok.eos_token or tok.unk_token
+        return
+    raise DataError(f"{tm.source}: the tokenizer has no pad, end-of-text or unknown token and "
+                    "the config no pad_token_id: texts of different lengths cannot be batched")
+
+
 def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
                    text_column: str, label_column: str, max_length: int,
                    batch_size: int) -> Batched:
+    limit = position_limit(tm.model)
+    note = ""
+    if tm.task == "masked_lm" and tm.tokenizer is None:
+        tm.tokenizer = load_tokenizer(tm.source)  # its mask token makes the targets
     ids_raw = _pick(cols, ("input_ids", "inputs"), "token", source, required=False) \
         if kind == "tensors" else None
     if ids_raw is not None:
-        ids = torch.as_tensor(np.asarray(ids_raw)) if not isinstance(ids_raw, torch.Tensor) \
-            else ids_raw
-        if ids.is_floating_point() or ids.ndim != 2:
-            raise DataError(f"{source}: token ids must be integers B x T, got dtype {ids.dtype} "
-                            f"shape {list(ids.shape)}")
+        ids = _int_matrix(ids_raw, source, "token ids")
         if ids.numel() == 0:
             raise DataError(f"{source}: empty data (shape {list(ids.shape)})")
+        if limit is not None and ids.shape[1] > limit:
+            raise DataError(f"{source}: sequences of {ids.shape[1]} token ids, but the model "
+                            f"takes at most {limit} positions; cut them to {limit}")
         vocab = int(getattr(tm.model.config, "vocab_size", 0) or 0)
         if vocab and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
             raise DataError(f"{source}: token ids range over {int(ids.min())}..{int(ids.max())}, "
                             f"outside the vocabulary 0..{vocab - 1}")
-        ids = ids.long()
         mask = torch.ones_like(ids)
+        if "attention_mask" in cols:
+            mask = _int_matrix(cols["attention_mask"], source, "attention_mask")
+            if mask.shape != ids.shape or bool(((mask != 0) & (mask != 1)).any()):
+                raise DataError(f"{source}: attention_mask must be 0/1 of the token ids' shape "
+                                f"{list(ids.shape)}, got shape {list(mask.shape)}")
         n = ids.shape[0]
         encoded = [(ids[lo:lo + batch_size], mask[lo:lo + batch_size])
                    for lo in range(0, n, batch_size)]
-        col = "inputs"
+        col = "input_ids" if "input_ids" in cols else "inputs"
     else:
         if kind == "tensors":
             raise DataError(f"{source}: no 'inputs' or 'input_ids' tensor")
@@ -218,14 +289,27 @@ def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
         n = len(texts)
         if n == 0:
             raise DataError(f"{source}: empty data (0 rows)")
-        tok = load_tokenizer(tm.source)
+        if tm.tokenizer is None:
+            tm.tokenizer = load_tokenizer(tm.source)
+        tok = tm.tokenizer
         if tok.pad_token is None:
-            tok.pad_token = tok.eos_token or tok.unk_token
+            _pad_from_config(tok, tm)
+        if limit is not None and max_length > limit:
+            note = f", truncated at {limit} tokens (the model's position limit)"
+            max_length = limit
+        # ids and mask, int64, at most max_length per text: refused before tokenizing
+        check_allocation(16.0 * n * max_length, f"{source}: {n} texts tokenized to at most "
+                                                f"{max_length} tokens")
         encoded = []
+        vocab = int(getattr(tm.model.config, "vocab_size", 0) or 0)
         for lo in range(0, n, batch_size):
             enc = tok(texts[lo:lo + batch_size], padding=True, truncation=True,
                       max_length=max_length, return_tensors="pt")
-            encoded.append((enc["input_ids"], enc["attention_mask"]))
+            ids = enc["input_ids"]
+            if vocab and ids.numel() and int(ids.max()) >= vocab:
+                raise DataError(f"{tm.source}: the tokenizer gives token id {int(ids.max())}, "
+                                f"outside the model's vocabulary 0..{vocab - 1}")
+            encoded.append((ids, enc["attention_mask"]))
         col = text_column
     y_all = None
     label_col = ""
@@ -248,5 +332,5 @@ def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
     if tm.task == "causal_lm" and T < 2:
         raise DataError(f"{source}: every sequence has fewer than 2 tokens; a causal LM needs "
                         "at least one next-token target")
-    return Batched(batches, n, T, source, f"{n} sequences from {kind}", tokens=tokens,
+    return Batched(batches, n, T, source, f"{n} sequences from {kind}{note}", tokens=tokens,
                    columns={"text": col, "label": label_col})

@@ -1,18 +1,21 @@
 """Load a local Hugging Face folder whose config names a task head, as a live module.
 
-Only local folders are read (``local_files_only``); nothing is downloaded. The task decides the
+Only local folders are read, through :mod:`..offline` (local files only, offline Hub client,
+``trust_remote_code=False``, a folder with an ``auto_map`` refused); nothing is downloaded and
+no code of the checkpoint runs. The task decides the
 loss of the data pass (:mod:`.data_pass`): classification heads give per-sample logits over
 ``num_labels`` classes, language-model heads per-token logits over the vocabulary.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...errors import CheckpointError
+from ..offline import check_folder, from_pretrained, transformers_module
+from ..safety import read_small_json
 
 TASKS = {  # architecture-name suffix -> task
     "ForSequenceClassification": "sequence_classification",
@@ -41,15 +44,13 @@ class TaskModel:
 
 
 def read_config(path: str | Path) -> dict[str, Any] | None:
-    """The folder's ``config.json`` as a dict, or None when ``path`` is not such a folder."""
+    """The folder's ``config.json`` as a dict, or None when ``path`` is not such a folder
+    (a bounded, strict read: a FIFO or device config is refused, not waited on)."""
     p = Path(path)
     cfg = p / "config.json"
-    if not p.is_dir() or not cfg.is_file():
+    if not p.is_dir() or not cfg.exists():
         return None
-    try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{cfg}: not readable JSON ({str(exc)[:80]})") from None
+    data = read_small_json(cfg, "config.json")
     if not isinstance(data, dict):
         raise CheckpointError(f"{cfg}: expected a JSON object")
     return data
@@ -71,6 +72,8 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
     """Load the folder with transformers; a bare encoder gets an error naming the heads."""
     p = Path(path)
     config = read_config(p)
+    if config is not None:
+        check_folder(p)  # before anything else: an auto_map is refused whatever the head
     if config is None:
         raise CheckpointError(f"{p}: --data needs a Hugging Face folder with a config.json "
                               f"naming a task head ({SUPPORTED})")
@@ -80,48 +83,76 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
         raise CheckpointError(f"{p}: config names {', '.join(map(str, archs))[:80]}, which has "
                               f"no task head; --data needs one of {SUPPORTED}")
     arch, task = found
-    try:
-        import transformers
-    except ImportError:  # pragma: no cover - the [hf] extra
-        raise CheckpointError("loading a task-head model needs transformers (pip install "
-                              "'boundcalc[hf]')") from None
-    transformers.utils.logging.disable_progress_bar()  # our own progress goes to stderr
-    transformers.utils.logging.set_verbosity_error()
+    transformers = transformers_module()
     cls = getattr(transformers, arch, None)
     if cls is None:
         auto = {"sequence_classification": "AutoModelForSequenceClassification",
                 "image_classification": "AutoModelForImageClassification",
                 "causal_lm": "AutoModelForCausalLM", "masked_lm": "AutoModelForMaskedLM"}[task]
         cls = getattr(transformers, auto)
-    try:
-        model = cls.from_pretrained(str(p), local_files_only=True, attn_implementation="eager")
-    except Exception as exc:  # noqa: BLE001 - any loader failure is the checkpoint's fault
-        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:140]
-        raise CheckpointError(f"{p}: transformers could not load {arch} ({msg})") from None
+    model = from_pretrained(cls, p, arch, attn_implementation="eager")
     model.eval()
     model.to(device)
-    n_out = int(config.get("num_labels") or len(config.get("id2label") or {}) or 0) \
-        if task.endswith("classification") else int(config.get("vocab_size") or 0)
-    if task.endswith("classification"):
-        n_out = int(getattr(model.config, "num_labels", n_out))
+    key = "num_labels" if task.endswith("classification") else "vocab_size"
+    n_out = getattr(model.config, key, None)  # as transformers read it from the config
+    if isinstance(n_out, bool) or not isinstance(n_out, int):
+        raise CheckpointError(f"{p}: config.json: '{key}' must be an integer, got "
+                              f"{str(n_out)[:40]!r}")
     if n_out < 1:
         raise CheckpointError(f"{p}: config gives no class count / vocabulary size")
     return TaskModel(model, task, arch, n_out, None, str(p))
 
 
-def load_tokenizer(path: str | Path) -> Any:
-    """The checkpoint's own tokenizer; a one-line error when the folder has none."""
-    files = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
-             "tokenizer.model", "spiece.model")
-    if not any((Path(path) / f).is_file() for f in files):
-        raise CheckpointError(f"{path}: no tokenizer in the checkpoint folder (none of "
-                              f"{', '.join(files[:4])}, ...); text data is tokenized with the "
-                              "model's own tokenizer: save it with tokenizer.save_pretrained")
-    try:
-        from transformers import AutoTokenizer
+VOCAB_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spiece.model",
+               "sentencepiece.bpe.model", "sentencepiece.model", "spm.model", "vocab.model",
+               "bpe.codes", "merges.txt")
 
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:  # noqa: BLE001
-        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
-        raise CheckpointError(f"{path}: no usable tokenizer in the checkpoint folder (text data "
-                              f"is tokenized with the model's own tokenizer): {msg}") from None
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The checkpoint's own tokenizer, with a vocabulary; a one-line error when the folder has
+    none (a ``tokenizer_config.json`` alone names a tokenizer but holds no vocabulary: loading
+    it would map every word to the unknown token)."""
+    p = Path(path)
+    check_folder(p)  # an auto_map (tokenization code) is refused before anything else
+    if not any((p / f).exists() for f in VOCAB_FILES):
+        has_config = (p / "tokenizer_config.json").exists()
+        alone = "; tokenizer_config.json alone has no vocabulary" if has_config else ""
+        raise CheckpointError(
+            f"{p}: no tokenizer in the checkpoint folder (no vocabulary: none of "
+            f"{', '.join(VOCAB_FILES[:4])}, ...{alone}); text data is tokenized with the "
+            "model's own tokenizer: save it with tokenizer.save_pretrained, or give token ids "
+            "(.pt/.npz/.safetensors with input_ids)")
+    tok = from_pretrained(transformers_module().AutoTokenizer, p, "the tokenizer")
+    try:
+        vocab = tok.get_vocab()
+        special = set(getattr(tok, "all_special_ids", []) or [])
+    except Exception as exc:  # noqa: BLE001 - a tokenizer class without a readable vocabulary
+        raise CheckpointError(f"{p}: the tokenizer has no readable vocabulary "
+                              f"({type(exc).__name__})") from None
+    if not any(i not in special for i in vocab.values()):
+        raise CheckpointError(f"{p}: the tokenizer has no vocabulary beyond its {len(vocab)} "
+                              "special tokens (every word would become the unknown token); save "
+                              "the real tokenizer with tokenizer.save_pretrained")
+    return tok
+
+
+def position_limit(model: Any) -> int | None:
+    """The longest sequence ``model`` takes: its config's position count, less the rows a
+    learned position table reserves below its first position (RoBERTa-style ``padding_idx``).
+    None when the config names no limit."""
+    import torch
+
+    cfg = getattr(model, "config", None)
+    limit = None
+    for key in ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length"):
+        v = getattr(cfg, key, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            limit = v
+            break
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Embedding) and "position" in name.lower():
+            usable = mod.num_embeddings - (mod.padding_idx + 1 if mod.padding_idx is not None
+                                           else 0)
+            limit = usable if limit is None else min(limit, usable)
+            break
+    return limit

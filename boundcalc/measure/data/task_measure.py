@@ -64,10 +64,6 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         raise BoundcalcError(f"--sigma {bad[0]}: expected a positive number")
     dev = resolve_device(device)
     tm = load_task_model(model, dev)
-    if tm.is_lm:
-        from .hf import load_tokenizer
-
-        tm.tokenizer = load_tokenizer(model)
     batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
                            max_length=max_length, batch_size=batch_size)
     stats = measure(model, init=init, device=device, progress=progress or False)

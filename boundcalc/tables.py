@@ -1,0 +1,125 @@
+"""Reading a table a user names (CSV, TSV, JSON Lines, Parquet) within the memory budget.
+
+One reader for every table boundcalc takes from a user (``measure --data``, sweep manifests,
+results tables): the path is checked with ``stat`` and read with a size cap
+(:func:`~boundcalc.limits.read_limited`, the memory budget), and a Parquet file's row count
+and uncompressed size are read from its footer *before* any row is decoded, so a small file
+that inflates to millions of rows (a decompression bomb) is refused in milliseconds instead of
+exhausting memory. Every table is then checked once more after parsing, counting the Python
+objects its cells become.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Sequence
+
+from .errors import BoundcalcError
+from .limits import check_allocation, memory_budget, read_limited
+
+PY_CELL_BYTES = 80  # one cell as a Python object: a short str is ~50 bytes, plus its list slot
+
+
+def read_bytes(path: str | os.PathLike, err: type[BoundcalcError], what: str) -> bytes:
+    """The bytes of the regular file ``path``, at most the memory budget."""
+    return read_limited(path, memory_budget(), err, what)
+
+
+def check_cells(rows: int, columns: int, nbytes: int, where: str) -> None:
+    """Refuse a table whose ``rows`` × ``columns`` Python cells (plus ``nbytes`` of column
+    data) would not fit the memory budget."""
+    check_allocation(float(nbytes) + float(rows) * max(columns, 1) * PY_CELL_BYTES,
+                     f"{where}: {rows} rows x {columns} columns")
+
+
+def check_parquet(raw: bytes, where: str, err: type[BoundcalcError],
+                  columns: Sequence[str] | None = None) -> list[str]:
+    """Read the footer of the Parquet bytes ``raw`` and refuse them when their declared rows and
+    uncompressed size (of ``columns``, default all) exceed the budget. Returns the file's
+    column names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(pa.BufferReader(raw)).metadata
+        names = [meta.schema.column(j).path.split(".")[0] for j in range(meta.num_columns)]
+        keep = [j for j, n in enumerate(names) if columns is None or n in columns]
+        nbytes = sum(meta.row_group(g).column(j).total_uncompressed_size
+                     for g in range(meta.num_row_groups) for j in keep)
+        rows = int(meta.num_rows)
+    except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise err(f"{where}: not a readable Parquet file ({msg})") from None
+    check_cells(rows, len({names[j] for j in keep}), nbytes, where)
+    return list(dict.fromkeys(names))
+
+
+def read_arrow(path: str | os.PathLike, kind: str, err: type[BoundcalcError],
+               what: str = "data file", columns: Sequence[str] | None = None
+               ) -> tuple[Any, list[str]]:
+    """``(table, names)``: a ``pyarrow.Table`` of the file ``path`` (``kind``: ``csv``, ``tsv``,
+    ``json`` for JSON Lines, ``parquet``) limited to ``columns`` when given (names absent from
+    the file are ignored), checked against the memory budget before its cells become Python
+    objects; ``names`` are all the file's columns."""
+    import pyarrow as pa
+
+    where = str(path)
+    raw = read_bytes(path, err, what)
+    if not raw:
+        raise err(f"{where}: empty file")
+    try:
+        if kind in ("csv", "tsv"):
+            import pyarrow.csv as pcsv
+
+            table = pcsv.read_csv(pa.BufferReader(raw), parse_options=pcsv.ParseOptions(
+                delimiter="\t" if kind == "tsv" else ","))
+        elif kind == "json":
+            import pyarrow.json as pjson
+
+            table = pjson.read_json(pa.BufferReader(raw))
+        elif kind == "parquet":
+            import pyarrow.parquet as pq
+
+            names = check_parquet(raw, where, err, columns)
+            want = None if columns is None else [c for c in names if c in columns]
+            table = pq.read_table(pa.BufferReader(raw), columns=want)
+            check_cells(table.num_rows, table.num_columns, 0, where)
+            return table, names
+        else:
+            raise err(f"{where}: unknown table format {kind!r}")
+    except BoundcalcError:
+        raise
+    except MemoryError:
+        raise err(f"{where}: does not fit in memory") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
+        raise err(f"{where}: not a readable {kind.upper()} file ({msg})") from None
+    names = list(table.column_names)
+    if columns is not None:
+        table = table.select([c for c in names if c in columns])
+    check_cells(table.num_rows, table.num_columns, 0, where)
+    return table, names
+
+
+def read_pandas(path: str | os.PathLike, err: type[BoundcalcError], what: str,
+                **csv_options: Any) -> Any:
+    """A pandas DataFrame of a CSV/TSV (``csv_options`` go to ``pandas.read_csv``) or Parquet
+    file, with the checks of :func:`read_arrow` (size cap, Parquet footer, cell budget)."""
+    import pandas as pd
+
+    where = str(path)
+    raw = read_bytes(path, err, what)
+    parquet = str(path).lower().endswith((".parquet", ".pq"))
+    if parquet:
+        check_parquet(raw, where, err)
+    try:
+        df = pd.read_parquet(io.BytesIO(raw)) if parquet else pd.read_csv(io.BytesIO(raw),
+                                                                           **csv_options)
+    except MemoryError:
+        raise err(f"{where}: does not fit in memory") from None
+    except Exception as exc:  # noqa: BLE001 - pandas/pyarrow raise many kinds
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise err(f"{where}: cannot read {what} ({first[:160]})") from None
+    check_cells(len(df), len(df.columns), 0, where)
+    return df
