@@ -61,7 +61,7 @@ def open_model(spec: str) -> Any:
     try:
         from transformers import AutoModel
 
-        return AutoModel.from_pretrained(spec)
+        return AutoModel.from_pretrained(spec, trust_remote_code=False)  # never Hub code
     except Exception as exc:  # noqa: BLE001 - any loading failure becomes one line
         first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:160]
         raise CheckpointError(f"{spec}: not a local path and cannot be loaded from the Hugging "
