@@ -202,6 +202,7 @@ class PriorCentre(TensorSource):
                                       "a transformer layer must come from the init")
             if n not in self.head:
                 self.head.append(n)
+        self.head.sort()
 
     def names(self) -> list[str]:
         return [n for n in self.model.names() if self.model.is_float(n)]
