@@ -140,6 +140,15 @@ def test_random_centre_is_the_models_own_initialisation(tiny):
     assert torch.rand(1) == before
     assert s.scalars["dist_init_total"].value == pytest.approx(d[3][0], rel=1e-12)
     assert s.provenance["prior"]["seed"] == 3
+    # a module built from a config (no 'architectures' recorded): its own class is re-drawn
+    from transformers import BertForSequenceClassification as Cls
+
+    torch.manual_seed(99)
+    built = Cls(_tiny_cfg()).eval()
+    w2, fresh = built.state_dict(), _fresh_classifier(3)
+    s = measure(built, init="random:3", progress=False)
+    assert s.scalars["dist_init_total"].value == pytest.approx(
+        math.sqrt(sum(_sq(w2[k], fresh[k]) for k in w2 if w2[k].is_floating_point())), rel=1e-12)
 
 
 def test_bad_centres_are_one_line(tiny):

@@ -40,12 +40,13 @@ BASE_PREFIXES = ("bert", "roberta", "xlm-roberta", "roberta_prelayernorm", "elec
 
 # ---- drawing the model's own initialisation ------------------------------------------------
 
-def _fresh_hf(config: Any, seed: int) -> dict[str, torch.Tensor]:
+def _fresh_hf(config: Any, seed: int, cls: Any = None) -> dict[str, torch.Tensor]:
     import transformers
 
     archs = getattr(config, "architectures", None) or []
-    cls = next((getattr(transformers, a, None) for a in archs
-                if isinstance(a, str) and getattr(transformers, a, None) is not None), None)
+    if cls is None:
+        cls = next((getattr(transformers, a, None) for a in archs
+                    if isinstance(a, str) and getattr(transformers, a, None) is not None), None)
     if cls is None:
         cls = transformers.AutoModel  # a bare base model
         with torch.random.fork_rng():
@@ -65,7 +66,7 @@ def draw_initialisation(model: Any, seed: int) -> dict[str, torch.Tensor]:
     if isinstance(model, torch.nn.Module):
         config = getattr(model, "config", None)
         if config is not None and hasattr(model, "post_init"):
-            return _fresh_hf(copy.deepcopy(config), seed)
+            return _fresh_hf(copy.deepcopy(config), seed, type(model))
         fresh = copy.deepcopy(model)
         reset = 0
         with torch.random.fork_rng():
@@ -119,9 +120,12 @@ def match_prefixes(model_names: Iterable[str], init_names: Iterable[str],
     names = list(model_names)
     have = set(init_names)
     pre = list(dict.fromkeys([""] + list(prefixes)))
+    # only prefixes that occur: keeps this linear in the names for checkpoints with many tensors
+    pms = [p for p in pre if not p or any(n.startswith(p) for n in names)]
+    pis = [p for p in pre if not p or any(n.startswith(p) for n in have)]
     best = ("", "", sum(1 for n in names if n in have))
-    for pm in pre:
-        for pi in pre:
+    for pm in pms:
+        for pi in pis:
             if pm == pi:
                 continue
             count = sum(1 for n in names if n.startswith(pm) and pi + n[len(pm):] in have)
