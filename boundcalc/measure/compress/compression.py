@@ -44,7 +44,7 @@ MAX_LEVELS = 1 << 16
 QUANTIZERS = ("uniform", "kmeans")
 SELECTIONS = ("all", "delta")
 OPTION_SELECTIONS = SELECTIONS + ("auto",)  # auto: delta when there is an init, else all
-DISAGREE = 0.5  # warn when the quantized model changes more than this fraction of predictions
+DISAGREE = 0.5  # warn when the quantized model changes at least this fraction of predictions
 
 Forward = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 
@@ -374,9 +374,9 @@ class Compression:
         return 1.0 - self.changed
 
     def warning(self) -> str | None:
-        """One line when the quantized model disagrees with the trained one on most samples:
-        its bound is then about another model."""
-        if self.changed <= DISAGREE:
+        """One line when the quantized model disagrees with the trained one on half the
+        samples or more: its bound is then about another model."""
+        if self.changed < DISAGREE:
             return None
         hint = ("code the change from the prior checkpoint (--compress delta --init CKPT)"
                 if self.select == "all" else "allow more levels (--levels)")
