@@ -336,3 +336,19 @@ def test_minilm_classifier_with_the_pretrained_minilm_as_init(tmp_path):
     assert prior["head_tensors"] == ["classifier.bias", "classifier.weight"]
     assert prior["prefix_model"] == "bert." and prior["matched_tensors"] == len(w) - 2
     assert doc["provenance"]["prior_centre"] == folder
+
+
+def test_vacuous_ties_go_to_the_model_that_agrees(tiny):
+    """n = 30 cannot pay for thousands of bits: every level count is vacuous (Occam-kl 1), and
+    the choice goes to the level count whose model agrees most with the trained one."""
+    stats = Stats(model={}, matrices=[], scalars={}, groups={}, layer_map=[], excluded=[],
+                  provenance={})
+    res = add_compression(stats, str(tiny / "cls"), str(tiny / "d.pt"), str(tiny / "base"),
+                          levels_grid=(2, 64))
+    rows = res.per_level
+    assert all(r["occam_kl"] == 1.0 for r in rows)
+    top = max(r["agreement"] for r in rows)
+    assert rows[0]["agreement"] < top  # the first level count (the old tie winner) agrees less
+    assert res.agreement == top
+    assert res.levels == min((r for r in rows if r["agreement"] == top),
+                             key=lambda r: r["code_bits"])["levels"]

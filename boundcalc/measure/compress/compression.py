@@ -453,8 +453,9 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
              causal: bool = False, max_changed: float | None = None,
              risk: Callable[[torch.nn.Module], Risk] | None = None) -> Compression:
     """Quantize, code and evaluate at every level count of ``levels_grid``; keep the level
-    count with the smallest Occam-kl bound on the 0-1 error (any rule is valid: the choice is
-    paid inside the code by log2 |grid| bits).
+    count with the smallest Occam-kl bound on the 0-1 error, ties to the highest agreement
+    with the trained model's predictions, then the shorter code (any rule is valid: the choice
+    is paid inside the code by log2 |grid| bits).
 
     ``coded`` + ``rebuild``: code only these tensors (a LoRA adapter, a subspace vector) and
     evaluate ``rebuild(decoded tensors)``; everything else must be fixed before the data.
@@ -494,10 +495,13 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
         q_risk = risk(qmodel)
         err = float(q_risk.errors.mean())
         crit = _occam_kl(err, code.total, len(q_risk.errors))
+        agree = 1.0 - q_risk.changed(ref)
         per_level.append({"levels": k, "code_bits": code.total, "error": err, "occam_kl": crit,
-                          "agreement": 1.0 - q_risk.changed(ref)})
-        if best is None or crit < best[0]:
-            best = (crit, k, codes, cb, code, q_risk)
+                          "agreement": agree})
+        # ties (several vacuous codes at 1) go to the model closest to the trained one
+        key = (crit, -agree, code.total)
+        if best is None or key < best[0]:
+            best = (key, k, codes, cb, code, q_risk)
     _, k, codes, cb, code, q_risk = best
     changed = q_risk.changed(ref)
     if max_changed is not None and changed > max_changed:
