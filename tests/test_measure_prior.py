@@ -77,7 +77,8 @@ def _fresh_classifier(seed: int):
 
 
 def test_classifier_with_its_base_as_init_matches_across_the_prefix(tiny):
-    w, w0 = _floats(tiny / "cls" / "model.safetensors"), _floats(tiny / "base" / "model.safetensors")
+    w = _floats(tiny / "cls" / "model.safetensors")
+    w0 = _floats(tiny / "base" / "model.safetensors")
     head = sorted(k for k in w if not k.startswith("bert."))
     assert head == ["classifier.bias", "classifier.weight"]
     matched = sum(_sq(w[k], w0[k[len("bert."):]]) for k in w if k.startswith("bert."))
@@ -171,6 +172,15 @@ def test_bad_centres_are_one_line(tiny):
     with pytest.raises(CheckpointError) as e:
         measure(str(tiny / "cls"), init=bad, progress=False)
     assert "classifier.weight" in str(e.value) and "[5, 16]" in str(e.value)
+    from boundcalc.errors import ResourceError
+    from boundcalc.limits import set_memory_budget
+
+    set_memory_budget(1000)  # a fresh draw of the whole model is checked against the budget
+    try:
+        with pytest.raises(ResourceError, match="random:1: a fresh draw of the whole model"):
+            measure(str(tiny / "cls"), init="random:1", progress=False)
+    finally:
+        set_memory_budget(None)
     del bad["classifier.weight"]  # now only the weight is missing: centred, not refused
     s = measure(str(tiny / "cls"), init=bad, progress=False)
     assert s.provenance["prior"]["head_tensors"] == ["classifier.weight"]

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import CheckpointError, one_line
+from ..limits import check_allocation
 from ..prior_spec import HINT, CentreSpec, is_keyword, parse_centre, parse_head_init  # noqa: F401
 from .io import DictSource, TensorSource, open_source
 
@@ -47,14 +48,17 @@ def _fresh_hf(config: Any, seed: int, cls: Any = None) -> dict[str, torch.Tensor
     if cls is None:
         cls = next((getattr(transformers, a, None) for a in archs
                     if isinstance(a, str) and getattr(transformers, a, None) is not None), None)
-    if cls is None:
-        cls = transformers.AutoModel  # a bare base model
+    try:
         with torch.random.fork_rng():
             torch.manual_seed(seed)
-            return dict(cls.from_config(config).state_dict())
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return dict(cls(config).state_dict())
+            if cls is None:  # a bare base model
+                return dict(transformers.AutoModel.from_config(config).state_dict())
+            return dict(cls(config).state_dict())
+    except Exception as exc:  # transformers raises many types for configs it cannot build
+        text = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:100]
+        raise CheckpointError(f"random:{seed}: cannot build a fresh "
+                              f"{getattr(cls, '__name__', 'model')} from the config "
+                              f"({exc.__class__.__name__}: {text})") from None
 
 
 def draw_initialisation(model: Any, seed: int) -> dict[str, torch.Tensor]:
@@ -157,6 +161,7 @@ class PriorCentre(TensorSource):
         self._map: dict[str, str] = {}
         self.init: TensorSource | None = None
         if spec.kind == "random":
+            self._check_draw(spec.seed)
             self.init = DictSource(draw_initialisation(self._model_obj, spec.seed), spec.text,
                                    model.config)
         elif spec.kind == "checkpoint":
@@ -232,11 +237,22 @@ class PriorCentre(TensorSource):
             raise CheckpointError(f"{self.init.source}: init has no tensor '{name}'")
         return self._head_tensor(name)
 
+    def _check_draw(self, seed: int | None) -> None:
+        """A fresh draw holds the whole model in float32: refuse it above the memory budget."""
+        total = 0
+        for n in self.model.names():
+            size = 1
+            for d in self.model.shape(n):
+                size *= int(d)
+            total += size
+        check_allocation(4.0 * total, f"random:{seed}: a fresh draw of the whole model")
+
     def _head_tensor(self, name: str) -> torch.Tensor:
         if self.head_spec.kind == "zero":
             return torch.zeros(self.shape(name), dtype=torch.float32)
         seed = self.head_spec.seed
         if seed not in self._drawn:
+            self._check_draw(seed)
             self._drawn[seed] = draw_initialisation(self._model_obj, seed)
         t = self._drawn[seed].get(name)
         if t is None or tuple(t.shape) != self.shape(name):
