@@ -19,7 +19,7 @@ def _summary(stats, output: Path) -> dict:
     return {"output": str(output), "model": stats.model,
             "matrices": dict(sorted(counts.items())),
             "roles": dict(sorted(Counter(e["role"] for e in stats.layer_map).items())),
-            "excluded": stats.excluded,
+            "excluded": stats.excluded, "prior": stats.provenance.get("prior"),
             "scalars": {k: q.to_json() for k, q in sorted(stats.scalars.items())}}
 
 
@@ -62,7 +62,30 @@ def _print(stats, output: Path, show_map: bool) -> None:
         if name in ("n_layers", "n_heads", "n_kv_heads", "hidden", "head_dim", "intermediate"):
             continue
         console.print(f"  {escape(str(name))} = {q.value:.6g}", highlight=False)
+    console.print(_prior_line(stats), highlight=False)
     console.print(f"wrote {escape(str(output))}", highlight=False)
+
+
+def _prior_line(stats) -> str:
+    """One line: the prior centre (kind, tensors it lacked), or which one to choose."""
+    from ..prior_spec import HINT
+
+    prior = stats.provenance.get("prior")
+    if not prior:
+        return escape(HINT)
+    return escape(str(prior.get("summary") or f"prior centre: {prior.get('init')}"))
+
+
+def _print_compression(stats) -> None:
+    comp = stats.provenance.get("compression")
+    if not comp:
+        return
+    sc = stats.scalars
+    console.print(f"compression ({escape(str(comp.get('select')))}): "
+                  f"{int(sc['quant_levels'].value)} levels, {sc['code_bits'].value:,.0f} bits; "
+                  f"quantized error {sc['quantized_error'].value:.4g} (trained "
+                  f"{sc['float_error'].value:.4g}); agrees with the trained model on "
+                  f"{comp['agreement']:.1%} of the predictions", highlight=False)
 
 
 def _print_data(stats, output: Path) -> None:
@@ -70,7 +93,9 @@ def _print_data(stats, output: Path) -> None:
     pv = stats.provenance
     console.print(f"data: {pv.get('data')} ({int(sc['n'].value)} samples, task "
                   f"{pv.get('task')})", highlight=False)
-    console.print(f"prior centre: {pv.get('prior_note')}", highlight=False)
+    note = str(pv.get("prior_note"))
+    console.print(escape(note if not pv.get("prior") else f"prior centre: {note}"),
+                  highlight=False)
     rows = [("n", "n"), ("emp_risk", "0-1 risk"), ("loss_mean", "mean loss (nats)"),
             ("margin_q05", "margin 5%"), ("margin_q50", "margin median"),
             ("input_token_norm_max", "B_X"), ("seq_len", "T"),
@@ -94,6 +119,7 @@ def _print_data(stats, output: Path) -> None:
         for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
             t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
         console.print(t)
+    _print_compression(stats)
     console.print(f"wrote {output}", highlight=False)
 
 
@@ -102,9 +128,14 @@ def measure_cmd(
     model: str = typer.Argument(..., help="HF folder, .safetensors file, sharded index json or "
                                           "torch state_dict; with --data a HF folder whose "
                                           "config names a task head"),
-    init: Optional[str] = typer.Option(None, "--init", help="initial / pretrained weights (same "
-                                       "format): the distance reference and the PAC-Bayes "
-                                       "prior centre"),
+    init: Optional[str] = typer.Option(None, "--init", help="the PAC-Bayes prior centre and "
+                                       "distance reference: the checkpoint the model was "
+                                       "fine-tuned from (names matched across bert./roberta./"
+                                       "model./… prefixes), 'random:SEED' (the model's own "
+                                       "initialisation, re-drawn) or 'zero'"),
+    head_init: str = typer.Option("zero", "--head-init", help="centre of model tensors the "
+                                  "--init checkpoint lacks (a new task head): 'zero' or "
+                                  "'random:SEED'"),
     data: Optional[str] = typer.Option(None, "--data", help="CSV, JSON Lines, Parquet, a "
                                        "datasets.save_to_disk folder, or .pt/.npz/.safetensors "
                                        "tensors; the sample the bounds are about"),
@@ -136,8 +167,9 @@ def measure_cmd(
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
     show_map: bool = typer.Option(False, "--show-map", help="print every layer-map entry"),
     compress: Optional[str] = typer.Option(
-        None, "--compress", help="code length for compression bounds: 'all' weights or the "
-        "'delta' from --init, quantized; needs --data and an HF folder with a task head"),
+        None, "--compress", help="code length for compression bounds: 'all' weights, the "
+        "'delta' from --init, or 'auto' (delta with --init, else all), quantized; needs --data "
+        "and an HF folder with a task head"),
     quantizer: str = typer.Option("uniform", "--quantizer", help="uniform | kmeans levels"),
     levels: str = typer.Option("2,4,8,16,32,64", "--levels", help="level counts to try; the "
                                "choice costs log2(count) bits inside the code"),
@@ -166,7 +198,12 @@ def measure_cmd(
 
             opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
                                        max_changed, data)
-        require_paths(model=model, init=init)  # before torch and the model are loaded
+        from ..prior_spec import is_keyword, parse_centre, parse_head_init
+
+        parse_head_init(head_init)
+        if init is not None:
+            parse_centre(init)
+        require_paths(model=model, init=None if is_keyword(init) else init)  # before torch
         stages = Stages("measure")
         from ..measure import measure
         from ..measure.data.dataset_io import TABLE_SUFFIXES
@@ -185,14 +222,17 @@ def measure_cmd(
                                  batch_size=batch_size, sigmas=tuple(sigma or DEFAULT_SIGMAS),
                                  draws=draws, delta_mc=delta_mc, hessian_probes=hessian_probes,
                                  hessian_samples=hessian_samples, alpha=smoothing,
-                                 perturbation_draws=perturbation_draws, progress=progress)
+                                 perturbation_draws=perturbation_draws, progress=progress,
+                                 head_init=head_init)
         else:
             stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
-                            progress=progress)
+                            progress=progress, head_init=head_init)
         if compress is not None:
-            add_compression(stats, model, data, init, text_column=text_column,
-                            label_column=label_column, max_length=max_length,
-                            batch_size=batch_size, **opts)
+            result = add_compression(stats, model, data, init, text_column=text_column,
+                                     label_column=label_column, max_length=max_length,
+                                     batch_size=batch_size, head_init=head_init, **opts)
+            if result.warning():
+                err_console.print(f"warning: {escape(result.warning())}", highlight=False)
         path = stats.save(output)
         stages.done()
         if as_json:

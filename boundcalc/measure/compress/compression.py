@@ -1,7 +1,9 @@
 """Code length of a quantized model and the risk of that quantized model (``measure --compress``).
 
 The coded vector is what differs from a prior fixed before the data: every float weight
-(``select="all"``, prior 0), the difference from the initialisation (``"delta"``), or tensors
+(``select="all"``, prior 0), the difference from the prior centre (``"delta"``: the
+checkpoint of ``--init`` matched to the model's names, ``zero`` or ``random:SEED``; ``"auto"``,
+the default of ``add_compression``, is ``delta`` whenever there is an init), or tensors
 given by the caller (a LoRA adapter, a subspace vector; ``coded=``, with a ``rebuild`` that
 turns the decoded tensors into a model). It is quantized to K levels (uniform between its
 minimum and maximum, or 1-D k-means), K chosen on a declared grid, and coded as:
@@ -41,6 +43,8 @@ LEVELS_GRID = (2, 4, 8, 16, 32, 64)
 MAX_LEVELS = 1 << 16
 QUANTIZERS = ("uniform", "kmeans")
 SELECTIONS = ("all", "delta")
+OPTION_SELECTIONS = SELECTIONS + ("auto",)  # auto: delta when there is an init, else all
+DISAGREE = 0.5  # warn when the quantized model changes at least this fraction of predictions
 
 Forward = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 
@@ -364,8 +368,25 @@ class Compression:
     prefix: str = "none"
 
     @property
+    def agreement(self) -> float:
+        """Mean over units of the fraction of predictions the quantized model shares with the
+        trained one (1 − ``changed``)."""
+        return 1.0 - self.changed
+
+    def warning(self) -> str | None:
+        """One line when the quantized model disagrees with the trained one on half the
+        samples or more: its bound is then about another model."""
+        if self.changed < DISAGREE:
+            return None
+        hint = ("code the change from the prior checkpoint (--compress delta --init CKPT)"
+                if self.select == "all" else "allow more levels (--levels)")
+        return (f"the quantized model ({self.levels} levels) disagrees with the trained model on "
+                f"{self.changed:.1%} of the samples (agreement {self.agreement:.1%}): its bound "
+                f"says little about the trained model; {hint}")
+
+    @property
     def method(self) -> str:
-        what = {"all": "all float weights (prior 0)", "delta": "weights minus the init",
+        what = {"all": "all float weights (prior 0)", "delta": "weights minus the prior centre",
                 "given": "the given tensors (adapter / subspace)"}[self.select]
         return (f"{self.quantizer} quantizer on {what}, {self.levels} of levels "
                 f"{list(self.levels_grid)} (log2 {len(self.levels_grid)} bits for the choice), "
@@ -432,8 +453,9 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
              causal: bool = False, max_changed: float | None = None,
              risk: Callable[[torch.nn.Module], Risk] | None = None) -> Compression:
     """Quantize, code and evaluate at every level count of ``levels_grid``; keep the level
-    count with the smallest Occam-kl bound on the 0-1 error (any rule is valid: the choice is
-    paid inside the code by log2 |grid| bits).
+    count with the smallest Occam-kl bound on the 0-1 error, ties to the highest agreement
+    with the trained model's predictions, then the shorter code (any rule is valid: the choice
+    is paid inside the code by log2 |grid| bits).
 
     ``coded`` + ``rebuild``: code only these tensors (a LoRA adapter, a subspace vector) and
     evaluate ``rebuild(decoded tensors)``; everything else must be fixed before the data.
@@ -473,9 +495,13 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
         q_risk = risk(qmodel)
         err = float(q_risk.errors.mean())
         crit = _occam_kl(err, code.total, len(q_risk.errors))
-        per_level.append({"levels": k, "code_bits": code.total, "error": err, "occam_kl": crit})
-        if best is None or crit < best[0]:
-            best = (crit, k, codes, cb, code, q_risk)
+        agree = 1.0 - q_risk.changed(ref)
+        per_level.append({"levels": k, "code_bits": code.total, "error": err, "occam_kl": crit,
+                          "agreement": agree})
+        # ties (several vacuous codes at 1) go to the model closest to the trained one
+        key = (crit, -agree, code.total)
+        if best is None or key < best[0]:
+            best = (key, k, codes, cb, code, q_risk)
     _, k, codes, cb, code, q_risk = best
     changed = q_risk.changed(ref)
     if max_changed is not None and changed > max_changed:
@@ -503,19 +529,55 @@ def load_task_model(path: str) -> tuple[torch.nn.Module, bool]:
     return tm.model.float().eval(), tm.task == "causal_lm"
 
 
+def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> tuple[
+        dict[str, torch.Tensor], Any]:
+    """The prior centre under the names of ``module``'s float tensors (``init``: a
+    checkpoint, ``zero`` or ``random:SEED``; matched across the usual prefixes, a new head
+    centred at ``head_init``; see :mod:`boundcalc.measure.prior`) and the centre itself."""
+    from ...errors import CheckpointError
+    from ..architectures import build_layer_map
+    from ..io import open_source
+    from ..prior import open_centre
+
+    src = open_source(module)
+    try:
+        layer_names = [e.name for e in build_layer_map(src).entries if e.layer is not None]
+    except CheckpointError:  # not a recognised transformer: every missing tensor is refused
+        layer_names = list(src.names())
+    centre = open_centre(src, init, head_init, layer_names, model_obj=module)
+    names = [n for n in src.names() if src.is_float(n)]
+    centre.check(names)
+    try:
+        return {n: centre.get(n).detach().clone() for n in names}, centre
+    finally:
+        centre.close()
+
+
+def resolve_select(select: str, init: Any) -> str:
+    """``auto`` → ``delta`` when a prior centre is given, else ``all``."""
+    if select == "auto":
+        return "delta" if init is not None else "all"
+    return select
+
+
 def add_compression(stats: Any, model: str, data: str | None, init: str | None = None,
-                    select: str = "all", quantizer: str = "uniform",
+                    select: str = "auto", quantizer: str = "uniform",
                     levels_grid: Sequence[int] = LEVELS_GRID, codebook_bits: int = 16,
                     prefix: str = "none", max_changed: float | None = None,
                     text_column: str = "text", label_column: str = "label",
-                    max_length: int = 128, batch_size: int = 32) -> Compression:
+                    max_length: int = 128, batch_size: int = 32,
+                    head_init: Any = None) -> Compression:
     """``measure --compress``: code length + quantized risk into ``stats`` (scalars, curves and
     ``provenance.compression``). Refuses a code length without data to measure its risk on.
 
     DATA in every format (CSV, JSON Lines, Parquet, a ``datasets`` folder, ``.pt/.npz/
     .safetensors`` tensors with ``inputs`` or ``input_ids`` and ``targets`` or ``labels``) is
     read, tokenized and batched exactly as ``measure --data`` reads it
-    (``dataset_io.read_batches``; columns, ``--max-length``, ``--batch-size``)."""
+    (``dataset_io.read_batches``; columns, ``--max-length``, ``--batch-size``).
+    ``select="auto"`` (the default) codes the change from ``init`` when one is given
+    (``delta``), else all weights; ``init`` is matched to the model as ``measure --init``
+    matches it (prefixes, a new head at ``head_init``)."""
+    select = resolve_select(select, init)
     if data is None:
         raise BoundcalcError("--compress needs --data: a code length is only usable with the "
                              "quantized model's risk, measured on the same data")
@@ -534,8 +596,14 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
         return batched_risk(m, tm, batched)
 
     causal = tm.task == "causal_lm"
-    init_module = hf.load_task_model(init).model.float().eval() if init is not None else None
-    result = compress(module, data, init=init_module, select=select, quantizer=quantizer,
+    centre = None
+    if select == "delta":
+        if init is None:
+            raise BoundcalcError("--compress delta needs --init (the weights the delta is from)")
+        init_state, centre = centre_state(module, init, head_init)
+    else:
+        init_state = None
+    result = compress(module, data, init=init_state, select=select, quantizer=quantizer,
                       levels_grid=levels_grid, codebook_bits=codebook_bits, prefix=prefix,
                       causal=causal, max_changed=max_changed, risk=risk)
     stats.scalars.update(result.scalars())
@@ -543,7 +611,11 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     stats.provenance["compression"] = {"method": result.method, "code": result.code.to_json(),
                                        "per_level": result.per_level,
                                        "fingerprint": result.fingerprint,
-                                       "data": str(data)}
+                                       "data": str(data), "select": result.select,
+                                       "agreement": result.agreement,
+                                       "warning": result.warning()}
+    if centre is not None:
+        stats.provenance["compression"]["prior"] = centre.provenance()
     check_compression_scalars(stats.scalars, curves=stats.curves,
                               curve_risks=tuple(result.curves()))
     return result
@@ -565,8 +637,9 @@ def compression_options(select: str, quantizer: str, levels: str, codebook_bits:
 def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,
                   prefix: str, max_changed: float | None) -> None:
     """Cheap checks of the --compress options, before any model is loaded (one-line errors)."""
-    if select not in SELECTIONS:
-        raise BoundcalcError(f"--compress must be one of {', '.join(SELECTIONS)}, got '{select}'")
+    if select not in OPTION_SELECTIONS:
+        raise BoundcalcError(f"--compress must be one of {', '.join(OPTION_SELECTIONS)}, got "
+                             f"'{select}'")
     if quantizer not in QUANTIZERS:
         raise BoundcalcError(f"--quantizer must be one of {', '.join(QUANTIZERS)}, "
                              f"got '{quantizer}'")

@@ -49,7 +49,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  batch_size: int = 32, sigmas: Sequence[float] = DEFAULT_SIGMAS,
                  draws: int = 20, delta_mc: float = 0.01, hessian_probes: int = 20,
                  hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
-                 perturbation_draws: int = 0, progress: Any = None) -> Stats:
+                 perturbation_draws: int = 0, progress: Any = None,
+                 head_init: Any = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring)."""
     from ..weights.pipeline import measure
 
@@ -66,7 +67,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     tm = load_task_model(model, dev)
     batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
                            max_length=max_length, batch_size=batch_size)
-    stats = measure(model, init=init, device=device, progress=progress or False)
+    stats = measure(model, init=init, device=device, progress=progress or False,
+                    head_init=head_init)
     if progress is True:
         from ..weights.pipeline import _rich_progress
 
@@ -158,10 +160,31 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
         "prior_centre": init if init is not None else None,
-        "prior_note": (f"PAC-Bayes prior centred on the weights of {init} (also the distance "
-                       "reference); it must not have been fit on DATA" if init is not None else
-                       "no --init: no prior centre, entries needing a distance are skipped"),
+        "prior_note": _prior_note(stats, init),
         "bounded_loss": loss_name})
+
+
+def _prior_note(stats: Stats, init: Any) -> str:
+    """One line on the prior centre (kind, head tensors), or which centre to choose."""
+    from ...prior_spec import HINT
+
+    prior = stats.provenance.get("prior")
+    if init is None or not prior:
+        return HINT
+    kind = prior.get("kind")
+    if kind == "zero":
+        return ("PAC-Bayes prior centred at zero (the origin; data-independent), also the "
+                "distance reference")
+    if kind == "random":
+        return (f"PAC-Bayes prior centred at the model's own initialisation re-drawn with seed "
+                f"{prior.get('seed')} (data-independent), also the distance reference")
+    note = (f"PAC-Bayes prior centred on the weights of {init} (also the distance reference); "
+            "it must not have been fit on DATA")
+    head = prior.get("head_tensors") or []
+    if head:
+        note += (f"; {len(head)} tensor(s) it lacks centred at {prior.get('head_init')}: "
+                 + ", ".join(head[:4]) + (", …" if len(head) > 4 else ""))
+    return note
 
 
 def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: int) -> None:

@@ -22,6 +22,7 @@ from ..samples import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_d
                    per_sample_losses)
 from ..device import DTYPE, device_name, resolve_device
 from ..io import TensorSource, open_source
+from ..prior import PriorCentre, open_centre
 from .spectra import matrix_stats, product_stats, schatten_grid, svdvals
 from ..threads import blas_threads, layer_workers
 
@@ -53,22 +54,17 @@ def _oriented(src: TensorSource, e: Entry, cache: dict[str, torch.Tensor],
     return W
 
 
-def _check_init(src: TensorSource, init: TensorSource, lmap: LayerMap) -> None:
-    """Same included tensors with the same shapes, and no extra float tensors in the init."""
-    model_names = set(src.names())
-    included = set(lmap.tensor_names())
-    init_names = set(init.names())
-    for name in sorted(included | {n for n in init_names if init.is_float(n)}):
-        if name in included and name not in init_names:
-            raise CheckpointError(f"{init.source}: init has no tensor '{name}' (the model has "
-                                  f"shape {list(src.shape(name))})")
-        if name not in model_names:
-            raise CheckpointError(f"{init.source}: init tensor '{name}' does not exist in the "
-                                  "model; the init must be the same architecture")
-        if name in included and tuple(init.shape(name)) != tuple(src.shape(name)):
-            raise CheckpointError(f"{init.source}: tensor '{name}' has shape "
-                                  f"{list(init.shape(name))} in the init but "
-                                  f"{list(src.shape(name))} in the model")
+def _check_init(src: TensorSource, init: Any, lmap: LayerMap, model_obj: Any = None,
+                head_init: Any = None) -> PriorCentre:
+    """The prior centre under the model's names (``init``: a checkpoint, ``zero`` or
+    ``random:SEED``; see :mod:`..prior`): every layer-map tensor matched across the usual
+    prefixes and shape-checked, tensors outside the layers that the init lacks (a new task
+    head) centred at ``head_init``."""
+    centre = open_centre(src, init, head_init,
+                         layer_names=[e.name for e in lmap.entries if e.layer is not None],
+                         model_obj=model_obj)
+    centre.check(lmap.tensor_names())
+    return centre
 
 
 def _heads(W: torch.Tensor, n: int, d: int) -> torch.Tensor:
@@ -174,7 +170,8 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
             grid: Sequence[float] | None = None, seed: int = 0,
             progress: bool | Progress = True, *, raw: bool = True,
             loss: LossFn | None = None, features: FeatureFn | None = None,
-            layer_matrices: Mapping[int, list[MatrixStats]] | None = None) -> Stats:
+            layer_matrices: Mapping[int, list[MatrixStats]] | None = None,
+            head_init: Any = None) -> Stats:
     """Measure a Transformer checkpoint: layer map, per-matrix statistics, distances, data stats.
 
     ``model_or_path``/``init``: a path (HF folder, safetensors file or sharded index, torch
@@ -185,13 +182,16 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
     losses) and ``features(model, X)`` (pooled B × d_m features) need a live module.
     ``layer_matrices``: ``{layer: matrices}`` already computed by :func:`measure_layer` (a
     per-layer split across workers); those layers' spectra are taken as given, not recomputed.
+    ``init`` may also be ``"zero"`` or ``"random:SEED"`` (the model's own initialisation,
+    re-drawn); model tensors outside the layers that a checkpoint init lacks (a new task head)
+    are centred at ``head_init`` (``"zero"``, the default, or ``"random:SEED"``), listed in
+    ``provenance.prior``.
     """
     dev = resolve_device(device)
     src = open_source(model_or_path)
-    init_src = open_source(init) if init is not None else None
     lmap = build_layer_map(src, n_heads=n_heads, mapping=mapping)
-    if init_src is not None:
-        _check_init(src, init_src, lmap)
+    init_src = (_check_init(src, init, lmap, model_or_path, head_init)
+                if init is not None else None)
     sample = load_data(data) if data is not None else None
     live = isinstance(model_or_path, torch.nn.Module)
     if (loss is not None or features is not None) and not live:
@@ -238,6 +238,8 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
                   "device": device_name(dev), "dtype": "float64", "seed": seed,
                   "source": src.source, "init": None if init_src is None else init_src.source,
                   "data": None if sample is None else sample.source}
+    if init_src is not None:
+        provenance["prior"] = init_src.provenance()
     group_names = lmap.group_names()
     stats = {k: [float(groups[k][g]) for g in group_names] for k in groups}
     return Stats(model=model, matrices=matrices, scalars=scalars,
@@ -342,20 +344,21 @@ def _layer_from_cache(src: TensorSource, init: TensorSource | None, lmap: LayerM
 
 def measure_layer(model_or_path: Any, layer: int, init: Any = None, device: str = "auto",
                   n_heads: int | None = None, mapping: Mapping[str, str] | None = None,
-                  grid: Sequence[float] | None = None, *, raw: bool = True) -> list[MatrixStats]:
+                  grid: Sequence[float] | None = None, *, raw: bool = True,
+                  head_init: Any = None) -> list[MatrixStats]:
     """The per-matrix statistics of one layer, reading only that layer's tensors: the unit of
     work of a per-layer split; ``measure(..., layer_matrices={layer: ...})`` merges them into
     the stats file that ``measure`` alone would write."""
     dev = resolve_device(device)
     src = open_source(model_or_path)
-    init_src = open_source(init) if init is not None else None
+    init_src = None
     try:
         lmap = build_layer_map(src, n_heads=n_heads, mapping=mapping)
         if not 0 <= layer < lmap.n_layers:
             raise BoundcalcError(f"{src.source}: no layer {layer} (the model has "
                                  f"{lmap.n_layers})")
-        if init_src is not None:
-            _check_init(src, init_src, lmap)
+        if init is not None:
+            init_src = _check_init(src, init, lmap, model_or_path, head_init)
         return _layer_from_cache(src, init_src, lmap, layer, {}, {}, dev, raw, grid)
     finally:
         src.close()
