@@ -20,6 +20,7 @@ ranked together (tracking is a property of a measure) and labelled with their ki
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -113,6 +114,47 @@ def _bootstrap(x: np.ndarray, y: np.ndarray, n: int, rng: np.random.Generator,
             float(np.percentile(rhos, lo)), float(np.percentile(rhos, hi)))
 
 
+def _plan_bootstrap(groups: list, n_bootstrap: int, alpha: float) -> None:
+    """Refuse a bootstrap that cannot finish within the time or memory budget, before it
+    starts: the speed is measured on a pilot of a few resamples of the largest entry (its own
+    random stream, so the results do not change)."""
+    if n_bootstrap <= 0 or not groups:
+        return
+    from ..plan import bootstrap_plan, check
+
+    g = max(groups, key=len)
+    x, y = g["_measure"].to_numpy(float), g["_target"].to_numpy(float)
+    _bootstrap(x, y, 1, np.random.default_rng(0), alpha)  # imports and warm-up, not timed
+    pilot = min(n_bootstrap, 16)
+    start = time.perf_counter()
+    _bootstrap(x, y, pilot, np.random.default_rng(0), alpha)
+    per = (time.perf_counter() - start) / pilot
+    check(bootstrap_plan(n_bootstrap, len(groups), per))
+
+
+def write_correlation(corr: "Correlation", out: str | Path) -> tuple[Path, Path]:
+    """``correlation.csv`` and ``correlation.png`` in the folder ``out`` (created if needed),
+    with the rules of every other writer (:mod:`boundcalc.report.io`): a path that is a file or
+    a device is refused, a failure is one :class:`~boundcalc.errors.OutputError` line and
+    leaves no half-written file."""
+    from ..errors import OutputError, shown
+    from ..report.io import write_bytes_atomic
+
+    folder = Path(out)
+    if not str(out).strip():
+        raise OutputError("--out: the folder name is empty")
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"--out {shown(folder)}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--out {shown(folder)}: cannot create the folder "
+                          f"({exc.strerror or type(exc).__name__})") from None
+    csv_path = write_bytes_atomic(folder / "correlation.csv",
+                                  corr.table.to_csv(index=False).encode("utf-8"))
+    return csv_path, plot_correlation(corr, folder / "correlation.png")
+
+
 def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = None,
               n_bootstrap: int = 1000, confidence: float = 0.95, seed: int = 0) -> Correlation:
     """Rank every entry of a sweep table by how well it tracks ``target``.
@@ -148,11 +190,14 @@ def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = N
     ok["_target"] = tgt[ok.index].astype(float)
     ok["_measure"] = pd.to_numeric(ok["log10_value"], errors="coerce")
     ok = ok[np.isfinite(ok["_measure"].to_numpy(float))]
+    if isinstance(n_bootstrap, bool) or not 0 <= n_bootstrap:
+        raise BoundcalcError(f"--bootstrap must be a count >= 0, got {n_bootstrap!r}")
     rng = np.random.default_rng(seed)
     records, left_out = [], []
     key = "row" if "row" in ok.columns else "path"
-    for entry_id, g in ok.groupby("id", sort=True):
-        g = g.drop_duplicates(subset=[key])
+    groups = [(i, g.drop_duplicates(subset=[key])) for i, g in ok.groupby("id", sort=True)]
+    _plan_bootstrap([g for _, g in groups if len(g) >= 3], n_bootstrap, 1 - confidence)
+    for entry_id, g in groups:
         x, y = g["_measure"].to_numpy(float), g["_target"].to_numpy(float)
         if len(g) < 3:
             left_out.append(f"{entry_id} ({len(g)} checkpoints)")
@@ -219,8 +264,11 @@ def plot_correlation(corr: Correlation, path: str | Path) -> Path:
     labels += kinds
     ax.legend(handles, labels, fontsize=7, loc="lower right")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    import io
+
+    from ..report.io import write_bytes_atomic
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
     plt.close(fig)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())

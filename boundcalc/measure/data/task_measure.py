@@ -31,7 +31,7 @@ from .data_pass import (GAMMA_GRID, LS_MESH, hessian_closure, perturbation_term,
                         run_pass)
 from .dataset_io import read_batches
 from .gibbs import gibbs_risk
-from .. import plan
+from ... import plan
 from ..device import device_name, resolve_device
 from .hf import load_task_model
 

@@ -19,7 +19,7 @@ within the budget on any machine boundcalc targets; what is accepted may still t
   framework overhead, whatever the model;
 * a Hessian-vector product costs :data:`HVP_FORWARDS` (4) forward passes.
 
-No torch import: the plan is arithmetic on counts, run before the model is loaded (with lower
+No torch import (correlate uses it too): the plan is arithmetic on counts, run before the model is loaded (with lower
 bounds for what is not known yet: one parameter, one row) and again once the model and the data
 are known.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..limits import check_allocation, check_time
+from .limits import check_allocation, check_time
 
 FLOPS = {"cpu": 1e12, "cuda": 1e15}
 CALL_SECONDS = 1e-5
