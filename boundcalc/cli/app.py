@@ -54,17 +54,18 @@ class OneLineErrors(TyperGroup):
         return rv
 
 
-def show_warnings(caught: list) -> None:
-    """Each distinct warning of a successful command as one escaped line on stderr (never the
-    source line Python's own format adds)."""
+def show_warnings(caught: list, console: Console | None = None) -> None:
+    """Each distinct warning of a successful command as one escaped line on stderr (or
+    ``console``), never with the source line Python's own format adds."""
+    console = console or Console(stderr=True)
     seen = set()
     for w in caught:
         key = (w.category.__name__, str(w.message))
         if key in seen:
             continue
         seen.add(key)
-        Console(stderr=True).print(f"[yellow]warning:[/] {escape(one_line(key[1], 300))}",
-                                   highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {escape(one_line(key[1], 300))}",
+                      highlight=False, soft_wrap=True)
 
 
 app = typer.Typer(
