@@ -200,6 +200,23 @@ def test_manifest_bad_last_row_streamed_in_little_memory(tmp_path):
     assert peak < 30e6, peak
 
 
+def test_streamed_parquet_and_tsv_manifests_read_like_tables(tmp_path):
+    (tmp_path / "a").write_bytes(b"x")
+    (tmp_path / "b").write_bytes(b"x")
+    pd.DataFrame({"path": ["a", "b"], "set:n": [10, 20], "hp:w": [1, 2],
+                  "test_error": [0.1, float("nan")]}).to_parquet(tmp_path / "m.parquet")
+    m = read_manifest(tmp_path / "m.parquet", known_symbols={"n"})
+    assert [r.values for r in m.rows] == [{"n": 10.0}, {"n": 20.0}]
+    assert m.rows[0].columns["hp:w"] == 1 and math.isnan(m.rows[1].columns["test_error"])
+    with pytest.raises(ManifestError, match="row 2: target column 'test_error' is NaN"):
+        read_manifest(tmp_path / "m.parquet", target="test_error", known_symbols={"n"})
+    (tmp_path / "m.tsv").write_text("path\tset:n\tnote\tw\na\t5\thello\t1\nb\t6\t\t\n")
+    m = read_manifest(tmp_path / "m.tsv", known_symbols={"n"})
+    assert [r.columns["set:n"] for r in m.rows] == [5, 6]  # whole numbers stay ints
+    assert m.rows[0].columns["note"] == "hello" and math.isnan(m.rows[1].columns["note"])
+    assert m.rows[0].columns["w"] == 1.0 and math.isnan(m.rows[1].columns["w"])
+
+
 def test_manifest_bigger_than_the_memory_budget_is_refused_before_reading(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("path\n" + "a\n" * 100_000)

@@ -152,7 +152,8 @@ def _stream_parquet(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
     def rows() -> Iterator[dict[str, Any]]:
         try:
             for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
-                yield from ({str(k): _plain(v) for k, v in r.items()} for r in batch.to_pylist())
+                yield from ({str(k): math.nan if v is None else _plain(v)  # null → NaN
+                             for k, v in r.items()} for r in batch.to_pylist())
         except ManifestError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -364,8 +365,8 @@ def registry_symbols(registry: Any) -> set[str]:
 
 def _finite_number(v: Any, what: str, need: str) -> float:
     """``v`` as a finite float, or a one-line :class:`ManifestError` naming ``what``."""
-    if isinstance(v, str) and v.strip() in _NA:
-        v = math.nan  # a blank CSV cell, as a table reader gives it
+    if v is None or (isinstance(v, str) and v.strip() in _NA):
+        v = math.nan  # a blank CSV cell or a null, as a table reader gives it
     try:
         x = float(v.strip() if isinstance(v, str) else v)
     except (TypeError, ValueError, OverflowError):
