@@ -81,6 +81,14 @@ def one_line(text: str, limit: int = 1000) -> str:
     return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
+def shown(path: object) -> str:
+    """A path or name as it goes into a message: as is when every character is printable,
+    else quoted with ``repr`` (a newline or escape sequence in a file name is shown, never
+    acted on or cut)."""
+    text = str(path)
+    return text if text.isprintable() else repr(text)
+
+
 def printable(text: str) -> str:
     """``text`` with every control character except newline written as an escape, so that
     data can never move the cursor, clear the screen or retitle a terminal."""

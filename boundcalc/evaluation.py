@@ -14,7 +14,7 @@ import numpy as np
 from .engine import logspace as ls
 from .engine.compile import Compiled, Context, axes_for
 from .engine.tree import RELATIONS, Node, as_tree, limits
-from .errors import BoundcalcError, DomainError, MissingValueError
+from .errors import BoundcalcError, DomainError, MissingValueError, one_line
 from .limits import check_allocation
 from .registry.schema import Entry, ParameterSpec, PriorSpec
 from .result import Result
@@ -176,7 +176,7 @@ class Prepared:
         sizes: dict[str, int] = {}
         for idx, size_sym in e.indices.items():
             if size_sym in self.scalars:
-                sizes[idx] = int(self.scalars[size_sym])
+                sizes[idx] = count_value(e, size_sym, self.scalars[size_sym])
         for name, arr in self.arrays.items():
             for dim, idx in enumerate(e.symbols[name].indices):
                 n = arr.shape[dim]
@@ -776,6 +776,23 @@ def _nearest(grid: np.ndarray, v: float, log_scale: bool) -> int:
     if log_scale and v > 0 and np.all(grid > 0):
         return int(np.argmin(np.abs(np.log(grid) - math.log(v))))
     return int(np.argmin(np.abs(grid - v)))
+
+
+def count_value(entry: Entry, size_sym: str, value: Any) -> int:
+    """The value of the size symbol ``size_sym`` as a count (a whole number ≥ 0), else one
+    :class:`DomainError` line naming the symbol as the user set it (never the index it sizes)."""
+    spec = entry.symbols.get(size_sym)
+    meaning = f" ({spec.meaning})" if spec is not None else ""
+    try:
+        x = float(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError, OverflowError):
+        raise DomainError(f"entry '{entry.id}': size '{size_sym}'{meaning} must be a whole "
+                          f"number >= 0, got {one_line(str(value))[:40]!r}") from None
+    if not (math.isfinite(x) and x >= 0 and x.is_integer()):
+        shown = "NaN" if math.isnan(x) else f"{x:g}"
+        raise DomainError(f"entry '{entry.id}': size '{size_sym}'{meaning} = {shown} is not a "
+                          f"count; sizes are whole numbers >= 0")
+    return int(x)
 
 
 def _as_scalar(raw: Any, entry: str, name: str) -> float:

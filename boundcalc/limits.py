@@ -6,6 +6,11 @@ The budget is 1 GiB plus the largest tensor of the model being measured; set it 
 global option ``--memory-budget`` or the environment variable ``BOUNDCALC_MEMORY_BUDGET``
 (bytes, or a number with a K/M/G/T suffix).
 
+Work that can be counted before it starts (Monte Carlo draws, Hessian probes, bootstrap
+resamples; see :mod:`boundcalc.plan`) is also held to a *time budget*: refused up front
+when even an optimistic estimate exceeds it. Default one hour; set it with the global option
+``--time-budget`` or ``BOUNDCALC_TIME_BUDGET`` (seconds, or a number with s/m/h/d).
+
 The file helpers (:func:`input_files`, :func:`check_regular_file`, :func:`open_regular`,
 :func:`read_limited`, :func:`loads_json`) are meant for every loader: every path a user names
 is checked with ``stat`` (a regular file, or a folder of them) before anything opens it; they
@@ -26,14 +31,17 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import BoundcalcError, ResourceError
+from .errors import BoundcalcError, ResourceError, one_line
 
 ENV_BUDGET = "BOUNDCALC_MEMORY_BUDGET"
+ENV_TIME = "BOUNDCALC_TIME_BUDGET"
 BASE_BUDGET = 1 << 30
 MAX_FOLDER_ENTRIES = 10_000  # files + folders below one folder a user names
 MAX_FOLDER_DEPTH = 8
 MAX_FORMULA_FILE_BYTES = 2_000_000  # one formula (.toml) file
-_state: dict[str, int | None] = {"override": None, "largest_tensor": 0}
+DEFAULT_TIME_BUDGET = 3600.0
+_state: dict[str, int | float | None] = {"override": None, "largest_tensor": 0, "time": None}
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
 
@@ -48,6 +56,54 @@ def parse_size(text: str) -> int:
     if not 1 <= value < 2 ** 62:
         raise BoundcalcError(f"memory budget {str(text)[:40]!r} is out of range")
     return int(value)
+
+
+def parse_duration(text: str) -> float:
+    """``"90"`` or ``"90s"`` → 90.0; ``"10m"``, ``"2h"``, ``"1d"``. Raises :class:`BoundcalcError`."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise BoundcalcError(f"time budget {one_line(str(text))[:40]!r}: expected seconds or a "
+                             f"number with s/m/h/d, e.g. 2h")
+    value = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[
+        m.group(2).lower()]
+    if not 0 < value <= 10 * 365 * 86400:
+        raise BoundcalcError(f"time budget {one_line(str(text))[:40]!r} is out of range "
+                             "(more than 0 s, at most 10 years)")
+    return value
+
+
+def set_time_budget(seconds: float | None) -> None:
+    """Fix the time budget (seconds) for this process; ``None`` returns to the default."""
+    _state["time"] = seconds
+
+
+def time_budget() -> float:
+    """The time budget in seconds: the override, else ``BOUNDCALC_TIME_BUDGET``, else 1 h."""
+    if _state["time"] is not None:
+        return float(_state["time"])
+    env = os.environ.get(ENV_TIME)
+    if env:
+        return parse_duration(env)
+    return DEFAULT_TIME_BUDGET
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds) or seconds > 1e12:
+        return "longer than 30,000 years"
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+def check_time(seconds: float, what: str) -> None:
+    """Refuse work whose estimated (optimistic) duration exceeds the time budget, with one
+    :class:`ResourceError` line naming ``what`` (the option to lower)."""
+    budget = time_budget()
+    if not (seconds <= budget):  # also catches NaN
+        raise ResourceError(f"{what} would take at least {_duration(seconds)}, more than the time "
+                            f"budget of {_duration(budget)} (lower it, or raise the budget with "
+                            f"--time-budget or {ENV_TIME})")
 
 
 def set_memory_budget(nbytes: int | None) -> None:

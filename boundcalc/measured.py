@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .bind import bind
-from .errors import BoundcalcError, DomainError, StatsError
+from .errors import BoundcalcError, DomainError, StatsError, one_line
 from .evaluation import Prepared, confidence_symbol
 from .registry.schema import Entry, ParameterSpec
 from .result import Result
@@ -172,7 +172,7 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
         try:
             r = run(variant, vals, {**params, p.name: x}, est)
         except BoundcalcError as exc:
-            errors.append(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            errors.append(one_line(str(exc)) if str(exc) else type(exc).__name__)
             rows.append({p.name: x, "value": None, "error": errors[-1]})
             continue
         rows.append({p.name: x, "value": r.value if math.isfinite(r.value) else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import sys
+import warnings
 from typing import Any, Callable, Optional
 
 import typer
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from ..errors import BoundcalcError, one_line
+from ..errors import BoundcalcError, one_line, shown
 
 try:  # typer ≥ 0.2x vendors click; older versions use click itself
     from typer._click import exceptions as _cx
@@ -26,6 +27,15 @@ class OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):  # type: ignore[override]
+        with warnings.catch_warnings(record=True) as caught:
+            rv = self._main(args, prog_name, complete_var, **extra)
+        if rv in (0, None):  # an error line stands alone: warnings only after a success
+            show_warnings(caught)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _main(self, args, prog_name, complete_var, **extra):
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _cx.NoArgsIsHelpError as exc:
@@ -41,9 +51,21 @@ class OneLineErrors(TyperGroup):
         except typer.Abort:
             Console(stderr=True).print("[bold red]error:[/] aborted", highlight=False)
             rv = 1
-        if not standalone_mode:
-            return rv
-        sys.exit(rv if isinstance(rv, int) else 0)
+        return rv
+
+
+def show_warnings(caught: list, console: Console | None = None) -> None:
+    """Each distinct warning of a successful command as one escaped line on stderr (or
+    ``console``), never with the source line Python's own format adds."""
+    console = console or Console(stderr=True)
+    seen = set()
+    for w in caught:
+        key = (w.category.__name__, str(w.message))
+        if key in seen:
+            continue
+        seen.add(key)
+        console.print(f"[yellow]warning:[/] {escape(one_line(key[1], 300))}",
+                      highlight=False, soft_wrap=True)
 
 
 app = typer.Typer(
@@ -117,12 +139,13 @@ def guarded(fn: Callable[[], Any]) -> Any:
     """Run ``fn``; turn a :class:`BoundcalcError` (and a few OS errors) into one line + exit code."""
     try:
         return fn()
-    except BoundcalcError as exc:
-        fail(str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__, exc.exit_code)
+    except BoundcalcError as exc:  # the whole message, control characters escaped, never cut
+        fail(str(exc) or exc.__class__.__name__, exc.exit_code)
     except FileNotFoundError as exc:
-        fail(f"{exc.filename}: no such file", 2)
+        fail(f"{shown(exc.filename)}: no such file", 2)
     except OSError as exc:  # a full disk, a name too long, a parent that is a file, ...
-        fail(f"{exc.filename or 'file'}: {exc.strerror or exc.__class__.__name__}", 2)
+        fail(f"{shown(exc.filename) if exc.filename else 'file'}: "
+             f"{exc.strerror or exc.__class__.__name__}", 2)
     except MemoryError:
         fail("out of memory; lower the input sizes or raise --memory-budget", 8)
     except RecursionError:
@@ -182,13 +205,20 @@ def _global_options(
         help="Refuse inputs whose declared size needs more memory than SIZE (e.g. 4G). "
              "Default: 1G plus the model's largest tensor, or $BOUNDCALC_MEMORY_BUDGET.",
     ),
+    time_budget: Optional[str] = typer.Option(
+        None, "--time-budget", metavar="TIME",
+        help="Refuse work planned to take longer than TIME even at an optimistic speed "
+             "(Monte Carlo draws, Hessian probes, bootstrap; e.g. 90s, 30m, 2h). Default: 1h, "
+             "or $BOUNDCALC_TIME_BUDGET.",
+    ),
 ) -> None:
     _state["formulas"] = list(formulas) if formulas else None
     _state["replace"] = True if replace else None
     _state["quiet"] = quiet
-    from ..limits import parse_size, set_memory_budget
+    from ..limits import parse_duration, parse_size, set_memory_budget, set_time_budget
 
     set_memory_budget(guarded(lambda: parse_size(memory_budget)) if memory_budget else None)
+    set_time_budget(guarded(lambda: parse_duration(time_budget)) if time_budget else None)
 
 
 def registry(symbolic: bool = True):

@@ -119,8 +119,25 @@ def _print_data(stats, output: Path) -> None:
         for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
             t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
         console.print(t)
+        for line in snap_notes(pv.get("sigma_snapped", [])):
+            console.print(f"  note: {line}", highlight=False)
     _print_compression(stats)
     console.print(f"wrote {output}", highlight=False)
+
+
+def snap_notes(snaps: list) -> list[str]:
+    """One line per --sigma that was moved to a Dziugaite–Roy grid point (or merged with
+    another σ on the same point)."""
+    out, seen = [], {}
+    for p in snaps:
+        if p["j"] in seen:
+            out.append(f"--sigma {p['requested']:.6g} falls on the same grid point as "
+                       f"{seen[p['j']]:.6g} (j = {p['j']}); measured once")
+        elif p.get("moved"):
+            out.append(f"--sigma {p['requested']:.6g} measured at the Dziugaite–Roy grid point "
+                       f"σ = {p['used']:.6g} (j = {p['j']})")
+        seen.setdefault(p["j"], p["requested"])
+    return out
 
 
 @app.command("measure")

@@ -103,11 +103,10 @@ def sweep_cmd(
                "seconds": round(outcome.seconds, 3)}
     corr = None
     if target is not None:
-        from ..sweep.correlate import correlate, plot_correlation
+        from ..sweep.correlate import correlate, write_correlation
 
         corr = guarded(lambda: correlate(outcome.table, target, n_bootstrap=bootstrap))
-        corr.table.to_csv(out / "correlation.csv", index=False)
-        plot_correlation(corr, out / "correlation.png")
+        guarded(lambda: write_correlation(corr, out))
     if json_out:
         if corr is not None:
             summary["correlation"] = corr.table.to_dict(orient="records")
@@ -183,14 +182,12 @@ def correlate_cmd(
 
     Example: boundcalc correlate sweep/results.csv --target test_error
     """
-    from ..sweep.correlate import correlate, plot_correlation
+    from ..sweep.correlate import correlate, write_correlation
 
     corr = guarded(lambda: correlate(table, target, hyperparameters=hparams,
                                      n_bootstrap=bootstrap, confidence=confidence, seed=seed))
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        corr.table.to_csv(out / "correlation.csv", index=False)
-        plot_correlation(corr, out / "correlation.png")
+        guarded(lambda: write_correlation(corr, out))
     if json_out:
         emit_json({"target": target, "hyperparameters": corr.hyperparameters,
                    "ranked_by": corr.table.attrs.get("ranked_by"),

@@ -13,7 +13,7 @@ from ..api import resolve_entry
 from ..bind import bind
 from ..errors import DomainError, MissingValueError
 from ..limits import check_allocation
-from ..evaluation import Prepared, Result
+from ..evaluation import Prepared, Result, count_value
 from ..registry import Entry, Registry
 from ..stats import Stats, load_stats
 from .core import Options, choose, result_for
@@ -27,7 +27,7 @@ _PLACEHOLDER = 1e-2  # value of an optimizer-chosen array before it is chosen
 def _index_size(entry: Entry, index: str, values: Mapping[str, Any]) -> int | None:
     size_sym = entry.indices[index]
     if size_sym in values:
-        return int(np.asarray(values[size_sym]))
+        return count_value(entry, size_sym, values[size_sym])
     for name, s in entry.symbols.items():
         if name in values and index in s.indices:
             arr = np.asarray(values[name])

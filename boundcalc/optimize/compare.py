@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..bind import bind, how_to_give
-from ..errors import BoundcalcError
+from ..errors import BoundcalcError, one_line
 from ..evaluation import Result
 from ..registry import Entry, Registry
 from ..stats import Stats
@@ -34,7 +34,7 @@ def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> di
         missing = bind(entry, stats, dict(own), strict=False).missing
     except Exception as exc:  # noqa: BLE001 - as in `applicable`: a malformed section skips
         return {"id": entry.id, "kind": entry.kind, "missing": [],
-                "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+                "error": one_line(str(exc)) if str(exc) else type(exc).__name__}
     chosen = {p.name for p in per_instance_symbols(entry)}
     return {"id": entry.id, "kind": entry.kind, "missing": [
         {"symbol": m, "stat": entry.symbols[m].stat, "meaning": entry.symbols[m].meaning,
@@ -61,7 +61,7 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
                          contributions=False)
         except BoundcalcError as exc:
             out.failed.append({"id": entry.id, "kind": entry.kind,
-                               "error": str(exc).splitlines()[0] if str(exc)
+                               "error": one_line(str(exc)) if str(exc)
                                else type(exc).__name__})
             continue
         out.groups.setdefault(r.kind, []).append(r)

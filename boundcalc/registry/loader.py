@@ -7,6 +7,7 @@ and symbol. See ``formulas/README.md`` for the file format.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -269,6 +270,8 @@ class _EntryBuilder:
         if role == "free":
             raise self.fail("free parameters are declared under [entry.parameters]", name)
         domain = self._domain(spec, f"symbol '{name}': ")
+        if role == "size" and not domain.integer:  # a size counts something: whole numbers only
+            domain = dataclasses.replace(domain, integer=True)
         indices = spec.get("indices", [])
         if not isinstance(indices, list) or not all(isinstance(i, str) for i in indices):
             raise self.fail("'indices' must be a list of index names", name)

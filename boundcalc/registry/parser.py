@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
+import numpy as np
 import sympy as sp
 
 from ..engine.functions import Cases, GridMin, kl, kl_inv, var_ratio_div
@@ -27,6 +28,7 @@ MAX_EXPONENT = 400
 MAX_CONSTANT = 1.7976931348623157e308
 MIN_CONSTANT = 2.2250738585072014e-308
 MAX_CONSTANT_DIGITS = 1000
+MAX_ROUNDED_LOG = 53 * math.log(2)  # floor/ceiling of a constant: |x| ≤ 2**53
 # Tree size (after substituting definitions) of one expression: bounds the work of every
 # later pass over it; nested definitions could otherwise double the size at each level.
 MAX_TREE_NODES = 50_000
@@ -321,7 +323,29 @@ class _Builder:
             b = args[1]
             if b.is_Number and (b <= 0 or b == 1):
                 raise self.fail(f"log base must be positive and not 1, got {_short(b)}")
+        if name in ("floor", "ceiling") and not args[0].free_symbols:
+            self._check_rounded_constant(name, args[0])
         return ctor(*args)
+
+    def _check_rounded_constant(self, name: str, arg: sp.Expr) -> None:
+        """Refuse floor/ceiling of a constant above 2**53 (beyond the doubles' whole numbers,
+        so also beyond the double range): SymPy computes its
+        integer part digit by digit whenever it prints or compares it (floor(exp(10**7)) has
+        4 million digits), so it would hang ``show``/``latex`` long after the parse. The size
+        is found in signed-log space by the numeric engine, which never builds the number."""
+        from ..engine.compile import Compiled, Context
+
+        try:
+            lv = Compiled({}, {}, set()).compile(arg)(Context({}, {}, {}))
+            log_mag = float(np.asarray(lv.a).reshape(-1)[0])
+        except Exception:  # noqa: BLE001 - anything the engine cannot size is refused
+            log_mag = math.nan
+        if not log_mag <= MAX_ROUNDED_LOG:
+            size = (f"about 1e{log_mag / math.log(10):.0f}" if math.isfinite(log_mag)
+                    else "beyond any float")
+            raise self.fail(f"{name}() of a constant {size}: above 2**53 every double is already "
+                            f"a whole number, so {name}() changes nothing there and only makes "
+                            f"SymPy compute every digit; write the constant without {name}()")
 
     def _reduction(self, name: str, node: ast.Call, depth: int) -> sp.Basic:
         if len(node.args) < 2:

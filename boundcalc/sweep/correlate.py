@@ -20,6 +20,7 @@ ranked together (tracking is a property of a measure) and labelled with their ki
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -100,13 +101,88 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 def _bootstrap(x: np.ndarray, y: np.ndarray, n: int, rng: np.random.Generator,
                alpha: float) -> tuple[float, float, float, float]:
+    """Percentile intervals of τ and ρ over ``n`` resamples, computed a chunk of resamples at a
+    time with numpy (the draws are the same as one ``rng.integers(0, m, m)`` per resample)."""
+    m = len(x)
     taus, rhos = np.empty(n), np.empty(n)
-    for b in range(n):
-        idx = rng.integers(0, len(x), len(x))
-        taus[b], rhos[b] = _kendall(x[idx], y[idx]), _spearman(x[idx], y[idx])
+    chunk = max(1, 2_000_000 // max(m * m, 1))
+    for lo in range(0, n, chunk):
+        b = min(chunk, n - lo)
+        idx = rng.integers(0, m, (b, m))
+        xs, ys = x[idx], y[idx]
+        taus[lo:lo + b] = _kendall_rows(xs, ys)
+        rhos[lo:lo + b] = _spearman_rows(xs, ys)
     lo, hi = 100 * alpha / 2, 100 * (1 - alpha / 2)
     return (float(np.percentile(taus, lo)), float(np.percentile(taus, hi)),
             float(np.percentile(rhos, lo)), float(np.percentile(rhos, hi)))
+
+
+def _kendall_rows(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Kendall τ-b of each row pair, as :func:`_kendall` (scipy's τ-b; 0 for a constant row):
+    (concordant − discordant) / √(pairs untied in x) / √(pairs untied in y)."""
+    i, j = np.triu_indices(xs.shape[1], 1)
+    sx, sy = np.sign(xs[:, i] - xs[:, j]), np.sign(ys[:, i] - ys[:, j])
+    num = (sx * sy).sum(1)
+    nx, ny = np.abs(sx).sum(1), np.abs(sy).sum(1)
+    ok = (nx > 0) & (ny > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau = num / np.sqrt(nx) / np.sqrt(ny)
+    return np.where(ok, np.clip(tau, -1.0, 1.0), 0.0)
+
+
+def _spearman_rows(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Spearman ρ of each row pair, as :func:`_spearman` (0 for a constant row)."""
+    from scipy.stats import rankdata
+
+    rx, ry = rankdata(xs, axis=1), rankdata(ys, axis=1)
+    rx -= rx.mean(1, keepdims=True)
+    ry -= ry.mean(1, keepdims=True)
+    vx, vy = (rx * rx).sum(1), (ry * ry).sum(1)
+    ok = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = (rx * ry).sum(1) / np.sqrt(vx) / np.sqrt(vy)
+    return np.where(ok, np.clip(rho, -1.0, 1.0), 0.0)
+
+
+def _plan_bootstrap(groups: list, n_bootstrap: int, alpha: float) -> None:
+    """Refuse a bootstrap that cannot finish within the time or memory budget, before it
+    starts: the speed is measured on a pilot of up to 256 resamples of the largest entry (its
+    own random stream, so the results do not change)."""
+    if n_bootstrap <= 0 or not groups:
+        return
+    from ..plan import bootstrap_plan, check
+
+    g = max(groups, key=len)
+    x, y = g["_measure"].to_numpy(float), g["_target"].to_numpy(float)
+    _bootstrap(x, y, 1, np.random.default_rng(0), alpha)  # imports and warm-up, not timed
+    pilot = min(n_bootstrap, 256)
+    start = time.perf_counter()
+    _bootstrap(x, y, pilot, np.random.default_rng(0), alpha)
+    per = (time.perf_counter() - start) / pilot
+    check(bootstrap_plan(n_bootstrap, len(groups), per))
+
+
+def write_correlation(corr: "Correlation", out: str | Path) -> tuple[Path, Path]:
+    """``correlation.csv`` and ``correlation.png`` in the folder ``out`` (created if needed),
+    with the rules of every other writer (:mod:`boundcalc.report.io`): a path that is a file or
+    a device is refused, a failure is one :class:`~boundcalc.errors.OutputError` line and
+    leaves no half-written file."""
+    from ..errors import OutputError, shown
+    from ..report.io import write_bytes_atomic
+
+    folder = Path(out)
+    if not str(out).strip():
+        raise OutputError("--out: the folder name is empty")
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"--out {shown(folder)}: exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--out {shown(folder)}: cannot create the folder "
+                          f"({exc.strerror or type(exc).__name__})") from None
+    csv_path = write_bytes_atomic(folder / "correlation.csv",
+                                  corr.table.to_csv(index=False).encode("utf-8"))
+    return csv_path, plot_correlation(corr, folder / "correlation.png")
 
 
 def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = None,
@@ -144,11 +220,14 @@ def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = N
     ok["_target"] = tgt[ok.index].astype(float)
     ok["_measure"] = pd.to_numeric(ok["log10_value"], errors="coerce")
     ok = ok[np.isfinite(ok["_measure"].to_numpy(float))]
+    if isinstance(n_bootstrap, bool) or not 0 <= n_bootstrap:
+        raise BoundcalcError(f"--bootstrap must be a count >= 0, got {n_bootstrap!r}")
     rng = np.random.default_rng(seed)
     records, left_out = [], []
     key = "row" if "row" in ok.columns else "path"
-    for entry_id, g in ok.groupby("id", sort=True):
-        g = g.drop_duplicates(subset=[key])
+    groups = [(i, g.drop_duplicates(subset=[key])) for i, g in ok.groupby("id", sort=True)]
+    _plan_bootstrap([g for _, g in groups if len(g) >= 3], n_bootstrap, 1 - confidence)
+    for entry_id, g in groups:
         x, y = g["_measure"].to_numpy(float), g["_target"].to_numpy(float)
         if len(g) < 3:
             left_out.append(f"{entry_id} ({len(g)} checkpoints)")
@@ -215,8 +294,11 @@ def plot_correlation(corr: Correlation, path: str | Path) -> Path:
     labels += kinds
     ax.legend(handles, labels, fontsize=7, loc="lower right")
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    import io
+
+    from ..report.io import write_bytes_atomic
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
     plt.close(fig)
-    return path
+    return write_bytes_atomic(path, buf.getvalue())

@@ -13,13 +13,19 @@ hand back results by position, so the table they produce is the same bit for bit
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import multiprocessing as mp
-from collections.abc import Callable, Sequence
+import os
+import re
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from ..errors import BoundcalcError
+from ..errors import BoundcalcError, shown
+from ..limits import time_limit
 
 Done = Callable[[int, dict[str, Any]], None]  # (task position, result) as each finishes
 
@@ -87,6 +93,53 @@ class LocalExecutor:
             self._pool = None
 
 
+CONNECT_SECONDS = 30.0  # a reachable port that is not a Ray head: ray.init retries for minutes
+PROBE_SECONDS = 3.0
+_ADDRESS = re.compile(r"^(?:ray://)?\[?([^\]/]+?)\]?:(\d{1,5})/?$")
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 sent to /dev/null inside the block: Ray's C++ client writes a line per
+    failed connection attempt straight to it, ahead of the one-line error."""
+    try:
+        saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def check_reachable(address: str) -> None:
+    """Refuse, within seconds, a Ray address where nothing listens: one TCP connection attempt
+    to HOST:PORT (``ray://HOST:PORT`` too) with a short timeout. ``auto`` and other forms are
+    left to Ray (under the connection time limit)."""
+    m = _ADDRESS.match(address.strip())
+    if not m:
+        if address.strip() in ("auto", "local"):
+            return
+        raise BoundcalcError(f"--ray-address {shown(address)}: expected HOST:PORT, "
+                             "ray://HOST:PORT or auto")
+    host, port = m.group(1), int(m.group(2))
+    if not 0 < port < 65536:
+        raise BoundcalcError(f"--ray-address {shown(address)}: port {port} is out of range")
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_SECONDS):
+            pass
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (
+            exc.strerror or type(exc).__name__)
+        raise BoundcalcError(f"cannot reach Ray at {shown(address)}: nothing answers on "
+                             f"{host}:{port} ({reason})") from None
+
+
 class RayExecutor:
     """Ray tasks, on a local Ray (``num_cpus=workers``) or the cluster at ``address``."""
 
@@ -102,12 +155,19 @@ class RayExecutor:
         self.max_retries = max_retries
         self.started = False
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False}
+            kwargs: dict[str, Any] = {"log_to_driver": False, "include_dashboard": False,
+                                      "logging_level": logging.ERROR}
+            if address:
+                check_reachable(address)
             try:
                 if address:
-                    ray.init(address=address, **kwargs)
+                    with time_limit(CONNECT_SECONDS, f"connecting to Ray at {shown(address)}",
+                                    BoundcalcError), _stderr_silenced():
+                        ray.init(address=address, **kwargs)
                 else:
                     ray.init(num_cpus=workers, **kwargs)
+            except BoundcalcError:
+                raise
             except Exception as exc:  # noqa: BLE001 - connection errors come in many types
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise BoundcalcError(f"cannot start or reach Ray"

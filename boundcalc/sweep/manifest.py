@@ -19,15 +19,18 @@ absent, non-numeric or NaN.
 
 from __future__ import annotations
 
+import csv
 import glob as globlib
+import hashlib
 import math
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..errors import BoundcalcError
+from ..errors import BoundcalcError, one_line, shown
 from ..limits import input_files
 
 RESERVED = ("path", "init", "data", "n_heads")
@@ -72,25 +75,136 @@ class Manifest:
         return [c for c in self.columns if c.startswith("hp:")]
 
 
-def _read_table(path: Path):
-    from ..tables import read_pandas
+# pandas' default missing-value spellings: a manifest cell spelled like this is blank
+_NA = frozenset(["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
+                 "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"])
+_TRUE, _FALSE = frozenset(["True", "TRUE", "true"]), frozenset(["False", "FALSE", "false"])
+BYTES_PER_MANIFEST_BYTE = 16  # Python objects per byte of CSV (rows, keys, resolved paths)
+PARQUET_BATCH = 65_536
+
+
+def _stream(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    """The columns and an iterator of row dicts, read one row (CSV) or one batch (Parquet) at
+    a time; unreadable files and bad bytes are one-line :class:`ManifestError`."""
+    from ..limits import check_allocation, check_regular_file
 
     suffix = path.suffix.lower()
-    if not os.path.lexists(path):
-        raise ManifestError(f"{path}: no such manifest file")
+    if suffix not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
+        raise ManifestError(f"{shown(path)}: a manifest is a .csv, .tsv or .parquet file, or a "
+                            "glob pattern of checkpoints")
+    if not path.exists() and not path.is_symlink():
+        raise ManifestError(f"{shown(path)}: no such manifest file")
+    st = check_regular_file(path, ManifestError, "manifest")
     if suffix in (".parquet", ".pq"):
-        return read_pandas(path, ManifestError, "the manifest")
-    if suffix in (".csv", ".tsv", ".txt"):
-        return read_pandas(path, ManifestError, "the manifest",
-                           sep="\t" if suffix == ".tsv" else ",",
-                           dtype={c: str for c in ("path", "init", "data")})
-    raise ManifestError(f"{path}: a manifest is a .csv, .tsv or .parquet file, or a glob "
-                        "pattern of checkpoints")
+        return _stream_parquet(path)
+    check_allocation(BYTES_PER_MANIFEST_BYTE * st.st_size, f"manifest {shown(path)} "
+                     f"({st.st_size:,} bytes)")
+    try:
+        fh = open(path, newline="", encoding="utf-8-sig")
+    except OSError as exc:
+        raise ManifestError(f"{shown(path)}: cannot read the manifest ({exc.strerror})") from None
+    reader = csv.reader(fh, delimiter="\t" if suffix == ".tsv" else ",")
+    try:
+        header = next(reader, None)
+    except (csv.Error, UnicodeDecodeError, OSError) as exc:
+        fh.close()
+        raise ManifestError(f"{shown(path)}: cannot read the manifest "
+                            f"({one_line(str(exc))[:160]})") from None
+    if header is None:
+        fh.close()
+        raise ManifestError(f"{shown(path)}: the manifest is empty (no header line)")
+    columns = [c.strip() for c in header]
+
+    def rows() -> Iterator[dict[str, Any]]:
+        with fh:
+            line = 1
+            try:
+                for rec in reader:
+                    line += 1
+                    if not rec or (len(rec) == 1 and not rec[0].strip()):
+                        continue  # a blank line, as pandas skips it
+                    if len(rec) > len(columns):
+                        raise ManifestError(f"{shown(path)}: line {line} has {len(rec)} fields, "
+                                            f"the header {len(columns)}")
+                    rec += [""] * (len(columns) - len(rec))
+                    yield dict(zip(columns, rec))
+            except (csv.Error, UnicodeDecodeError, OSError) as exc:
+                raise ManifestError(f"{shown(path)}: cannot read the manifest at line {line} "
+                                    f"({one_line(str(exc))[:160]})") from None
+    return columns, rows()
+
+
+def _stream_parquet(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    from ..limits import check_allocation
+
+    try:
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        meta = pf.metadata
+        columns = [str(c) for c in pf.schema_arrow.names]
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ManifestError(f"{shown(path)}: cannot read the manifest "
+                            f"({one_line(first)[:160]})") from None
+    raw = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    check_allocation(BYTES_PER_MANIFEST_BYTE * raw, f"manifest {shown(path)} "
+                     f"({meta.num_rows:,} rows)")
+
+    def rows() -> Iterator[dict[str, Any]]:
+        try:
+            for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
+                yield from ({str(k): math.nan if v is None else _plain(v)  # null → NaN
+                             for k, v in r.items()} for r in batch.to_pylist())
+        except ManifestError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ManifestError(f"{shown(path)}: cannot read the manifest "
+                                f"({one_line(first)[:160]})") from None
+    return columns, rows()
+
+
+def _typed_columns(rows: list["Row"], columns: list[str]) -> None:
+    """CSV cells are text: give each carried column one type, as a table reader would (all
+    whole numbers → int, all numbers → float, else text; blank cells → NaN)."""
+    for c in columns:
+        if c in ("path", "init", "data"):
+            continue
+        cells = [r.columns[c] for r in rows]
+        if not all(isinstance(v, str) for v in cells):
+            continue  # Parquet: typed already
+        present = [v for v in cells if v.strip() not in _NA]
+        if present and all(v.strip() in _TRUE or v.strip() in _FALSE for v in present) \
+                and len(present) == len(cells):
+            conv: Any = lambda v: v.strip() in _TRUE  # noqa: E731
+        elif present and all(_is_int(v) for v in present):
+            conv = (lambda v: int(v)) if len(present) == len(cells) else (  # noqa: E731
+                lambda v: float(v) if v.strip() not in _NA else math.nan)
+        elif present and all(_is_float(v) for v in present):
+            conv = lambda v: float(v) if v.strip() not in _NA else math.nan  # noqa: E731
+        else:
+            conv = lambda v: math.nan if v.strip() in _NA else v  # noqa: E731
+        for r in rows:
+            r.columns[c] = conv(r.columns[c])
+
+
+def _is_int(v: str) -> bool:
+    t = v.strip()
+    return bool(re.fullmatch(r"[+-]?[0-9]{1,18}", t))
+
+
+def _is_float(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
 
 
 def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str)
-                                                                    and not v.strip())
+                                                                    and v.strip() in _NA)
 
 
 def _plain(v: Any) -> Any:
@@ -128,19 +242,36 @@ def _check_columns(source: str, columns: list[str], known_symbols: Iterable[str]
                                 "'_', '.', '-')")
 
 
-def _resolve(base: Path, value: Any, what: str, source: str, line: int) -> str:
-    """The row's path, checked with ``stat`` before the sweep hashes or opens it: a regular file
-    or a folder of regular files (a FIFO would hang the hash, ``/dev/zero`` never end it)."""
-    p = Path(str(value)).expanduser()
-    if not p.is_absolute():
-        p = base / p
-    if not os.path.lexists(p):
-        raise ManifestError(f"{source}: row {line}: {what} '{value}' does not exist")
-    try:
-        input_files(p, ManifestError, what)
-    except ManifestError as exc:
-        raise ManifestError(f"{source}: row {line}: {exc}") from None
-    return str(p.resolve())
+def _resolver(base: Path, source: str) -> Callable[[Any, str, int], str]:
+    """Resolve a path cell against the manifest's folder, once per distinct value (rows of a
+    zoo share inits and data): a missing file is one line naming the row."""
+    known: dict[str, str] = {}
+
+    def resolve(value: Any, what: str, line: int) -> str:
+        text = str(value)
+        hit = known.get(text)
+        if hit is not None:
+            return hit
+        p = Path(text).expanduser()
+        if not p.is_absolute():
+            p = base / p
+        try:
+            exists = os.path.lexists(p)
+        except (OSError, ValueError):  # a NUL byte, a name too long
+            exists = False
+        if not exists:
+            raise ManifestError(f"{source}: row {line}: {what} {_quoted(text)} does not exist")
+        try:  # stat before the sweep hashes or opens it: a FIFO would hang, /dev/zero never end
+            input_files(p, ManifestError, what)
+        except ManifestError as exc:
+            raise ManifestError(f"{source}: row {line}: {exc}") from None
+        known[text] = str(p.resolve())
+        return known[text]
+    return resolve
+
+
+def _quoted(text: str) -> str:
+    return f"'{text}'" if text.isprintable() else repr(text)
 
 
 def read_manifest(manifest: str | Path, target: str | None = None,
@@ -150,64 +281,82 @@ def read_manifest(manifest: str | Path, target: str | None = None,
     ``target``: a column that must exist and hold a finite number in every row.
     ``known_symbols``: the registry's symbol and parameter names; ``set:`` columns must name one.
     Rows are numbered from 1 in messages (the header is not a row).
+
+    Validation is one streaming pass: each row is checked as it is read and only a 16-byte
+    digest of it is kept (for duplicates), so a bad row is reported as soon as it is reached,
+    in little memory; the rows are built in a second pass over a file known to be valid. A file
+    whose rows could not fit the memory budget is refused before reading (16 bytes of objects
+    per byte of CSV).
     """
     text = str(manifest)
     if _GLOB.search(text) and not Path(text).exists():
         hits = sorted(globlib.glob(text))
         if not hits:
-            raise ManifestError(f"{text}: the glob matches no checkpoint")
-        source, base = text, Path.cwd()
-        columns, records = ["path"], [{"path": h} for h in hits]
+            raise ManifestError(f"{shown(text)}: the glob matches no checkpoint")
+        source, base = shown(text), Path.cwd()
+        columns = ["path"]
+        reread: Callable[[], Iterator[dict[str, Any]]] = lambda: ({"path": h} for h in hits)  # noqa: E731
+        records = reread()
     else:
         path = Path(text)
         if path.is_dir():
-            raise ManifestError(f"{path}: is a folder; give a manifest file or a glob such as "
-                                f"'{path}/*.safetensors'")
-        df = _read_table(path)
-        source, base = str(path), path.resolve().parent
-        columns = [str(c) for c in df.columns]
+            raise ManifestError(f"{shown(path)}: is a folder; give a manifest file or a glob "
+                                f"such as '{path}/*.safetensors'")
+        columns, records = _stream(path)
+        reread = lambda: _stream(path)[1]  # noqa: E731
+        source, base = shown(path), path.resolve().parent
         _check_columns(source, columns, known_symbols)
-        records = [{c: _plain(v) for c, v in zip(columns, rec)}
-                   for rec in df.itertuples(index=False, name=None)]
-    if not records:
-        raise ManifestError(f"{source}: the manifest has no rows")
-    if target is not None:
-        if target not in columns:
-            raise ManifestError(f"{source}: target column '{target}' is not in the manifest "
-                                f"(columns: {', '.join(columns)})")
-    rows: list[Row] = []
-    seen: dict[tuple, int] = {}
-    for i, rec in enumerate(records):
+    if target is not None and target not in columns:
+        raise ManifestError(f"{source}: target column '{target}' is not in the manifest "
+                            f"(columns: {', '.join(columns)})")
+    resolve = _resolver(base, source)
+    set_cols = [c for c in columns if c.startswith("set:")]
+    hp_cols = [c for c in columns if c.startswith("hp:")]
+
+    def make(i: int, rec: dict[str, Any]) -> tuple[Row, bytes]:
         line = i + 1
         if _blank(rec.get("path")):
             raise ManifestError(f"{source}: row {line}: empty 'path'")
-        row = Row(index=i, path=_resolve(base, rec["path"], "path", source, line),
-                  columns={c: rec[c] for c in columns})
+        row = Row(index=i, path=resolve(rec["path"], "path", line), columns=rec)
         for what in ("init", "data"):
             if not _blank(rec.get(what)):
-                setattr(row, what, _resolve(base, rec[what], what, source, line))
+                setattr(row, what, resolve(rec[what], what, line))
         if not _blank(rec.get("n_heads")):
-            v = rec["n_heads"]
-            if isinstance(v, bool) or not float(v).is_integer() or float(v) < 1:
+            v = _finite_number(rec["n_heads"], f"{source}: row {line}: n_heads",
+                               "give a positive integer")
+            if not v.is_integer() or v < 1:
                 raise ManifestError(f"{source}: row {line}: n_heads must be a positive "
-                                    f"integer, got {v!r}")
-            row.n_heads = int(float(v))
-        for c in columns:
-            if c.startswith("set:"):
-                row.values[c[4:]] = _finite_number(rec[c], f"{source}: row {line}: column "
-                                                   f"'{c}'", "give a finite number")
-            elif c.startswith("hp:") and _blank(rec[c]):
+                                    f"integer, got {rec['n_heads']!r}")
+            row.n_heads = int(v)
+        for c in set_cols:
+            row.values[c[4:]] = _finite_number(rec[c], f"{source}: row {line}: column "
+                                               f"'{c}'", "give a finite number")
+        for c in hp_cols:
+            if _blank(rec[c]):
                 raise ManifestError(f"{source}: row {line}: hyper-parameter '{c}' is empty")
         if target is not None:
             _finite_number(rec[target], f"{source}: row {line}: target column '{target}'",
                            "every row needs a finite value")
         key = (row.path, row.init, row.data, row.n_heads, tuple(sorted(row.values.items())),
-               tuple((c, str(v)) for c, v in row.columns.items() if c.startswith("hp:")))
+               tuple((c, str(rec[c]).strip()) for c in hp_cols))
+        return row, hashlib.blake2b(repr(key).encode(), digest_size=16).digest()
+
+    # pass 1 validates, keeping 16 bytes per row: a bad row costs the rows before it little
+    seen: dict[bytes, int] = {}
+    count = 0
+    for i, rec in enumerate(records):
+        _, key = make(i, rec)
         if key in seen:
-            raise ManifestError(f"{source}: rows {seen[key]} and {line} are duplicates (same "
-                                f"checkpoint '{rec['path']}', init, data and set:/hp: values)")
-        seen[key] = line
-        rows.append(row)
+            raise ManifestError(f"{source}: rows {seen[key]} and {i + 1} are duplicates (same "
+                                f"checkpoint {_quoted(str(rec['path']))}, init, data and "
+                                "set:/hp: values)")
+        seen[key] = i + 1
+        count += 1
+    if not count:
+        raise ManifestError(f"{source}: the manifest has no rows")
+    del seen
+    rows = [make(i, rec)[0] for i, rec in enumerate(reread())]  # pass 2: a valid file only
+    _typed_columns(rows, columns)
     return Manifest(source=source, rows=rows, columns=columns)
 
 
@@ -222,11 +371,13 @@ def registry_symbols(registry: Any) -> set[str]:
 
 def _finite_number(v: Any, what: str, need: str) -> float:
     """``v`` as a finite float, or a one-line :class:`ManifestError` naming ``what``."""
+    if v is None or (isinstance(v, str) and v.strip() in _NA):
+        v = math.nan  # a blank CSV cell or a null, as a table reader gives it
     try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise ManifestError(f"{what} must be a number, got {v!r}") from None
+        x = float(v.strip() if isinstance(v, str) else v)
+    except (TypeError, ValueError, OverflowError):
+        raise ManifestError(f"{what} must be a number, got {one_line(repr(v))[:60]}") from None
     if not math.isfinite(x) or isinstance(v, bool):
-        shown = "NaN" if math.isnan(x) else repr(v)
-        raise ManifestError(f"{what} is {shown}; {need}")
+        text = "NaN" if math.isnan(x) else one_line(repr(v))[:60]
+        raise ManifestError(f"{what} is {text}; {need}")
     return x

@@ -102,6 +102,10 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
     from ..registry import load_registry
 
     start = time.perf_counter()
+    if ray_address and executor is None:  # fail in seconds, before any checkpoint is hashed
+        from .executors import check_reachable
+
+        check_reachable(ray_address)
     reg = load_registry(formulas)
     if not isinstance(manifest, Manifest):
         manifest = read_manifest(manifest, target=target, known_symbols=registry_symbols(reg))

@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...errors import BoundcalcError
+from ...errors import BoundcalcError, DomainError
 from ...stats import Curve, Quantity, Stats
 from .data_pass import (GAMMA_GRID, LS_MESH, hessian_closure, perturbation_term, ramp_risk,
                         run_pass)
 from .dataset_io import read_batches
 from .gibbs import gibbs_risk
+from ... import plan
 from ..device import device_name, resolve_device
 from .hf import load_task_model
 
@@ -38,10 +39,34 @@ DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid of pac_bayes.toml: σ_j² = 
 DEFAULT_SIGMAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 
 
+SNAP_TOLERANCE = 0.01  # neighbouring grid points differ by 0.5 %: anything further is off-grid
+
+
 def dr_point(sigma: float) -> tuple[int, float]:
-    """The Dziugaite–Roy grid point nearest to ``sigma``: (j, σ_j)."""
+    """The Dziugaite–Roy grid point nearest to ``sigma``: (j, σ_j). A σ with no grid point
+    within 1 % (above σ_1 ≈ 0.315, or below the smallest positive double's grid point) is
+    refused with one line: it would otherwise be measured at a σ nobody asked for."""
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise DomainError(f"--sigma {sigma}: expected a positive number")
     j = max(1, round(-DR_B * (2 * math.log(sigma) - math.log(DR_C))))
-    return j, math.sqrt(DR_C) * math.exp(-j / (2 * DR_B))
+    used = math.sqrt(DR_C) * math.exp(-j / (2 * DR_B))
+    if not (used > 0 and abs(used / sigma - 1) <= SNAP_TOLERANCE):
+        raise DomainError(
+            f"--sigma {sigma:g}: no point of the Dziugaite–Roy grid σ_j² = {DR_C}·e^(−j/{DR_B:g}) "
+            f"lies within {SNAP_TOLERANCE:.0%} of it (nearest: j = {j}, σ = {used:.4g}); give a σ "
+            f"between 1e-300 and {math.sqrt(DR_C) * math.exp(-1 / (2 * DR_B)):.4g}")
+    return j, used
+
+
+def snapped_sigmas(sigmas: Sequence[float]) -> list[dict[str, float]]:
+    """Every requested σ with the grid point it is measured at (``requested``, ``used``,
+    ``j``, ``moved``: whether the value changed), in the order given; refuses far-off σ."""
+    out = []
+    for s in sigmas:
+        j, used = dr_point(float(s))
+        out.append({"requested": float(s), "used": used, "j": j,
+                    "moved": not math.isclose(used, float(s), rel_tol=1e-12)})
+    return out
 
 
 def measure_task(model: str, data: str, init: str | None = None, *, device: str = "auto",
@@ -60,13 +85,19 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         raise BoundcalcError(f"--delta-mc must lie in (0, 1), got {delta_mc}")
     if not 0 < alpha < 1:
         raise BoundcalcError(f"--smoothing must lie in (0, 1), got {alpha}")
-    bad = [s for s in sigmas if not (math.isfinite(s) and s > 0)]
-    if bad:
-        raise BoundcalcError(f"--sigma {bad[0]}: expected a positive number")
+    snaps = snapped_sigmas(sigmas)
+    counts = dict(sigmas=len({p["j"] for p in snaps}), draws=draws, hessian_probes=hessian_probes,
+                  hessian_samples=hessian_samples, perturbation_draws=perturbation_draws,
+                  batch_size=batch_size)
+    plan.check(plan.measure_plan(**counts, device="cuda"))  # lower bounds, before loading
     dev = resolve_device(device)
     tm = load_task_model(model, dev)
+    n_params = sum(p.numel() for p in tm.model.parameters())
+    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type))
     batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
                            max_length=max_length, batch_size=batch_size)
+    plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
+                                 positions=batched.seq_len, device=dev.type))
     stats = measure(model, init=init, device=device, progress=progress or False,
                     head_init=head_init)
     if progress is True:
@@ -91,6 +122,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                         "the Lintilhac–Shaikh mesh linspace(0.01, 1e-5, 20)"))
     finally:
         stop()
+    stats.provenance["sigma_snapped"] = snaps
     return stats
 
 

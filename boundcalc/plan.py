@@ -1,0 +1,110 @@
+"""Plan the work before doing it: refuse counts that cannot finish within the budgets.
+
+Every option that multiplies work (``--draws`` per σ, ``--hessian-probes``,
+``--perturbation-draws``, the rows of DATA, ``correlate --bootstrap``) is turned into an
+estimate of the memory it needs and the time it takes *before* any of it starts. A plan item is
+refused with one :class:`~boundcalc.errors.ResourceError` line naming its option when
+
+* its memory exceeds the memory budget (:func:`boundcalc.limits.memory_budget`), or
+* its time, estimated at an optimistic speed, exceeds the time budget
+  (:func:`boundcalc.limits.time_budget`, default one hour, ``--time-budget``).
+
+The time estimates are deliberately optimistic (lower bounds): what is refused cannot finish
+within the budget on any machine boundcalc targets; what is accepted may still take longer.
+
+* a forward pass of one sample costs 2 · parameters · positions floating-point operations,
+  run at :data:`FLOPS` (10¹² per second on a CPU, 10¹⁵ on a GPU, both above what the hardware
+  reaches on these models);
+* every model call (one batch) costs at least :data:`CALL_SECONDS` (10 µs) of Python and
+  framework overhead, whatever the model;
+* a Hessian-vector product costs :data:`HVP_FORWARDS` (4) forward passes.
+
+No torch import (correlate uses it too): the plan is arithmetic on counts, run before the model is loaded (with lower
+bounds for what is not known yet: one parameter, one row) and again once the model and the data
+are known.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .limits import check_allocation, check_time
+
+FLOPS = {"cpu": 1e12, "cuda": 1e15}
+CALL_SECONDS = 1e-5
+HVP_FORWARDS = 4.0
+LS_MESH_POINTS = 20  # σ points of the Lintilhac–Shaikh mesh (data_pass.LS_MESH)
+
+
+@dataclass
+class Item:
+    """One piece of planned work: the option that drives it, its memory and its time."""
+
+    option: str
+    nbytes: float
+    seconds: float
+
+
+def _seconds(forwards: float, calls: float, n_params: float, positions: float,
+             device: str) -> float:
+    flops = 2.0 * forwards * max(n_params, 1.0) * max(positions, 1.0)
+    return flops / FLOPS.get(device, FLOPS["cpu"]) + calls * CALL_SECONDS
+
+
+def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_samples: int,
+                 perturbation_draws: int, rows: int = 1, positions: int = 1,
+                 n_params: int = 1, groups: int = 1, batch_size: int = 1,
+                 device: str = "cpu") -> list[Item]:
+    """The work of ``measure --data`` with these options (see the module docstring).
+
+    ``rows``: samples of DATA; ``positions``: tokens (or patches) per sample; ``n_params``:
+    trainable parameters; ``groups``: parameter groups of the Hessian trace. Unknown values
+    are lower bounds (1)."""
+    rows, positions, n_params = max(rows, 1), max(positions, 1), max(n_params, 1)
+    batches = math.ceil(rows / max(batch_size, 1))
+    hs = min(max(hessian_samples, 1), rows)
+    hs_batches = math.ceil(hs / max(batch_size, 1))
+    items = [Item(f"DATA ({rows:,} rows)", 0.0,
+                  _seconds(rows, batches, n_params, positions, device))]
+    if draws > 0 and sigmas > 0:
+        passes = float(sigmas) * draws
+        items.append(Item(
+            f"--draws {draws} (× {sigmas} σ, {rows:,} rows each)",
+            8.0 * passes + 12.0 * n_params,  # losses per draw; saved weights + float64 noise
+            _seconds(passes * rows, passes * batches, n_params, positions, device)))
+    if hessian_probes > 0:
+        hvps = float(hessian_probes) + 1
+        items.append(Item(
+            f"--hessian-probes {hessian_probes} (on {hs:,} samples)",
+            8.0 * groups * hessian_probes + 8.0 * min(hessian_probes, 16) * n_params,
+            _seconds(hvps * HVP_FORWARDS * hs, hvps * hs_batches, n_params, positions, device)))
+    if perturbation_draws > 0:
+        probes = max(hessian_probes, 2)
+        traces = float(LS_MESH_POINTS) * perturbation_draws + 1
+        hvps = traces * (probes + 1)
+        items.append(Item(
+            f"--perturbation-draws {perturbation_draws} (× {LS_MESH_POINTS} σ × {probes} "
+            "Hutchinson probes)",
+            32.0 * perturbation_draws + 8.0 * LS_MESH_POINTS + 12.0 * n_params,
+            _seconds(hvps * HVP_FORWARDS * hs, hvps * hs_batches, n_params, positions, device)))
+    return items
+
+
+def bootstrap_plan(resamples: int, entries: int, seconds_per_resample: float) -> list[Item]:
+    """The work of ``correlate --bootstrap``: two float64 arrays of ``resamples`` per entry
+    (one entry at a time) and ``resamples · entries`` resamples at the measured speed."""
+    return [Item(f"--bootstrap {resamples} (× {entries} entries)", 16.0 * resamples,
+                 float(resamples) * entries * seconds_per_resample)]
+
+
+def check(items: list[Item]) -> None:
+    """Refuse the first item over the memory or the time budget (one line naming its option);
+    then the whole plan against the time budget."""
+    for it in items:
+        check_allocation(it.nbytes, it.option)
+        check_time(it.seconds, it.option)
+    total = sum(it.seconds for it in items)
+    if items:
+        worst = max(items, key=lambda it: it.seconds)
+        check_time(total, f"the whole plan (mostly {worst.option})")
