@@ -164,7 +164,7 @@ def breakdown_text(floor: Mapping[str, Any] | None, short: bool = False) -> str:
         if name == "Monte Carlo":
             what = f"Monte Carlo {floor['emp_risk']:.3g} → {floor['mc_upper']:.3g}"
         else:
-            what = f"{name} {floor['budget_nats'][name]:.3g} nats"
+            what = f"{name} {floor['budget_nats'][name]:.4g} nats"
         parts.append(f"{what} (+{eff[name]:.2g})")
     return parts[0] if short else ", ".join(parts)
 

@@ -46,10 +46,14 @@ def _plain(items: Iterable[Entry]) -> Iterator[Entry]:
 
 
 def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
-                    track: Callable[[list[Entry]], Iterable[Entry]] = _plain) -> Comparison:
+                    track: Callable[[list[Entry]], Iterable[Entry]] = _plain,
+                    test_error: float | None = None) -> Comparison:
     """Optimise (without sensitivities or contributions) every entry of ``registry`` whose
     symbols ``stats`` and ``values`` provide; a value is passed to an entry only if the entry
-    has that symbol or parameter. ``track`` wraps the iteration (a progress bar)."""
+    has that symbol or parameter. ``track`` wraps the iteration (a progress bar). Each result
+    carries the trivial predictor's error of ``stats`` (0-1 risk bounds) and ``test_error``."""
+    from ..floor import annotate
+
     out = Comparison()
     for entry in track(list(registry)):
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
@@ -64,6 +68,7 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
                                "error": str(exc).splitlines()[0] if str(exc)
                                else type(exc).__name__})
             continue
+        annotate(r, entry, stats, test_error)
         out.groups.setdefault(r.kind, []).append(r)
         out.results.append(r)
     return out
