@@ -405,13 +405,12 @@ def _compare_row(r: Result) -> dict[str, Any]:
 
 def _skipped_table(skipped: list[dict[str, Any]]) -> Table:
     t = Table(title=f"{len(skipped)} entries not computed: values this stats file lacks",
-              caption="scalars: --set NAME=VALUE; arrays: a stats file from `boundcalc measure` "
-                      "(--data DATA for data statistics, --init INIT for distances); "
-                      "details: --json", caption_justify="left")
+              caption="each missing value, then what gives it: --set NAME=VALUE, or run "
+                      "`boundcalc measure` again with the flag named (meanings and stats "
+                      "paths: --json)", caption_justify="left")
     t.add_column("id", no_wrap=True)
-    t.add_column("lacks", overflow="fold", ratio=1)
+    t.add_column("lacks → what gives it", overflow="fold", ratio=1)
     for row in skipped:
-        lacks = ", ".join(m["symbol"] + (" (array)" if "array" in m["give"] else "")
-                          for m in row["missing"]) or row.get("error", "")
+        lacks = row.get("lacks") or row.get("error", "")
         t.add_row(Text(row["id"]), Text(lacks))
     return t
