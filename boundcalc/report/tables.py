@@ -100,6 +100,11 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
         _row(head, "variant", entry.variant)
     _row(head, "source", entry.source)
     _row(head, "provenance", entry.provenance)
+    from .source_notes import note_paths
+
+    for name, path in note_paths(entry.provenance).items():
+        _row(head, "source note", path or f"{name} (not installed here; in the repository's "
+                                          f"docs/sources/)")
     _row(head, "file", entry.file)
     _row(head, "expression", entry.expression_text)
     for name, d in entry.definitions.items():
