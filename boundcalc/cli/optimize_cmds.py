@@ -361,6 +361,10 @@ def compare_cmd(
         for r in groups["proxy"]:
             t.add_row(r.id, r.value_text(6))
         console.print(t)
+    if not groups["certified"] and not groups["rate"]:
+        console.print(Text("no certified bound and no rate: they need data statistics "
+                           "(boundcalc measure MODEL --data DATA); the entries not computed "
+                           "below say what each lacks", style="dim"))
     m = st.model
     if m:
         console.print(Text(f"model: {m.get('architecture', '?')}, {m.get('n_layers', '?')} layers "
