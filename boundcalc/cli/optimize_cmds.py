@@ -361,7 +361,8 @@ def compare_cmd(
         for r in groups["proxy"]:
             t.add_row(r.id, r.value_text(6))
         console.print(t)
-    if not groups["certified"] and not groups["rate"]:
+    if not groups["certified"] and not groups["rate"] and \
+            not any(k in st.scalars for k in ("emp_risk", "loss_mean")):
         console.print(Text("no certified bound and no rate: they need data statistics "
                            "(boundcalc measure MODEL --data DATA); the entries not computed "
                            "below say what each lacks", style="dim"))
