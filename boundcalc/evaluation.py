@@ -562,7 +562,7 @@ class Prepared:
         if rigorous and e.kind == "certified":
             from .floor import zero_complexity_floor
 
-            floor = zero_complexity_floor(self, values, costs, value)
+            floor = zero_complexity_floor(self, values, costs)
         terms = {}
         for t in e.terms:
             expr = e.definitions[t].expr if t in e.definitions else e.symbols[t].symbol

@@ -48,6 +48,43 @@ def _symbols(node: Node) -> set[str]:
     return out
 
 
+def _pretty(node: Node) -> str:
+    """A budget term as SymPy would print it (``log(2*sqrt(n)/delta)``), from the plain tree,
+    so that reading a floor never needs SymPy; other shapes fall back to the tree's text."""
+    op, args = node.op, node.args
+    if op == "Symbol":
+        return node.value
+    if op == "Integer":
+        return str(node.value)
+    if op == "Rational":
+        return f"{node.value[0]}/{node.value[1]}"
+    if op == "log" and len(args) == 1:
+        return f"log({_pretty(args[0])})"
+    if op == "Pow" and args[1].op == "Rational" and args[1].value == (1, 2):
+        return f"sqrt({_pretty(args[0])})"
+    if op == "Add":
+        return " + ".join(_pretty(a) for a in args)
+    if op == "Pow" and args[1].op == "Integer" and args[1].value == -1:
+        return f"1/{_pretty(args[0])}" if args[0].op in ("Symbol", "Integer") \
+            else f"1/({_pretty(args[0])})"
+    if op == "Mul":
+        inv = [a.args[0] for a in args if a.op == "Pow" and a.args[1].op == "Integer"
+               and a.args[1].value == -1]
+        num = [a for a in args if not (a.op == "Pow" and a.args[0] in inv
+                                       and a.args[1].op == "Integer")]
+
+        def factor(a: Node) -> str:
+            text = _pretty(a)
+            return f"({text})" if a.op == "Add" else text
+
+        top = "*".join(factor(a) for a in num) or "1"
+        if not inv:
+            return top
+        bottom = "*".join(factor(a) for a in inv)
+        return f"{top}/{bottom if len(inv) == 1 else '(' + bottom + ')'}"
+    return str(node)
+
+
 def kl_shape(entry: Entry) -> dict[str, Any] | None:
     """The parts of a kl-inverse entry: the risk symbol ê, the Monte Carlo step (or None), the
     sample-size symbol n, the confidence addends and the complexity addends of its budget. None
@@ -86,22 +123,14 @@ def kl_shape(entry: Entry) -> dict[str, Any] | None:
         if d is not None:
             tree = as_tree(d.expr)
             names.update({a: t for a in complexity if tree == a})
-    # the confidence addends as SymPy prints them (the tree mirrors SymPy's layout)
-    sym = entry.expression
-    if not isinstance(sym, Node):
-        sym = sym.args[1]
-        sym = [a for a in sym.args if not (a.is_Pow and a.args[1] == -1)][0]
-        parts = list(sym.args) if sym.is_Add else [sym]
-        conf_text = " + ".join(str(p) for p in parts if conf in {x.name for x in p.free_symbols})
-    else:
-        conf_text = " + ".join(str(a) for a in conf_parts)
+    conf_text = " + ".join(_pretty(a) for a in conf_parts)
     return {"risk": risk.value, "mc": mc, "n": inv_n[0].args[0].value, "delta": conf,
             "confidence": conf_parts, "confidence_text": conf_text, "complexity": complexity,
             "complexity_names": [names.get(a, "complexity") for a in complexity]}
 
 
 def zero_complexity_floor(prep: Prepared, values: Mapping[str, float],
-                          costs: Mapping[str, float], value: float) -> dict[str, Any] | None:
+                          costs: Mapping[str, float]) -> dict[str, Any] | None:
     """The floor and breakdown of a certified risk entry at its resolved point (see the module
     docstring), or None where the entry has no kl-inverse shape."""
     e = prep.entry
@@ -185,9 +214,9 @@ def trivial_predictor(stats: Stats | None) -> dict[str, Any] | None:
         out["majority"] = float(maj.value)
     if not out:
         return None
-    cands = [(out["guess"], f"1 − 1/K = {out['guess']:.3g}, guessing among K = {out['n_classes']}")
+    cands = [(out["guess"], f"guessing among K = {out['n_classes']} classes (1 − 1/K)")
              if "guess" in out else None,
-             (out["majority"], f"{out['majority']:.3g}, always the majority class of S")
+             (out["majority"], "always answering the majority class of S")
              if "majority" in out else None]
     out["error"], out["against"] = min((c for c in cands if c), key=lambda c: c[0])
     return out

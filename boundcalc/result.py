@@ -122,12 +122,14 @@ class Result:
 
     @property
     def vacuous_text(self) -> str:
-        """'yes (≥ 0.5: 1 − 1/K = 0.5, guessing among K = 2)', 'no (< 1)', or '—'."""
+        """'yes (≥ 0.45, the error of always answering the majority class of S)', 'no (< 1)',
+        or '—'."""
         v = self.vacuous
         if v is None:
             return "—"
         t = self.vacuous_threshold
-        against = f"{t:.3g}: {self.trivial['against']}" if self.trivial and t < 1 else "1"
+        against = (f"{t:.3g}, the error of {self.trivial['against']}" if self.trivial and t < 1
+                   else "1")
         return f"yes (≥ {against})" if v else f"no (< {against})"
 
     @property

@@ -102,7 +102,9 @@ def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path],
         for name in fixed or []:
             if name not in params and name not in values:
                 raise BoundcalcError(f"--fixed {one_line(name)[:60]}: no --set {one_line(name)[:60]}=VALUE given")
-        return entry, compute(entry, st, values, params, fixed=fixed or ())
+        from ..floor import annotate
+
+        return entry, annotate(compute(entry, st, values, params, fixed=fixed or ()), entry, st)
     return guarded(run)
 
 
