@@ -91,7 +91,8 @@ def tidy_help(command: Any) -> None:
             param.metavar = name
             param.display_type_rich = lambda ctx: None
             param._usage_display_name = (lambda n=name, p=param:
-                                         n if p.required else f"[{n}]")
+                                         (n if p.required else f"[{n}]")
+                                         + ("..." if p.nargs != 1 else ""))
             continue
         if getattr(param, "is_flag", False) or getattr(param, "is_bool_flag", False):
             param.display_type_rich = lambda ctx: None

@@ -302,8 +302,10 @@ def compare_cmd(
 ) -> None:
     """Optimise every entry that applies to a stats file and show them side by side.
 
-    Certified bounds in one table (with vacuous yes/no); rates and proxies in their own
-    tables, which never call their numbers bounds.
+    Certified bounds in one table (vacuous: at or above the trivial predictor's error, or 1),
+    then each one's zero-complexity floor and what dominates it (KL, grid cost, Monte Carlo
+    step); rates and proxies in their own tables, which never call their numbers bounds;
+    then every entry not computed with what it lacks and what gives it.
     """
     from ..stats import load_stats
 
