@@ -289,3 +289,20 @@ def test_correlate_table_keeps_ids_whole_at_80_columns(monkeypatch):
     assert max(cell_len(ln) for ln in out.splitlines()) <= 80
     assert set(ids) <= words(out) and "…" not in out
     assert "[-0.50,+0.90]" in out and "conditional" in out
+
+
+def test_result_panel_keeps_id_and_long_title_whole_at_80_columns(registry):
+    """The panel border cut `ID: long title` at 80 columns; the title now wraps inside."""
+    from rich.console import Console
+
+    from boundcalc.report.tables import result_panel
+
+    entry = max(registry, key=lambda e: len(e.id) + len(e.title))
+    r = bc.compute("mcallester", values={"emp_risk": 0.05, "KL": 5000, "n": 60000})
+    r.id, r.title = entry.id, entry.title
+    console = Console(width=80)
+    with console.capture() as cap:
+        console.print(result_panel(r))
+    out = cap.get()
+    assert max(cell_len(ln) for ln in out.splitlines()) <= 80
+    assert entry.id in words(out) and set(entry.title.split()) <= words(out)

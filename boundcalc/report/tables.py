@@ -160,8 +160,9 @@ def result_panel(result: Result) -> Group:
     style = KIND_STYLE[result.kind] if result.is_bound or result.kind != "certified" \
         else "bold red"
     head = Table.grid(padding=(0, 1))
-    head.add_column(style="bold")
-    head.add_column()
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
+    _row(head, "title", result.title)  # in the panel, not its border: a border cuts long titles
     _row(head, "value", Text(result.value_text(8), style=style))
     label = result.label
     if result.conditions and " only if " in label:  # the conditions follow, one per row
@@ -192,7 +193,7 @@ def result_panel(result: Result) -> Group:
     if result.estimated_inputs:
         _row(head, "estimated inputs", "; ".join(result.estimated_inputs))
     _row(head, "method", result.method)
-    parts: list[Any] = [Panel(head, title=Text(f"{result.id}: {result.title}"), expand=False)]
+    parts: list[Any] = [Panel(head, title=Text(result.id), expand=False)]
     if result.parameters:
         t = Table(title="free parameters")
         t.add_column("name")
