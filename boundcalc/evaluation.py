@@ -558,6 +558,11 @@ class Prepared:
         if rigorous and e.kind in ("certified", "conditional"):
             value, log10, extra["interval"], interval_notes = self.enclosure(
                 values, costs, value, log10, ctx.selected)
+        floor = None
+        if rigorous and e.kind == "certified":
+            from .floor import zero_complexity_floor
+
+            floor = zero_complexity_floor(self, values, costs)
         terms = {}
         for t in e.terms:
             expr = e.definitions[t].expr if t in e.definitions else e.symbols[t].symbol
@@ -586,7 +591,7 @@ class Prepared:
                               for s in e.symbols.values() if s.role == "hidden_constant"},
             inputs={k: v for k, v in self.scalars.items()},
             source=e.source, provenance=e.provenance, method=method, notes=notes,
-            output=e.output, conditions=list(e.conditions), extra=extra,
+            output=e.output, conditions=list(e.conditions), extra=extra, floor=floor,
         )
 
     def _per_group_prior_js(self, name: str, cost: float) -> list[int] | None:

@@ -38,6 +38,11 @@ class Result:
     extra: dict[str, Any] = field(default_factory=dict)
     output: str = "risk"
     conditions: list[str] = field(default_factory=list)
+    # what the number is read against (see boundcalc.floor): the zero-complexity floor and
+    # breakdown, the trivial predictor's error (0-1 risks of a classifier), a held-out error
+    floor: dict[str, Any] | None = None
+    trivial: dict[str, Any] | None = None
+    test_error: float | None = None
 
     @property
     def failed_assumptions(self) -> list[str]:
@@ -103,8 +108,36 @@ class Result:
 
     @property
     def vacuous(self) -> bool | None:
-        """For a certified bound on a [0,1] risk: is it ≥ 1? None for rates and proxies."""
-        return (self.value >= 1.0) if self.is_bound and self.output == "risk" else None
+        """For a certified bound on a [0,1] risk: is it ≥ 1, or (for a 0-1 risk with a known
+        trivial predictor) ≥ the trivial predictor's error? None for everything else."""
+        if not (self.is_bound and self.output == "risk"):
+            return None
+        return self.value >= self.vacuous_threshold
+
+    @property
+    def vacuous_threshold(self) -> float:
+        """What a certified risk bound must stay below to say anything: 1, or the trivial
+        predictor's error where it is known."""
+        return min(1.0, self.trivial["error"]) if self.trivial else 1.0
+
+    @property
+    def vacuous_text(self) -> str:
+        """'yes (≥ 0.45, the error of always answering the majority class of S)', 'no (< 1)',
+        or '—'."""
+        v = self.vacuous
+        if v is None:
+            return "—"
+        t = self.vacuous_threshold
+        against = (f"{t:.3g}, the error of {self.trivial['against']}" if self.trivial and t < 1
+                   else "1")
+        return f"yes (≥ {against})" if v else f"no (< {against})"
+
+    @property
+    def gap(self) -> float | None:
+        """The value minus the held-out test error, when one was given."""
+        if self.test_error is None or not math.isfinite(self.value):
+            return None
+        return self.value - self.test_error
 
     def value_text(self, digits: int = 6) -> str:
         if math.isfinite(self.value):
@@ -120,7 +153,9 @@ class Result:
             "variant": self.variant, "label": self.label, "is_bound": self.is_bound,
             "value": self.value if math.isfinite(self.value) else None,
             "value_text": self.value_text(), "log10_value": self.log10_value,
-            "vacuous": self.vacuous, "output": self.output, "estimated": self.estimated,
+            "vacuous": self.vacuous, "vacuous_against": self.vacuous_text,
+            "floor": _jsonable(self.floor), "trivial": self.trivial,
+            "test_error": self.test_error, "gap": self.gap, "output": self.output, "estimated": self.estimated,
             "conditions": list(self.conditions),
             "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
             "parameter_choice": self.parameter_choice, "terms": self.terms,

@@ -71,6 +71,16 @@ def test_empirical_risk_and_losses_match_a_direct_computation(digits):
     assert doc["provenance"]["prior_centre"] == str(out / "prior")
 
 
+def test_trivial_predictor_of_the_bound_sample(digits):
+    """The majority-class error of S and K, which a 0-1 bound must beat to say anything."""
+    out, _, doc = digits
+    labels = np.load(out / "bound.npz")["labels"]
+    counts = np.bincount(labels, minlength=10)
+    assert doc["provenance"]["n_classes"] == 10
+    assert doc["scalars"]["majority_error"]["value"] == pytest.approx(
+        1 - counts.max() / len(labels), abs=1e-15)
+
+
 def test_gibbs_curve_on_the_dziugaite_roy_grid_with_its_kl_term(digits):
     from boundcalc.engine.functions import kl_inv_upper
 

@@ -145,3 +145,19 @@ def test_user_formula_folders_add_to_the_bundled_ones(installed, tmp_path):
     shown = json.loads(_cli(installed, "--formulas", str(tmp_path / "b"), "--replace", "show",
                             "mcallester", "--json").stdout)
     assert shown["kind"] == "proxy" and shown["file"].endswith("clash.toml")
+
+
+def test_show_cites_source_notes_the_wheel_carries(installed):
+    """Issue 25.7: `show mcallester` from the installed wheel cited docs/sources/pac_bayes.md,
+    which the wheel did not contain. The wheel carries every source note and `show` prints the
+    installed path, which opens to the checkout's text."""
+    names = zipfile.ZipFile(installed["wheel"]).namelist()
+    notes = sorted(p.name for p in (ROOT / "docs" / "sources").glob("*.md"))
+    assert sorted(n.split("/")[-1] for n in names if n.startswith("boundcalc/sources/")) == notes
+    shown = json.loads(_cli(installed, "show", "mcallester", "--json").stdout)
+    path = Path(shown["source_notes"]["pac_bayes.md"])
+    assert path.resolve().is_relative_to(installed["purelib"].resolve())
+    assert path.read_text(encoding="utf-8") == (ROOT / "docs/sources/pac_bayes.md").read_text(
+        encoding="utf-8")
+    text = _cli(installed, "show", "mcallester").stdout
+    assert "source note" in text and "pac_bayes.md" in text

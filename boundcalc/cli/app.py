@@ -27,6 +27,7 @@ class OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):  # type: ignore[override]
+        tidy_help(self)
         with warnings.catch_warnings(record=True) as caught:
             rv = self._main(args, prog_name, complete_var, **extra)
         if rv in (0, None):  # an error line stands alone: warnings only after a success
@@ -66,6 +67,66 @@ def show_warnings(caught: list, console: Console | None = None) -> None:
         seen.add(key)
         console.print(f"[yellow]warning:[/] {escape(one_line(key[1], 300))}",
                       highlight=False, soft_wrap=True)
+
+
+_METAVARS = {int: "N", float: "X", str: "TEXT"}
+
+
+def _metavar(param: Any) -> str:
+    """A short placeholder for an option's value: N, X, TEXT, PATH (click's style)."""
+    desc = getattr(param, "type_descriptor", None)
+    ann = getattr(desc, "annotation", None)
+    if getattr(desc, "is_path", False):
+        return "PATH"
+    inner = getattr(ann, "__args__", None)
+    if inner and len(inner) == 1:  # list[float] → X (the option is repeatable)
+        ann = inner[0]
+    return _METAVARS.get(ann, "VALUE")
+
+
+def _range_text(param: Any) -> str | None:
+    lo, hi = getattr(param, "min", None), getattr(param, "max", None)
+    if lo is not None and hi is not None:
+        return f"{lo} to {hi}"
+    return f"≥ {lo}" if lo is not None else (f"≤ {hi}" if hi is not None else None)
+
+
+def tidy_help(command: Any) -> None:
+    """Help that reads at 80 columns, click-style: flags show no '<bool>' type, values a short
+    placeholder (N, X, TEXT, PATH) instead of '<int range> [x>=2]' (the range moves into the
+    text), and arguments read MODEL in the usage line, not '{model}'. Idempotent."""
+    if getattr(command, "_boundcalc_tidy", False):
+        return
+    command._boundcalc_tidy = True
+    get_help_option = getattr(command, "get_help_option", None)
+    if get_help_option is not None:
+        def tidy_help_option(ctx: Any, _orig: Callable = get_help_option) -> Any:
+            opt = _orig(ctx)
+            if opt is not None:
+                opt.display_type_rich = lambda ctx: None
+            return opt
+
+        command.get_help_option = tidy_help_option
+    for param in getattr(command, "params", []):
+        if getattr(param, "param_type_name", "") == "argument":
+            name = param.metavar or (param.name or "").upper()
+            param.metavar = name
+            param.display_type_rich = lambda ctx: None
+            param._usage_display_name = (lambda n=name, p=param:
+                                         (n if p.required else f"[{n}]")
+                                         + ("..." if p.nargs != 1 else ""))
+            continue
+        if getattr(param, "is_flag", False) or getattr(param, "is_bool_flag", False):
+            param.display_type_rich = lambda ctx: None
+            continue
+        rng = _range_text(param)
+        if rng is not None:
+            param._get_number_range_help_str = lambda: None
+            param.help = (param.help or "").rstrip() + f" ({rng})"
+        if param.metavar is None:
+            param.metavar = _metavar(param)
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub)
 
 
 app = typer.Typer(

@@ -23,14 +23,14 @@ bind = lazy_function("boundcalc.bind", "bind")
 fmt = lazy_function("boundcalc.report.tables", "fmt")
 from .app import app, console, emit_json, fail, guarded, registry
 from .progress import Stages, require_paths
-from .sets import SET_HELP, STATS_HELP, parse_sets
+from .sets import SET_HELP, STATS_HELP, TEST_ERROR_HELP, check_test_error, parse_sets
 
 
 
 # ---- optimize ------------------------------------------------------------------------------
 
 def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target: float,
-              shrink: str | None, what_if: bool) -> Result:
+              shrink: str | None, what_if: bool, test_error: float | None = None) -> Result:
     from ..optimize import optimize
     from ..stats import load_stats
 
@@ -44,8 +44,10 @@ def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target:
         if shrink is not None and shrink not in entry.symbols:
             raise BoundcalcError(f"--shrink {shrink}: entry '{entry.id}' has no symbol '{shrink}'")
         st = load_stats(stats) if stats else None
-        return optimize(entry, st, values, registry=reg, what_if=what_if, target=target,
-                        shrink=shrink)
+        from ..floor import annotate
+
+        return annotate(optimize(entry, st, values, registry=reg, what_if=what_if,
+                                 target=target, shrink=shrink), entry, st, test_error)
     return guarded(run)
 
 
@@ -228,6 +230,8 @@ def optimize_cmd(
                                               "(default: the most sensitive measured one)."),
     what_if: bool = typer.Option(True, "--what-if/--no-what-if",
                                  help="Compute smallest n, shrink factor and the n/δ tables."),
+    test_error: Optional[float] = typer.Option(None, "--test-error", metavar="ERR",
+                                               help=TEST_ERROR_HELP),
 ) -> None:
     """Choose the free parameters of an entry optimally and explain the number.
 
@@ -238,7 +242,8 @@ def optimize_cmd(
 
     Example: boundcalc optimize pac_bayes_lambda --set emp_risk=0.05 --set KL=5000 --set n=60000
     """
-    result = _optimize(entry_id, sets, stats, target, shrink, what_if)
+    check_test_error(test_error)
+    result = _optimize(entry_id, sets, stats, target, shrink, what_if, test_error)
     notes = selection_notes(result.extra.get("selections") or [])
     if notes:
         result.extra["selection_notes"] = notes
@@ -291,15 +296,20 @@ def compare_cmd(
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", help="With --model: also write the measured stats file here."),
     sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
+    test_error: Optional[float] = typer.Option(None, "--test-error", metavar="ERR",
+                                               help=TEST_ERROR_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
 ) -> None:
     """Optimise every entry that applies to a stats file and show them side by side.
 
-    Certified bounds in one table (with vacuous yes/no); rates and proxies in their own
-    tables, which never call their numbers bounds.
+    Certified bounds in one table (vacuous: at or above the trivial predictor's error, or 1),
+    then each one's zero-complexity floor and what dominates it (KL, grid cost, Monte Carlo
+    step); rates and proxies in their own tables, which never call their numbers bounds;
+    then every entry not computed with what it lacks and what gives it.
     """
     from ..stats import load_stats
 
+    check_test_error(test_error)
     reg = registry()
     if (stats is None) == (model is None):
         fail("give exactly one of --stats FILE or --model MODEL")
@@ -319,7 +329,8 @@ def compare_cmd(
 
     comparison = compare_entries(
         st, values, reg,
-        track=lambda es: stages.track(es, len(es), "optimising the applicable entries"))
+        track=lambda es: stages.track(es, len(es), "optimising the applicable entries"),
+        test_error=test_error)
     stages.done()
     groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
@@ -330,21 +341,10 @@ def compare_cmd(
                   | {"failed": failed, "skipped": skipped})
         return
     if groups["certified"]:
-        t = Table(title="certified entries (bounds only where the label says 'certified bound')",
-                  caption="estimated: a stochastic input without its own confidence term; "
-                          "full labels: boundcalc optimize ID, or --json",
-                  caption_justify="left")
-        t.add_column("id", overflow="fold", min_width=12)
-        t.add_column("value", justify="right", no_wrap=True)
-        t.add_column("label", no_wrap=True)
-        t.add_column("vacuous", no_wrap=True)
-        t.add_column("δ", justify="right", no_wrap=True)
-        t.add_column("cost", justify="right", no_wrap=True)
-        for r in sorted(groups["certified"], key=lambda r: r.value):
-            t.add_row(r.id, r.value_text(6), r.label_head,
-                      "—" if r.vacuous is None else ("yes" if r.vacuous else "no"),
-                      fmt(r.delta), fmt(sum(r.union_bound_cost.values()), 4))
-        console.print(t)
+        from ..report.tables import certified_table, floor_table
+
+        console.print(certified_table(groups["certified"]))
+        console.print(floor_table(groups["certified"]))
     if groups["conditional"]:
         _conditional_table(groups["conditional"], console)
     if groups["rate"]:
@@ -363,6 +363,11 @@ def compare_cmd(
         for r in groups["proxy"]:
             t.add_row(r.id, r.value_text(6))
         console.print(t)
+    if not groups["certified"] and not groups["rate"] and \
+            not any(k in st.scalars for k in ("emp_risk", "loss_mean")):
+        console.print(Text("no certified bound and no rate: they need data statistics "
+                           "(boundcalc measure MODEL --data DATA); the entries not computed "
+                           "below say what each lacks", style="dim"))
     m = st.model
     if m:
         console.print(Text(f"model: {m.get('architecture', '?')}, {m.get('n_layers', '?')} layers "
@@ -394,7 +399,9 @@ def _conditional_table(results: list[Any], console: Any) -> None:
 def _compare_row(r: Result) -> dict[str, Any]:
     return {"id": r.id, "kind": r.kind, "label": r.label, "value": r.value if
             math.isfinite(r.value) else None, "value_text": r.value_text(),
-            "is_bound": r.is_bound, "vacuous": r.vacuous, "conditions": r.conditions,
+            "is_bound": r.is_bound, "vacuous": r.vacuous, "vacuous_against": r.vacuous_text,
+            "floor": r.floor, "trivial": r.trivial, "test_error": r.test_error, "gap": r.gap,
+            "conditions": r.conditions,
             "delta": r.delta,
             "delta_effective": r.delta_effective,
             "union_bound_cost": r.union_bound_cost, "method": r.method,
@@ -405,13 +412,12 @@ def _compare_row(r: Result) -> dict[str, Any]:
 
 def _skipped_table(skipped: list[dict[str, Any]]) -> Table:
     t = Table(title=f"{len(skipped)} entries not computed: values this stats file lacks",
-              caption="scalars: --set NAME=VALUE; arrays: a stats file from `boundcalc measure` "
-                      "(--data DATA for data statistics, --init INIT for distances); "
-                      "details: --json", caption_justify="left")
+              caption="each missing value, then what gives it: --set NAME=VALUE, or run "
+                      "`boundcalc measure` again with the flag named (meanings and stats "
+                      "paths: --json)", caption_justify="left")
     t.add_column("id", no_wrap=True)
-    t.add_column("lacks", overflow="fold", ratio=1)
+    t.add_column("lacks → what gives it", overflow="fold", ratio=1)
     for row in skipped:
-        lacks = ", ".join(m["symbol"] + (" (array)" if "array" in m["give"] else "")
-                          for m in row["missing"]) or row.get("error", "")
+        lacks = row.get("lacks") or row.get("error", "")
         t.add_row(Text(row["id"]), Text(lacks))
     return t

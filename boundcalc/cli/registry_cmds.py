@@ -67,10 +67,16 @@ def show(
                                     "closed_form": p.closed_form_text, "note": p.note}
                            for p in entry.parameters.values()},
             "assumptions": [{"text": a.text, "check": a.check_text} for a in entry.assumptions],
-            "notes": entry.notes,
+            "notes": entry.notes, "source_notes": _source_notes(entry),
         })
     else:
         console.print(entry_panel(entry, latex))
+
+
+def _source_notes(entry) -> dict[str, str | None]:
+    from ..report.source_notes import note_paths
+
+    return note_paths(entry.provenance)
 
 
 def _latex_or_none(entry) -> str | None:
@@ -96,7 +102,9 @@ def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path],
         for name in fixed or []:
             if name not in params and name not in values:
                 raise BoundcalcError(f"--fixed {one_line(name)[:60]}: no --set {one_line(name)[:60]}=VALUE given")
-        return entry, compute(entry, st, values, params, fixed=fixed or ())
+        from ..floor import annotate
+
+        return entry, annotate(compute(entry, st, values, params, fixed=fixed or ()), entry, st)
     return guarded(run)
 
 

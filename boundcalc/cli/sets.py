@@ -17,7 +17,17 @@ SET_HELP = ("Set a symbol or free parameter: NAME=VALUE, VALUE a number or a JSO
             "charged, unless `evaluate --fixed NAME` declares it chosen before seeing the data.")
 FIXED_HELP = ("NAME of a parameter set with --set that was chosen before seeing the data: used "
               "as given, on or off its grid, and not charged to δ (repeatable).")
+TEST_ERROR_HELP = ("Held-out test error of the model (a number in [0, 1]): each certified row "
+                   "also shows the bound minus it.")
 STATS_HELP = "A stats file written by `boundcalc measure` (symbols bind through their stat paths)."
+
+
+def check_test_error(value: float | None) -> None:
+    """``--test-error`` must be an error rate in [0, 1]; one line naming the flag otherwise."""
+    if value is not None and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        from .app import fail
+
+        fail(f"--test-error must be a number in [0, 1], got {value}")
 
 
 def parse_sets(items: list[str] | None) -> dict[str, Any]:

@@ -131,10 +131,13 @@ def _print_correlation(corr) -> None:
 
     t = corr.table
     table = Table(title=f"rank correlation with {corr.target}, best first (kinds ranked "
-                        "together; tracking does not make a proxy a bound)", box=box.SIMPLE)
-    for col in ("id", "kind", "τ", f"τ {corr.confidence:.0%} CI", "ρ", "Ψ"):
-        table.add_column(col, justify="left" if col in ("id", "kind") else "right",
-                         no_wrap=True)
+                        "together; tracking does not make a proxy a bound)", box=box.SIMPLE,
+                  pad_edge=False, show_edge=False, collapse_padding=True)
+    # ids whole at 80 columns: no column wraps, and the padding is collapsed to fit
+    table.add_column("id", no_wrap=True, min_width=max([len(str(i)) for i in t["id"]] + [2]))
+    table.add_column("kind", no_wrap=True)
+    for col in ("τ", f"τ {corr.confidence:.0%} CI", "ρ", "Ψ"):
+        table.add_column(col, justify="right", no_wrap=True)
     for _, row in t.iterrows():
         psi = row.get("granulated_tau")
         ci = (f"[{row['tau_lo']:+.2f},{row['tau_hi']:+.2f}]" if "tau_lo" in row

@@ -147,11 +147,13 @@ def what_it_takes(prepared: Prepared, result: Result, options: Options) -> dict[
         symbol = options.shrink or _default_shrink(result, placeholders)
         if symbol is not None:
             out["shrink"] = shrink_factor(base, opt, symbol, options.target)
-    else:
-        what = result.kind if result.kind != "certified" else f"certified {result.output}"
-        out["note"] = (f"a {what} is never compared with a target; only the tables of its "
-                       f"value against n and δ are given")
     out["table"] = bound_table(base, opt)
+    if "smallest_n" not in out:
+        what = result.kind if result.kind != "certified" else f"certified {result.output}"
+        tables = " and ".join(t["symbol"] for t in out["table"].values())
+        out["note"] = (f"a {what} is never compared with a target; " + (
+            f"only the tables of its value against {tables} are given" if tables else
+            "it has no sample size and no δ to tabulate it against either"))
     return out
 
 

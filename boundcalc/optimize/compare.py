@@ -36,9 +36,73 @@ def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> di
         return {"id": entry.id, "kind": entry.kind, "missing": [],
                 "error": one_line(str(exc)) if str(exc) else type(exc).__name__}
     chosen = {p.name for p in per_instance_symbols(entry)}
-    return {"id": entry.id, "kind": entry.kind, "missing": [
-        {"symbol": m, "stat": entry.symbols[m].stat, "meaning": entry.symbols[m].meaning,
-         "give": how_to_give(entry.symbols[m])} for m in missing if m not in chosen]}
+    rows = [{"symbol": m, "stat": entry.symbols[m].stat, "meaning": entry.symbols[m].meaning,
+             "give": how_to_give(entry.symbols[m]), **what_lacks(entry, m, stats)}
+            for m in missing if m not in chosen]
+    return {"id": entry.id, "kind": entry.kind, "missing": rows, "lacks": lacks_text(rows)}
+
+
+# what `boundcalc measure MODEL --data DATA` writes (measure/data/task_measure.py), and the
+# flag that turns each optional part on; `--compress` writes the quantized model's statistics
+_DATA_WRITES = {
+    "scalars.n": "", "scalars.emp_risk": "", "scalars.loss_mean": "",
+    "scalars.cross_entropy": "", "scalars.loss_min": "", "scalars.loss_max": "",
+    "scalars.margin_q": "", "scalars.input_token_norm_max": "", "scalars.input_fro_max": "",
+    "scalars.seq_len": "", "scalars.majority_error": "", "scalars.smoothing_alpha": "",
+    "scalars.bounded_loss_mean": "", "curves.ramp_risk": "", "curves.margin_below": "",
+    "scalars.gibbs_draws": " --draws K", "curves.gibbs_risk_mean": " --draws K",
+    "scalars.hessian_trace": " --hessian-probes P", "groups.hessian_trace": " --hessian-probes P",
+    "curves.perturbation_term": " --perturbation-draws K"}
+_COMPRESS_STATS = ("scalars.code_bits", "scalars.quantized_", "curves.quantized_",
+                   "scalars.vocab_size")
+_INIT_STATS = ("scalars.dist_init", "scalars.feature_sigma_min_init", "groups.dist")
+
+
+def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
+    """What a missing symbol really is, in the user's terms: ``name`` (the symbol, with what
+    the file holds instead when it has something of that name) and ``fix`` (the one thing to
+    do). The symbol ``emp_risk`` of the Occam entries is the *quantized* model's error, which
+    only ``measure --compress`` writes; a symbol that reads no stat is never taken from the
+    file, even when the file has a number of that name; an entry that takes one Gibbs risk
+    does not read the measured curve; a stat no boundcalc command writes is for --set."""
+    spec = entry.symbols[name]
+    stat = spec.stat or ""
+    head, _, key = stat.partition(".")
+    scalars = stats.scalars if stats is not None else {}
+    curves = stats.curves if stats is not None else {}
+    array = bool(spec.indices)
+    label = name + (" (array)" if array else "")
+    set_it = "--set NAME=[…] (a JSON array)" if array else "--set NAME=VALUE"
+    if key and key.lower() != name.lower():
+        label += f" = {key}" + (f", not the file's {name}" if name in scalars else "")
+    if not stat:
+        have = scalars.get(name)
+        if have is not None and not array:
+            label += f" (not read from the file's {name} = {have.value:.4g})"
+        return {"name": label, "fix": set_it}
+    if stat.startswith(_COMPRESS_STATS):
+        return {"name": label, "fix": "measure --data DATA --compress"}
+    if head == "scalars" and key in curves:
+        return {"name": f"{label} (one value; the file has the curve {key} over "
+                        f"{curves[key].param})", "fix": set_it}
+    if stat.startswith(_INIT_STATS):
+        return {"name": label, "fix": "measure --init INIT"}
+    flag = next((f for path, f in _DATA_WRITES.items() if stat.startswith(path)), None)
+    if flag is not None:
+        return {"name": label, "fix": f"measure --data DATA{flag}"}
+    if head == "matrix":
+        return {"name": label, "fix": "boundcalc measure MODEL"}
+    return {"name": label, "fix": set_it + " (no boundcalc command measures it)"}
+
+
+def lacks_text(rows: list[dict[str, Any]]) -> str:
+    """'code_bits, emp_risk = quantized_error: measure --data DATA --compress; KL: --set' —
+    the missing symbols grouped by the one thing that gives them."""
+    groups: dict[str, list[str]] = {}
+    for r in rows:
+        groups.setdefault(r.get("fix", ""), []).append(r.get("name", r["symbol"]))
+    return "; ".join(", ".join(names) + (f": {fix}" if fix else "")
+                     for fix, names in groups.items())
 
 
 def _plain(items: Iterable[Entry]) -> Iterator[Entry]:
@@ -46,10 +110,14 @@ def _plain(items: Iterable[Entry]) -> Iterator[Entry]:
 
 
 def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
-                    track: Callable[[list[Entry]], Iterable[Entry]] = _plain) -> Comparison:
+                    track: Callable[[list[Entry]], Iterable[Entry]] = _plain,
+                    test_error: float | None = None) -> Comparison:
     """Optimise (without sensitivities or contributions) every entry of ``registry`` whose
     symbols ``stats`` and ``values`` provide; a value is passed to an entry only if the entry
-    has that symbol or parameter. ``track`` wraps the iteration (a progress bar)."""
+    has that symbol or parameter. ``track`` wraps the iteration (a progress bar). Each result
+    carries the trivial predictor's error of ``stats`` (0-1 risk bounds) and ``test_error``."""
+    from ..floor import annotate
+
     out = Comparison()
     for entry in track(list(registry)):
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
@@ -64,6 +132,7 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
                                "error": one_line(str(exc)) if str(exc)
                                else type(exc).__name__})
             continue
+        annotate(r, entry, stats, test_error)
         out.groups.setdefault(r.kind, []).append(r)
         out.results.append(r)
     return out

@@ -744,8 +744,9 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
     L = [r"\section*{Instantiated (%s)}" % esc(r.method)]
     L.append(r"\textbf{Value:} $%s = %s$ \quad (%s)" % (BOUND_SYMBOL, _value_text(r),
                                                           honest_label(entry, r)))
-    if r.vacuous:
-        L.append(r"\\ The certified bound is vacuous (at least 1).")
+    if r.vacuous is not None:
+        L.append(r"\\ Vacuous: %s." % esc(r.vacuous_text))
+    L += _floor_section(r)
     if r.estimated_inputs:
         L.append(r"\\ \textbf{Estimated inputs:} "
                  + "; ".join(esc(x) for x in r.estimated_inputs))
@@ -814,6 +815,34 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
         L.append(r"\begin{itemize}")
         L += [r"\item{} " + esc(n) for n in r.notes]
         L.append(r"\end{itemize}")
+    return L
+
+
+def _floor_section(r: Result) -> list[str]:
+    """The zero-complexity floor, each piece of the budget with its effect, and the gap to a
+    held-out test error (see :mod:`boundcalc.floor`)."""
+    f = r.floor
+    L: list[str] = []
+    if f:
+        L.append(r"\subsection*{Floor and what dominates}")
+        L.append(r"With zero complexity the value would be at least $\mathrm{kl}^{-1}(\hat e, "
+                 r"c(\delta)/n) = %s$ with the entry's own confidence term $c(\delta) = %s$, and "
+                 r"$\mathrm{kl}^{-1}(\hat e, \ln(1/\delta)/n) = %s$ "
+                 r"($\hat e = %s$, $\delta = %s$, $n = %s$). Each piece of the budget and its "
+                 r"effect (the value minus the value without it); %s dominates."
+                 % (_num(f["own"], 4), tex_escape(f["own_form"]), _num(f["plain"], 4),
+                    _num(f["emp_risk"], 4), _num(f["delta"]), _num(f["n"]),
+                    tex_escape(f["dominant"])))
+        rows = [[tex_escape(k), "$%s$" % _num(v, 4), "$%s$" % _num(f["effects"].get(k, 0.0), 3)]
+                for k, v in f["budget_nats"].items()]
+        if f.get("mc_upper") is not None:
+            rows.append(["Monte Carlo step", "$%s \\to %s$" % (_num(f["emp_risk"], 4),
+                                                              _num(f["mc_upper"], 4)),
+                         "$%s$" % _num(f["effects"]["Monte Carlo"], 3)])
+        L += _table(["piece", "nats (or risk)", "effect"], rows, "l r r")
+    if r.test_error is not None and r.gap is not None:
+        L.append(r"Held-out test error $%s$; value minus test error $%s$."
+                 % (_num(r.test_error), _num(r.gap, 4)))
     return L
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..evaluation import Result
 from .io import write_text_atomic
-from .tables import fmt
+from .tables import floor_rows, fmt
 
 
 def _int_orfmt(x: Any) -> str:
@@ -40,7 +40,8 @@ def headline(result: Result) -> str:
                 f"is not compared with 1.")
     if result.kind == "certified":
         if result.is_bound:
-            vac = "vacuous (≥ 1)" if result.vacuous else "non-vacuous (< 1)"
+            vac = ("vacuous " if result.vacuous else "non-vacuous ") + \
+                result.vacuous_text.split(" ", 1)[1]
             return (f"**Certified bound: {v}** ({vac}), holding with probability ≥ "
                     f"{1 - (result.delta or 0):g} under the listed assumptions.")
         return f"**Value: {v}**, {result.label}; it is not a certified bound."
@@ -76,6 +77,23 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
     if r.estimated_inputs:
         lines.append("- estimated inputs: " + "; ".join(r.estimated_inputs))
     lines.append("")
+    floor = floor_rows(r)
+    if floor:
+        lines += ["## Floor and what dominates", ""]
+        lines += [f"- {name}: {text}" for name, text in floor]
+        if r.floor:
+            lines += ["", "Each piece of the budget and its effect (the value minus the value "
+                          "without it):", ""]
+            f = r.floor
+            rows = [[name, fmt(nats, 4), fmt(f["effects"].get(name, 0.0), 3)]
+                    for name, nats in f["budget_nats"].items()]
+            if f.get("mc_upper") is not None:
+                rows.append(["Monte Carlo step", f"{fmt(f['emp_risk'], 4)} → "
+                                                 f"{fmt(f['mc_upper'], 4)}",
+                             fmt(f["effects"].get("Monte Carlo"), 3)])
+            lines += _table(["piece", "nats (or risk)", "effect on the value"], rows)
+        else:
+            lines.append("")
     if r.parameters:
         lines += ["## Parameters", ""]
         lines += _table(["name", "value", "how chosen", "union-bound cost"],

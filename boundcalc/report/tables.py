@@ -100,6 +100,11 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
         _row(head, "variant", entry.variant)
     _row(head, "source", entry.source)
     _row(head, "provenance", entry.provenance)
+    from .source_notes import note_paths
+
+    for name, path in note_paths(entry.provenance).items():
+        _row(head, "source note", path or f"{name} (not installed here; in the repository's "
+                                          f"docs/sources/)")
     _row(head, "file", entry.file)
     _row(head, "expression", entry.expression_text)
     for name, d in entry.definitions.items():
@@ -155,8 +160,9 @@ def result_panel(result: Result) -> Group:
     style = KIND_STYLE[result.kind] if result.is_bound or result.kind != "certified" \
         else "bold red"
     head = Table.grid(padding=(0, 1))
-    head.add_column(style="bold")
-    head.add_column()
+    head.add_column(style="bold", no_wrap=True)
+    head.add_column(overflow="fold")
+    _row(head, "title", result.title)  # in the panel, not its border: a border cuts long titles
     _row(head, "value", Text(result.value_text(8), style=style))
     label = result.label
     if result.conditions and " only if " in label:  # the conditions follow, one per row
@@ -169,7 +175,9 @@ def result_panel(result: Result) -> Group:
         _row(head, "interval", f"[{fmt(interval['lower'], 17)}, {fmt(interval['upper'], 17)}] "
                                f"(outward-rounded; the value is its upper end)")
     if result.vacuous is not None:
-        _row(head, "vacuous", "yes (≥ 1)" if result.vacuous else "no (< 1)")
+        _row(head, "vacuous", result.vacuous_text)
+    for name, text in floor_rows(result):
+        _row(head, name, text)
     if result.delta is not None:
         _row(head, "δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})"
              if result.delta < 1 else f"{result.delta:g} ≥ 1: no guarantee at all")
@@ -185,7 +193,7 @@ def result_panel(result: Result) -> Group:
     if result.estimated_inputs:
         _row(head, "estimated inputs", "; ".join(result.estimated_inputs))
     _row(head, "method", result.method)
-    parts: list[Any] = [Panel(head, title=Text(f"{result.id}: {result.title}"), expand=False)]
+    parts: list[Any] = [Panel(head, title=Text(result.id), expand=False)]
     if result.parameters:
         t = Table(title="free parameters")
         t.add_column("name")
@@ -215,5 +223,88 @@ def result_panel(result: Result) -> Group:
     return Group(*parts)
 
 
+def floor_rows(result: Result) -> list[tuple[str, str]]:
+    """(name, text) lines on the floor, the breakdown and the test-error gap of a result."""
+    from ..floor import breakdown_text
+
+    rows = []
+    f = result.floor
+    if f:
+        risk = f"{f['risk_symbol']} = {f['emp_risk']:.4g}"
+        rows.append(("floor", f"{f['own']:.4g} = kl⁻¹({risk}, c(δ)/n) with the entry's own "
+                              f"c(δ) = {f['own_form']}; {f['plain']:.4g} with ln(1/δ) "
+                              f"(δ = {f['delta']:g}, n = {f['n']:g}; zero complexity)"))
+        rows.append(("what dominates", breakdown_text(f)))
+    if result.test_error is not None:
+        gap = result.gap
+        rows.append(("test error", f"{result.test_error:g} (held out); value − test error = "
+                                   + ("—" if gap is None else f"{gap:.4g}")))
+    return rows
+
+
 def print_result(result: Result, console: Console) -> None:
     console.print(result_panel(result))
+
+
+def _id_width(results: list[Result]) -> int:
+    return max([len(r.id) for r in results] + [2])
+
+
+def vacuity_caption(results: list[Result]) -> str:
+    """What 'vacuous' means for these rows: ≥ 1, or ≥ the trivial predictor's error."""
+    trivial = next((r.trivial for r in results if r.trivial), None)
+    if not trivial:
+        return "vacuous: ≥ 1 (no trivial-predictor error in the stats file)"
+    both = []
+    if "majority" in trivial:
+        both.append(f"always the majority class of S errs {trivial['majority']:.3g}")
+    if "guess" in trivial:
+        both.append(f"guessing among K = {trivial['n_classes']} errs {trivial['guess']:.3g}")
+    return (f"vacuous (0-1 risks): ≥ {min(1.0, trivial['error']):.3g}, the trivial predictor's "
+            f"error ({'; '.join(both)})")
+
+
+def certified_table(results: list[Result]) -> Table:
+    """Certified rows: id (never cut), value, label head, vacuous, total δ; sorted by value."""
+    t = Table(title="certified entries (bounds only where the label says 'certified bound')",
+              caption="estimated: a stochastic input without its own confidence term; "
+                      "full labels: boundcalc optimize ID, or --json. "
+                      + vacuity_caption(results), caption_justify="left")
+    t.add_column("id", no_wrap=True, min_width=_id_width(results))
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("label", overflow="fold")
+    t.add_column("vacuous", no_wrap=True)
+    t.add_column("δ", justify="right", no_wrap=True)
+    for r in sorted(results, key=lambda r: r.value):
+        _row(t, r.id, r.value_text(4), r.label_head,
+             "—" if r.vacuous is None else ("yes" if r.vacuous else "no"), fmt(r.delta, 3))
+    return t
+
+
+def floor_table(results: list[Result]) -> Table:
+    """Beside each certified row: its zero-complexity floor (the entry's own δ form), the
+    union-bound cost, what dominates and, with a test error, the gap."""
+    from ..floor import breakdown_text
+
+    test = any(r.test_error is not None for r in results)
+    t = Table(title="zero-complexity floor and what dominates",
+              caption="floor: kl⁻¹(ê, c(δ)/n), the value with zero complexity (c(δ): the "
+                      "entry's own confidence term; —: not a kl inverse); dominates: the piece "
+                      "whose removal lowers the value most; kl⁻¹(ê, ln(1/δ)/n) and every piece: "
+                      "--json" + ("; gap: value − held-out test error" if test else ""),
+              caption_justify="left")
+    t.add_column("id", no_wrap=True, min_width=_id_width(results))
+    t.add_column("floor", justify="right", no_wrap=True)
+    t.add_column("cost", justify="right", no_wrap=True)
+    if test:
+        t.add_column("gap", justify="right", no_wrap=True)
+    t.add_column("dominates", overflow="fold", ratio=1)
+    for r in sorted(results, key=lambda r: r.value):
+        floor = r.floor
+        cells = [r.id, fmt(floor["own"], 3) if floor else "—",
+                 fmt(sum(r.union_bound_cost.values()), 3)]
+        if test:
+            cells.append(fmt(r.gap, 3))
+        cells.append(breakdown_text(floor, short=True))
+        _row(t, *cells)
+    return t

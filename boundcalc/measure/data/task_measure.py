@@ -157,6 +157,12 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
     sc["input_token_norm_max"] = Quantity(base.token_norm_max, method=f"max token l2 norm of the "
                                           f"{emb} over all samples")
     sc["input_fro_max"] = Quantity(base.fro_max, method=f"max over samples of ‖X‖_F of the {emb}")
+    if not tm.is_lm:  # the trivial predictor a 0-1 bound must beat
+        counts = np.bincount(torch.cat([y.reshape(-1) for _, y in batched.batches]).cpu().numpy(),
+                             minlength=tm.n_outputs)
+        sc["majority_error"] = Quantity(1 - float(counts.max()) / n, method=(
+            f"0-1 error of always answering the majority label {int(counts.argmax())} of the "
+            f"{n} samples; with K = {tm.n_outputs} classes guessing errs 1 − 1/K"))
     if base.margin is not None:
         m = base.margin
         for q in (1, 5, 10, 25, 50):
@@ -191,6 +197,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
+        **({} if tm.is_lm else {"n_classes": int(tm.n_outputs)}),
         "prior_centre": init if init is not None else None,
         "prior_note": _prior_note(stats, init),
         "bounded_loss": loss_name})
