@@ -133,20 +133,22 @@ class RowNoise:
         d_in, d_out = mod.in_features, mod.out_features
         X = x.reshape(R, -1, d_in)
         T = X.shape[1]
-        noise = torch.zeros((R, T, d_out), device=y.device, dtype=y.dtype)
-        s = sig.get("weight", 0.0)
-        if s > 0:
+        sw, sb = sig.get("weight", 0.0), sig.get("bias", 0.0)
+        # noise = L·ξ with ξ standard normal: L = σ_w·Rᵀ (XXᵀ = RᵀR) or σ_w·X, and a last
+        # column σ_b for the bias noise shared by the row's positions; one fused baddbmm
+        cols = []
+        if sw > 0:
             if T < d_in:
                 work = X if X.dtype in (torch.float32, torch.float64) else X.float()
-                r = torch.linalg.qr(work.transpose(1, 2), mode="r").R  # (R, T, T), XXᵀ = RᵀR
-                xi = self._randn((R, T, d_out), y)
-                noise += (r.transpose(1, 2).to(y.dtype) @ xi) * s
+                r = torch.linalg.qr(work.transpose(1, 2), mode="r").R  # (R, T, T)
+                cols.append(r.transpose(1, 2).to(y.dtype) * sw)
             else:
-                noise += (X @ self._randn((R, d_in, d_out), y)) * s
-        s = sig.get("bias", 0.0)
-        if s > 0:
-            noise += self._randn((R, 1, d_out), y) * s
-        return y + noise.reshape(y.shape)
+                cols.append(X.to(y.dtype) * sw)
+        if sb > 0:
+            cols.append(torch.full((R, T, 1), sb, dtype=y.dtype, device=y.device))
+        L = cols[0] if len(cols) == 1 else torch.cat(cols, dim=2)
+        xi = self._randn((R, L.shape[2], d_out), y)
+        return torch.baddbmm(y.reshape(R, T, d_out), L, xi).reshape(y.shape)
 
     def _embedding(self, mod: nn.Embedding, ids: torch.Tensor, y: torch.Tensor,
                    sig: dict[str, float]) -> torch.Tensor:
