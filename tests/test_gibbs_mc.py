@@ -156,7 +156,7 @@ def test_linear_hook_has_the_law_of_an_explicit_weight_draw():
             y0 = lin(X)
             with RowNoise(lin, {"weight": s, "bias": 0.2}, torch.Generator().manual_seed(1)) as h:
                 h.start_pass(R)
-                out = lin(X.expand(R, T, d_in)) - y0
+                out = lin(input=X.expand(R, T, d_in)) - y0  # a keyword input is seen too
         # Cov over rows of output unit 0 at the T positions: σ²·XXᵀ + σ_b²·11ᵀ
         assert out.shape == (R, T, 4)
         cov = torch.cov(out[:, :, 0].T)
@@ -336,20 +336,36 @@ def test_subsampled_passes_count_their_rows_and_estimate_the_same_risk(trained, 
 
 def test_rows_per_pass_respect_a_tiny_memory_budget(trained):
     _, tm, batched, *_ = trained
-    weights = sum(p.numel() * p.element_size() for p in tm.model.parameters())
     per_row = _row_bytes(tm, batched.seq_len)
+    seen = []
     try:
-        set_memory_budget(weights + 3 * per_row)
+        set_memory_budget(3 * per_row)
         assert rows_per_chunk(tm, batched.seq_len, 16) == 3
+        h = tm.model.bert.embeddings.word_embeddings.register_forward_hook(
+            lambda m, a, o: seen.append(a[0].shape[0]))
         small = gibbs_estimate(tm, batched, CPU, [0.1], 2, 0, 0.01)
-        assert small.n_losses == 2 * 48
-        set_memory_budget(weights + per_row // 2)
+        h.remove()
+        assert small.n_losses == 2 * 48 and max(seen) == 3 and sum(seen) == 2 * 48
+        set_memory_budget(per_row // 2)
         with pytest.raises(ResourceError, match="memory budget") as exc:
             gibbs_estimate(tm, batched, CPU, [0.1], 2, 0, 0.01)
         assert "\n" not in str(exc.value)
     finally:
         set_memory_budget(None)
     assert rows_per_chunk(tm, batched.seq_len, 16) == 16
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cpu_and_cuda_agree_within_monte_carlo_error_not_bitwise(trained):
+    out, tm, batched, *_ = trained
+    gpu = load_task_model(out / "model", "cuda")
+    for mode in ("sample", "whole"):
+        a = gibbs_estimate(tm, batched, CPU, [0.1], 60, 0, 0.01, mode=mode)
+        b = gibbs_estimate(gpu, batched, torch.device("cuda"), [0.1], 60, 0, 0.01, mode=mode)
+        assert b.n_losses == a.n_losses and b.engine == a.engine
+        se = math.hypot(math.sqrt(a.means.var(ddof=1) / 60), math.sqrt(b.means.var(ddof=1) / 60))
+        assert abs(a.means.mean() - b.means.mean()) < 4 * se
+        assert not np.array_equal(a.means, b.means)
 
 
 def test_cli_flags_and_one_line_errors(trained, tmp_path):

@@ -74,8 +74,6 @@ class Perturber:
 
     def __init__(self, model: torch.nn.Module, generator: torch.Generator | None = None):
         self.named = _params(model)
-        nbytes = sum(p.numel() * p.element_size() for _, p in self.named)
-        check_allocation(nbytes, "the saved copy of the weights for Gaussian perturbations")
         self.gen = generator if generator is not None else device_generator(model, 0)
         with torch.no_grad():
             self.saved = {n: p.detach().clone() for n, p in self.named}
@@ -236,12 +234,13 @@ def _row_bytes(tm: TaskModel, seq_len: int) -> int:
 
 
 def rows_per_chunk(tm: TaskModel, seq_len: int, batch_rows: int) -> int:
-    """Rows evaluated at once in ``sample`` mode: as many as the memory budget leaves beside
-    the weights (at most a data batch); a one-line error when not even one row fits."""
-    weights = sum(p.numel() * p.element_size() for p in tm.model.parameters())
+    """Rows evaluated at once in ``sample`` mode: as many as the memory budget allows for
+    their activations and noise (the weights themselves are not counted, as everywhere in
+    :mod:`boundcalc.limits`), at most a data batch; a one-line error when not even one row
+    fits."""
     per_row = _row_bytes(tm, seq_len)
-    check_allocation(weights + per_row, "one row of a forward pass with per-sample Gibbs draws")
-    return max(1, min(batch_rows, (memory_budget() - weights) // per_row))
+    check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws")
+    return max(1, min(batch_rows, memory_budget() // per_row))
 
 
 def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tensor | None,

@@ -88,7 +88,8 @@ class RowNoise:
                 continue
             hook = {nn.Linear: self._linear, nn.Embedding: self._embedding,
                     nn.LayerNorm: self._layer_norm}[type(mod)]
-            self._handles.append(mod.register_forward_hook(self._wrap(path, sig, hook)))
+            self._handles.append(mod.register_forward_hook(self._wrap(path, sig, hook),
+                                                           with_kwargs=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -102,14 +103,14 @@ class RowNoise:
         self.calls.clear()
 
     def _wrap(self, path: str, sig: dict[str, float], fn: Callable) -> Callable:
-        def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
+        def hook(mod: nn.Module, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
             n = self.calls.get(path, 0) + 1
             self.calls[path] = n
             if n > 1:
                 raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' ran twice in one "
                                      "forward pass, so its two uses would need the same "
                                      "draw; use --gibbs-mode whole")
-            return fn(mod, args[0], out, sig)
+            return fn(mod, args[0] if args else kwargs["input"], out, sig)
         return hook
 
     def _randn(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
