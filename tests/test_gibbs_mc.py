@@ -142,6 +142,17 @@ def test_same_seed_same_numbers_other_seed_other_numbers(trained):
     b = gibbs_estimate(tm, batched, CPU, [0.1], 3, 5, 0.01)
     c = gibbs_estimate(tm, batched, CPU, [0.1], 3, 6, 0.01)
     assert np.array_equal(a.means, b.means) and not np.array_equal(a.means, c.means)
+    # a {parameter: σ} point with every σ equal is the same posterior, drawn the same way
+    names = [n for n, _ in tm.model.named_parameters()]
+    for mode in ("sample", "whole"):
+        f = gibbs_estimate(tm, batched, CPU, [0.1], 2, 5, 0.01, mode=mode)
+        m = gibbs_estimate(tm, batched, CPU, [{n: 0.1 for n in names}], 2, 5, 0.01, mode=mode)
+        assert np.array_equal(f.means, m.means)
+    # σ = 0 on everything: the trained weights, error 0 in every pass
+    zero = gibbs_estimate(tm, batched, CPU, [{n: 0.0 for n in names}], 2, 5, 0.01)
+    assert np.array_equal(zero.means, np.zeros((1, 2)))
+    with pytest.raises(BoundcalcError, match="no noise level for parameter"):
+        gibbs_estimate(tm, batched, CPU, [{"classifier.weight": 0.1}], 2, 5, 0.01)
 
 
 # ---- the row-wise draws are exact in law --------------------------------------------------
@@ -263,15 +274,31 @@ def test_auto_mode_falls_back_where_row_draws_would_not_be_exact(trained):
         def forward(self, x):
             return self.lin(self.lin(x))
 
-    class Raw(torch.nn.Module):
+    class Mixing(torch.nn.Module):  # a raw parameter, and rows that see each other
         def __init__(self):
             super().__init__()
             self.scale = torch.nn.Parameter(torch.ones(3))
 
+        def forward(self, x):
+            return (x - x.mean(0)) * self.scale
+
+    class Nested(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = Mixing()
+            self.shift = torch.nn.Parameter(torch.zeros(3))
+
     tied = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5, bias=False))
     tied[1].weight = tied[0].weight
     assert "tied" in unsupported_reason(tied, [n for n, _ in tied.named_parameters()])
-    assert "Raw" in unsupported_reason(Raw(), ["scale"])
+    assert "one inside the other" in unsupported_reason(Nested(), ["shift", "inner.scale"])
+    mix = Mixing()
+    assert unsupported_reason(mix, ["scale"]) is None  # replayed row by row, if rows separate
+    with pytest.raises(BoundcalcError, match="rows independently"):
+        with torch.no_grad(), RowNoise(mix, {"scale": 0.1}, torch.Generator()) as h:
+            h.start_pass(4)
+            mix(torch.randn(4, 3))
+    assert "forward" not in mix.__dict__
     m = Twice()
     with pytest.raises(BoundcalcError, match="ran twice"):
         with torch.no_grad(), RowNoise(m, {"lin.weight": 0.1, "lin.bias": 0.1},
@@ -385,3 +412,38 @@ def test_cli_flags_and_one_line_errors(trained, tmp_path):
     res = runner.invoke(app, [*base, "--gibbs-mode", "bogus"])
     assert res.exit_code != 0 and "--gibbs-mode" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_vit_rows_replay_the_embeddings_and_match_explicit_weight_draws():
+    """A ViT: Conv2d patches by hook, the raw cls_token / position table replayed per row."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    cfg = ViTConfig(image_size=8, patch_size=2, num_channels=1, hidden_size=16,
+                    num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                    num_labels=3, attn_implementation="eager")
+    model = ViTForImageClassification(cfg).eval()
+    names = [n for n, _ in model.named_parameters()]
+    assert unsupported_reason(model, names) is None
+    raw = ["vit.embeddings.cls_token", "vit.embeddings.position_embeddings"]
+    x = torch.randn(1, 1, 8, 8)
+    R = 600
+    for sig in ({n: 0.1 for n in names}, {n: (0.5 if n in raw else 0.0) for n in names}):
+        with torch.no_grad(), RowNoise(model, sig, device_generator(model, 1)) as h:
+            h.start_pass(R)
+            a = model(pixel_values=x.expand(R, 1, 8, 8)).logits.double()
+        assert "forward" not in model.vit.embeddings.__dict__  # the replay is undone
+        g = torch.Generator().manual_seed(2)
+        base = {n: p.detach().clone() for n, p in model.named_parameters()}
+        ref = []
+        with torch.no_grad():
+            for _ in range(R):
+                for n, p in model.named_parameters():
+                    p.copy_(base[n] + sig[n] * torch.randn(p.shape, generator=g))
+                ref.append(model(pixel_values=x).logits.double()[0])
+            for n, p in model.named_parameters():
+                p.copy_(base[n])
+        c = torch.stack(ref)
+        se = torch.sqrt(a.var(0) / R + c.var(0) / R)
+        assert ((a.mean(0) - c.mean(0)).abs() < 4 * se).all()
+        assert torch.allclose(a.std(0), c.std(0), rtol=0.15) and (c.std(0) > 1e-3).all()

@@ -240,7 +240,11 @@ def rows_per_chunk(tm: TaskModel, seq_len: int, batch_rows: int) -> int:
     fits."""
     per_row = _row_bytes(tm, seq_len)
     check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws")
-    return max(1, min(batch_rows, memory_budget() // per_row))
+    room = memory_budget()
+    dev = _device_of(tm.model)
+    if dev.type == "cuda":  # and no more than half of what the card has free
+        room = min(room, torch.cuda.mem_get_info(dev)[0] // 2)
+    return max(1, min(batch_rows, room // per_row))
 
 
 def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tensor | None,
