@@ -202,6 +202,7 @@ def test_layer_norm_hook_variance_is_sigma_squared_times_xhat_squared_plus_one()
     assert torch.allclose(var, 0.04 * (xhat[0] ** 2 + 1), rtol=0.06)
 
 
+@pytest.mark.slow  # hundreds of explicit weight draws: 10-30 s on a busy 2-core machine
 def test_row_hooks_give_the_logit_law_of_explicit_weight_draws(trained):
     """One sentence in 800 rows with hook noise against 800 explicit weight draws."""
     _, tm, _, enc, y = trained
@@ -230,6 +231,7 @@ def test_row_hooks_give_the_logit_law_of_explicit_weight_draws(trained):
     assert 0.05 < pc < 0.95 and abs(pa - pc) < 4 * math.sqrt(2 * pc * (1 - pc) / R)
 
 
+@pytest.mark.slow  # hundreds of explicit weight draws: 10-30 s on a busy 2-core machine
 def test_per_sample_and_whole_estimates_agree_with_an_independent_plain_loop(trained, plain):
     _, tm, batched, enc, y = trained
     s = 0.1
@@ -414,6 +416,7 @@ def test_cli_flags_and_one_line_errors(trained, tmp_path):
     assert len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.slow  # hundreds of explicit weight draws: 10-30 s on a busy 2-core machine
 def test_vit_rows_replay_the_embeddings_and_match_explicit_weight_draws():
     """A ViT: Conv2d patches by hook, the raw cls_token / position table replayed per row."""
     from transformers import ViTConfig, ViTForImageClassification
