@@ -225,6 +225,8 @@ def main() -> None:
     for r in rows:
         lines.append(f"| {r['config']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
                      f"{r['peak_rss_mib']:.0f} | {r.get('N_per_sigma', '')} |")
+    lines += ["", "plain-sample is timed on --plain-rows sentences and extrapolated linearly; wall "
+              "times follow the machine's load, CPU seconds are the comparable column."]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
