@@ -55,12 +55,13 @@ def _seconds(forwards: float, calls: float, n_params: float, positions: float,
 def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_samples: int,
                  perturbation_draws: int, rows: int = 1, positions: int = 1,
                  n_params: int = 1, groups: int = 1, batch_size: int = 1,
-                 device: str = "cpu") -> list[Item]:
+                 device: str = "cpu", gibbs_samples: int | None = None) -> list[Item]:
     """The work of ``measure --data`` with these options (see the module docstring).
 
     ``rows``: samples of DATA; ``positions``: tokens (or patches) per sample; ``n_params``:
     trainable parameters; ``groups``: parameter groups of the Hessian trace. Unknown values
-    are lower bounds (1)."""
+    are lower bounds (1). ``gibbs_samples``: rows per Monte Carlo pass when each pass is
+    evaluated on a subsample (``--gibbs-samples``), else every row."""
     rows, positions, n_params = max(rows, 1), max(positions, 1), max(n_params, 1)
     batches = math.ceil(rows / max(batch_size, 1))
     hs = min(max(hessian_samples, 1), rows)
@@ -69,10 +70,12 @@ def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_sample
                   _seconds(rows, batches, n_params, positions, device))]
     if draws > 0 and sigmas > 0:
         passes = float(sigmas) * draws
+        mc_rows = max(gibbs_samples, 1) if gibbs_samples else rows
+        mc_batches = math.ceil(mc_rows / max(batch_size, 1))
         items.append(Item(
-            f"--draws {draws} (× {sigmas} σ, {rows:,} rows each)",
+            f"--draws {draws} (× {sigmas} σ, {mc_rows:,} rows each)",
             8.0 * passes + 12.0 * n_params,  # losses per draw; saved weights + float64 noise
-            _seconds(passes * rows, passes * batches, n_params, positions, device)))
+            _seconds(passes * mc_rows, passes * mc_batches, n_params, positions, device)))
     if hessian_probes > 0:
         hvps = float(hessian_probes) + 1
         items.append(Item(

@@ -112,7 +112,8 @@ def _print_data(stats, output: Path) -> None:
     console.print(table)
     c = stats.curves.get("gibbs_risk_mean")
     if c is not None:
-        t = Table(title=f"Monte Carlo Gibbs risk ({c.n_samples} draws per σ)")
+        mode = stats.provenance.get("gibbs_mode", "whole")
+        t = Table(title=f"Monte Carlo Gibbs risk (N = {c.n_samples} losses per σ, {mode} mode)")
         t.add_column("σ", justify="right")
         t.add_column("mean", justify="right")
         t.add_column(f"kl upper ({c.confidence:.0%})", justify="right")
@@ -165,8 +166,15 @@ def measure_cmd(
                                                 "the Dziugaite–Roy grid); default: seven σ, "
                                                 "0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, "
                                                 "each --draws passes over DATA"),
-    draws: int = typer.Option(20, "--draws", min=0, help="Monte Carlo draws per σ, each a "
-                              "full pass over DATA (0: skip)"),
+    draws: int = typer.Option(20, "--draws", min=0, help="Monte Carlo passes per σ (0: skip): "
+                              "posterior draws in whole mode, passes with a fresh draw per "
+                              "sample in sample mode"),
+    gibbs_mode: str = typer.Option("auto", "--gibbs-mode", help="auto | sample | whole: a fresh "
+                                   "posterior draw per sample (N = draws·n losses in the kl "
+                                   "term; auto where exact) or one draw per pass (N = draws)"),
+    gibbs_samples: Optional[int] = typer.Option(None, "--gibbs-samples", min=1, help="evaluate "
+                                                "each pass on m samples drawn uniformly with "
+                                                "replacement from DATA"),
     delta_mc: float = typer.Option(0.01, "--delta-mc", help="confidence δ′ of the Monte Carlo "
                                    "step, split over the σ points"),
     hessian_probes: int = typer.Option(20, "--hessian-probes", min=0, help="Hutchinson probes, "
@@ -248,7 +256,8 @@ def measure_cmd(
                                  draws=draws, delta_mc=delta_mc, hessian_probes=hessian_probes,
                                  hessian_samples=hessian_samples, alpha=smoothing,
                                  perturbation_draws=perturbation_draws, progress=progress,
-                                 head_init=head_init)
+                                 head_init=head_init, gibbs_mode=gibbs_mode,
+                                 gibbs_samples=gibbs_samples)
         else:
             stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                             progress=progress, head_init=head_init)

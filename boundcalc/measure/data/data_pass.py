@@ -9,8 +9,9 @@ Per sample (one batch of activations in memory at a time, ``torch.no_grad``):
   −ln p̃_y ≤ ln(V/α), divided by ln(V/α) so that it lies in [0, 1].
 
 The bounded loss (0-1 error for classifiers, the smoothed NLL for language models) is the loss of
-the Monte Carlo Gibbs risk under N(w, σ²I) weight noise: k independent draws per σ, each a full
-pass over the data, mean Ê and the Langford–Caruana upper end kl⁻¹(Ê, ln(2·|points|/δ′)/k).
+the Monte Carlo Gibbs risk under N(w, σ²I) weight noise (:mod:`.gibbs`): k passes per σ, with
+a fresh draw per sample or one per pass, mean Ê over N independent losses and the
+Langford–Caruana upper end kl⁻¹(Ê, ln(2·|points|/δ′)/N).
 """
 
 from __future__ import annotations

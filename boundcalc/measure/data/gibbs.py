@@ -1,18 +1,26 @@
-"""Gaussian weight perturbations and the Monte Carlo Gibbs risk (pac_bayes.md §3).
+"""Gaussian weight perturbations and the Monte Carlo Gibbs risk (pac_bayes.md §3,
+monte_carlo.md).
 
-* :func:`perturbed`: a context manager adding N(0, σ²) noise to every trainable parameter and
-  restoring the exact original values afterwards.
-* :func:`monte_carlo_gibbs_risk`: k noisy draws, mean loss Ê and the certified upper end
-  kl⁻¹(Ê, ln(2/δ′)/k) (Langford & Caruana 2002), valid with probability ≥ 1 − δ′ for a loss
-  in [0, 1].
+* :class:`Perturber`, :func:`perturbed`: set every trainable parameter to θ + u, u ∼ N(0, σ²)
+  drawn on the model's device in the parameter dtype, from one saved copy of θ made once per
+  call (no copy per draw); restoring copies θ back, bit for bit.
+* :func:`monte_carlo_gibbs_risk`: k noisy draws of a closure's loss, mean Ê and the certified
+  upper end kl⁻¹(Ê, ln(2/δ′)/k) (Langford & Caruana 2002), for a loss in [0, 1].
+* :func:`gibbs_estimate`: the Gibbs risk of a task model on a data set at several σ, in one of
+  two modes. ``sample`` (the default where exact): every row of every pass gets its own
+  posterior draw (:mod:`.row_noise`), so k passes over n rows give N = k·n independent [0, 1]
+  losses; ``whole``: one draw per pass over all rows, N = k. ``samples = m`` evaluates each
+  pass on m rows drawn uniformly *with replacement* from the data (N = k·m, resp. k).
 
-``loss_fn`` is always a closure ``() -> scalar tensor`` evaluated at the model's current weights.
+Statistics are accumulated in float64 on the device; one host synchronisation per pass.
+Reproducible for a given seed, device and memory budget; CPU and CUDA runs agree within Monte
+Carlo error, not bitwise (different generators).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,11 +28,15 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError, DomainError
+from ...limits import check_allocation, memory_budget
 from ...stats import Quantity
 from .curvature import Closure, _params
-from .data_pass import Progress, run_pass
+from .data_pass import Progress, _lm_targets, _to
 from .dataset_io import Batched
 from .hf import TaskModel
+
+Sigma = float | Mapping[str, float]
+MODES = ("auto", "sample", "whole")
 
 
 @dataclass
@@ -36,7 +48,7 @@ class GibbsRisk:
     losses: np.ndarray
 
 
-def _sigma_for(sigma: float | Mapping[str, float], name: str) -> float:
+def _sigma_for(sigma: Sigma, name: str) -> float:
     s = sigma.get(name) if isinstance(sigma, Mapping) else sigma
     if s is None:
         raise BoundcalcError(f"sigma: no noise level for parameter '{name}'")
@@ -46,34 +58,67 @@ def _sigma_for(sigma: float | Mapping[str, float], name: str) -> float:
     return s
 
 
+def _device_of(model: torch.nn.Module) -> torch.device:
+    p = next(iter(model.parameters()), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def device_generator(model: torch.nn.Module, seed: int) -> torch.Generator:
+    """A generator on the model's device, seeded with ``seed``."""
+    return torch.Generator(device=_device_of(model)).manual_seed(int(seed))
+
+
+class Perturber:
+    """One saved copy of the trainable parameters; :meth:`draw` sets θ + u, :meth:`restore`
+    copies θ back exactly."""
+
+    def __init__(self, model: torch.nn.Module, generator: torch.Generator | None = None):
+        self.named = _params(model)
+        self.gen = generator if generator is not None else device_generator(model, 0)
+        with torch.no_grad():
+            self.saved = {n: p.detach().clone() for n, p in self.named}
+
+    def draw(self, sigma: Sigma) -> None:
+        """Set every trainable parameter to θ + u, u ∼ N(0, σ²) in the parameter dtype."""
+        with torch.no_grad():
+            for n, p in self.named:
+                s = _sigma_for(sigma, n)
+                if s == 0:
+                    p.copy_(self.saved[n])
+                    continue
+                if self.gen.device == p.device:
+                    p.normal_(0.0, s, generator=self.gen)
+                else:  # a generator on another device (e.g. a CPU one for a CUDA model)
+                    p.copy_(torch.empty(p.shape, dtype=p.dtype, device=self.gen.device)
+                            .normal_(0.0, s, generator=self.gen))
+                p.add_(self.saved[n])
+
+    def restore(self) -> None:
+        """Copy the saved θ back (bit-identical)."""
+        with torch.no_grad():
+            for n, p in self.named:
+                p.copy_(self.saved[n])
+
+
 @contextmanager
-def perturbed(model: torch.nn.Module, sigma: float | Mapping[str, float],
-              generator: torch.Generator | None = None) -> Iterator[dict[str, torch.Tensor]]:
+def perturbed(model: torch.nn.Module, sigma: Sigma,
+              generator: torch.Generator | None = None) -> Iterator[Perturber]:
     """Add N(0, σ²) noise to every trainable parameter; restore the originals on exit.
 
-    ``sigma`` is one std for all parameters or a ``{parameter name: std}`` mapping. Yields the
-    noise drawn (float64, per parameter name).
+    ``sigma`` is one std for all parameters or a ``{parameter name: std}`` mapping. Noise is
+    drawn from ``generator`` (default: a generator on the model's device seeded 0) in the
+    parameter dtype. Yields the :class:`Perturber` (``saved`` holds the original values).
     """
-    gen = generator if generator is not None else torch.Generator().manual_seed(0)
-    named = _params(model)
-    saved = {n: p.detach().clone() for n, p in named}
-    noise: dict[str, torch.Tensor] = {}
+    pert = Perturber(model, generator)
     try:
-        with torch.no_grad():
-            for n, p in named:
-                e = torch.randn(p.shape, generator=gen, dtype=torch.float64) * _sigma_for(sigma, n)
-                noise[n] = e
-                p.add_(e.to(dtype=p.dtype, device=p.device))
-        yield noise
+        pert.draw(sigma)
+        yield pert
     finally:
-        with torch.no_grad():
-            for n, p in named:
-                p.copy_(saved[n])
+        pert.restore()
 
 
-def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure,
-                           sigma: float | Mapping[str, float], *, k: int = 100,
-                           delta_prime: float = 0.05, seed: int = 0) -> GibbsRisk:
+def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure, sigma: Sigma, *,
+                           k: int = 100, delta_prime: float = 0.05, seed: int = 0) -> GibbsRisk:
     """Mean loss over k Gaussian weight draws and its kl upper end at confidence 1 − δ′.
 
     ``loss_fn`` must return the empirical loss on the sample, a number in [0, 1].
@@ -85,15 +130,19 @@ def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure,
     if not 0 < delta_prime < 1:
         raise DomainError(f"monte_carlo_gibbs_risk: delta_prime must lie in (0, 1), "
                           f"got {delta_prime}")
-    gen = torch.Generator().manual_seed(seed)
+    pert = Perturber(model, device_generator(model, seed))
     losses = np.empty(k)
-    for i in range(k):
-        with perturbed(model, sigma, gen), torch.no_grad():
-            value = float(loss_fn())
-        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            raise DomainError(f"monte_carlo_gibbs_risk: draw {i} gave loss {value}; the kl bound "
-                              "needs a loss in [0, 1] (e.g. the 0-1 error)")
-        losses[i] = value
+    try:
+        for i in range(k):
+            pert.draw(sigma)
+            with torch.no_grad():
+                value = float(loss_fn())
+            if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                raise DomainError(f"monte_carlo_gibbs_risk: draw {i} gave loss {value}; the kl "
+                                  "bound needs a loss in [0, 1] (e.g. the 0-1 error)")
+            losses[i] = value
+    finally:
+        pert.restore()
     mean = float(losses.mean())
     c = math.log(2 / delta_prime) / k
     upper = kl_inv_upper(mean, c)
@@ -102,7 +151,7 @@ def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure,
     return GibbsRisk(
         mean=Quantity(mean, estimated=True, stderr=stderr,
                       method=f"mean loss over {k} draws of N(0, sigma^2 I) noise, sigma={sig}, "
-                             f"seed {seed}"),
+                             f"seed {seed}, device generator, parameter dtype"),
         upper=Quantity(upper, confidence=1 - delta_prime,
                        method=f"kl^-1(mean, ln(2/delta')/k) with k={k}, delta'={delta_prime} "
                               "(Langford-Caruana)",
@@ -110,18 +159,212 @@ def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure,
         losses=losses)
 
 
-def gibbs_risk(tm: TaskModel, data: Batched, device: torch.device, sigmas: Sequence[float],
-               draws: int, seed: int, alpha: float,
-               progress: Progress | None = None) -> np.ndarray:
-    """(len(sigmas), draws) array: the bounded-loss mean over the data of each noisy draw."""
-    out = np.empty((len(sigmas), draws))
-    total = len(sigmas) * draws
-    for i, s in enumerate(sigmas):
-        gen = torch.Generator().manual_seed(seed + i)
-        for d in range(draws):
-            if progress:
-                progress(i * draws + d, total, f"Gibbs risk σ={s:.3g}")
-            with perturbed(tm.model, float(s), gen):
-                r = run_pass(tm, data, device, alpha=alpha, norms=False)
-            out[i, d] = float(r.bounded.mean())
-    return out
+# ---- the Gibbs risk of a task model on a data set ----------------------------------------
+
+@dataclass
+class GibbsEstimate:
+    """Per-pass mean bounded losses at each σ point and how many independent losses they hold.
+
+    ``means[i, j]`` is the mean loss of pass j at point i; every pass averages
+    ``losses_per_pass`` independent [0, 1] losses of mean L̂(Q) (the rows, each with its own
+    draw, in ``sample`` mode; 1 in ``whole`` mode, where the rows share the draw), so the Monte
+    Carlo count is N = passes · losses_per_pass (:attr:`n_losses`).
+    """
+
+    means: np.ndarray
+    mode: str
+    rows_per_pass: int
+    losses_per_pass: int
+    subsampled: bool
+    engine: str
+
+    @property
+    def passes(self) -> int:
+        return int(self.means.shape[1])
+
+    @property
+    def n_losses(self) -> int:
+        return self.passes * self.losses_per_pass
+
+    def upper(self, delta_prime: float) -> np.ndarray:
+        """kl⁻¹(Ê, ln(2/δ′)/N) at each point (never below Ê)."""
+        from ...engine.functions import kl_inv_upper
+
+        c = math.log(2 / delta_prime) / self.n_losses
+        return np.array([max(float(m), kl_inv_upper(float(m), c)) for m in self.means.mean(1)])
+
+    def describe(self) -> str:
+        """How the draws were made (for the stats file's method text)."""
+        rows = (f"{self.rows_per_pass} rows drawn uniformly with replacement from S"
+                if self.subsampled else f"all {self.rows_per_pass} rows of S")
+        if self.mode == "sample":
+            how = ("every row its own draw u ∼ N(0, σ²I)"
+                   + (" (forward hooks: exact law of each module's output, weights untouched)"
+                      if self.engine == "hooks" else " (one weight draw per row)"))
+            return (f"{self.passes} passes over {rows}, {how}: N = {self.passes}·"
+                    f"{self.losses_per_pass} = {self.n_losses} independent [0, 1] losses")
+        return (f"{self.passes} draws u ∼ N(0, σ²I), each evaluated on {rows}: N = "
+                f"{self.n_losses} independent per-draw means")
+
+
+def resolve_mode(tm: TaskModel, mode: str) -> tuple[str, str]:
+    """``(mode, engine)``: ``auto`` is ``sample`` where the row-wise hooks are exact, else
+    ``whole``; ``sample`` without the hooks evaluates one weight draw per row (exact, slow)."""
+    from .row_noise import unsupported_reason
+
+    if mode not in MODES:
+        raise BoundcalcError(f"--gibbs-mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "whole":
+        return "whole", "weights"
+    reason = unsupported_reason(tm.model, [n for n, _ in _params(tm.model)])
+    if reason is None:
+        return "sample", "hooks"
+    return ("sample", "loop") if mode == "sample" else ("whole", "weights")
+
+
+def _row_bytes(tm: TaskModel, seq_len: int) -> int:
+    """A generous estimate of the transient memory of one row in a forward pass with row-wise
+    noise: a few activations of the widest layer and the attention scores."""
+    widths = [max(m.in_features, m.out_features) for m in tm.model.modules()
+              if isinstance(m, torch.nn.Linear)] or [1]
+    heads = int(getattr(tm.model.config, "num_attention_heads", 1) or 1)
+    elt = next(iter(tm.model.parameters())).element_size()
+    out = tm.n_outputs * (seq_len if tm.is_lm else 1) * 8
+    return elt * seq_len * (8 * max(widths) + 3 * heads * seq_len) + 2 * out
+
+
+def rows_per_chunk(tm: TaskModel, seq_len: int, batch_rows: int) -> int:
+    """Rows evaluated at once in ``sample`` mode: as many as the memory budget allows for
+    their activations and noise (the weights themselves are not counted, as everywhere in
+    :mod:`boundcalc.limits`), at most a data batch; a one-line error when not even one row
+    fits."""
+    per_row = _row_bytes(tm, seq_len)
+    check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws")
+    room = memory_budget()
+    dev = _device_of(tm.model)
+    if dev.type == "cuda":  # and no more than half of what the card has free
+        room = min(room, torch.cuda.mem_get_info(dev)[0] // 2)
+    return max(1, min(batch_rows, room // per_row))
+
+
+def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tensor | None,
+                  alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row bounded loss (float64, on the device; see :mod:`.data_pass`) and the count of
+    non-finite logits, without a host synchronisation."""
+    if tm.is_lm:
+        inputs, targets, keep = _lm_targets(tm, inputs)
+    logits = tm.model(**inputs).logits
+    bad = (~torch.isfinite(logits)).sum()
+    logits = logits.double()
+    if tm.is_lm:
+        if tm.task == "causal_lm":
+            logits = logits[:, :-1]
+        lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        V = logits.shape[-1]
+        smooth = -torch.log((1 - alpha) * lp.exp() + alpha / V) / math.log(V / alpha)
+        w = keep.double()
+        loss = (smooth * w).sum(1) / w.sum(1).clamp(min=1)
+    else:
+        loss = (logits.argmax(-1) != y).double()
+    return loss.clamp(0.0, 1.0), bad
+
+
+def _take(batch: tuple[dict[str, torch.Tensor], torch.Tensor | None], rows: torch.Tensor):
+    inputs, y = batch
+    return ({k: v.index_select(0, rows) for k, v in inputs.items()},
+            None if y is None else y.index_select(0, rows))
+
+
+def _pass_batches(data: Batched, m: int | None, rng: np.random.Generator, chunk: int):
+    """The row groups of one pass: every batch (cut into ``chunk`` rows), or m rows drawn
+    uniformly with replacement, grouped by their batch (the order does not matter)."""
+    sizes = [next(iter(b[0].values())).shape[0] for b in data.batches]
+    if m is None:
+        for b, size in zip(data.batches, sizes):
+            for lo in range(0, size, chunk):
+                yield b if (lo == 0 and size <= chunk) else _take(b, torch.arange(lo, min(size,
+                                                                             lo + chunk)))
+        return
+    starts = np.cumsum([0] + sizes)
+    picks = np.sort(rng.integers(0, data.n, size=m))
+    which = np.searchsorted(starts, picks, side="right") - 1
+    for i in np.unique(which):
+        rows = torch.from_numpy(picks[which == i] - starts[i])
+        for lo in range(0, rows.shape[0], chunk):
+            yield _take(data.batches[i], rows[lo:lo + chunk])
+
+
+def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
+                   sigmas: Sequence[Sigma], passes: int, seed: int, alpha: float,
+                   progress: Progress | None = None, *, mode: str = "auto",
+                   samples: int | None = None) -> GibbsEstimate:
+    """The Gibbs risk at every σ in ``sigmas`` (a float or a ``{parameter name: σ}`` mapping
+    each); see the module docstring for the modes and ``samples``."""
+    from .row_noise import RowNoise
+
+    if passes < 1:
+        raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
+    if samples is not None and samples < 1:
+        raise BoundcalcError(f"--gibbs-samples must be >= 1, got {samples}")
+    mode, engine = resolve_mode(tm, mode)
+    model = tm.model
+    names = [n for n, _ in _params(model)]
+    per_row = mode == "sample"
+    chunk = rows_per_chunk(tm, data.seq_len, max(next(iter(b[0].values())).shape[0]
+                                                  for b in data.batches)) \
+        if engine == "hooks" else (1 if engine == "loop" else 1 << 62)
+    rows = samples if samples is not None else data.n
+    means = np.empty((len(sigmas), passes))
+    pert = Perturber(model) if engine != "hooks" else None
+    total = len(sigmas) * passes
+    try:
+        for i, s in enumerate(sigmas):
+            label = f"{s:.3g}" if not isinstance(s, Mapping) else "per-parameter"
+            sig = {n: _sigma_for(s, n) for n in names}
+            gen = device_generator(model, seed + i)
+            rng = np.random.default_rng([seed, i])
+            if pert is not None:
+                pert.gen = gen
+            hooks = RowNoise(model, sig, gen) if engine == "hooks" else None
+            with torch.no_grad(), (hooks if hooks is not None else _null()):
+                for j in range(passes):
+                    if progress:
+                        progress(i * passes + j, total, f"Gibbs risk σ={label}")
+                    acc = torch.zeros((), dtype=torch.float64, device=device)
+                    bad = torch.zeros((), dtype=torch.int64, device=device)
+                    if engine == "weights":
+                        pert.draw(sig)
+                    for batch in _pass_batches(data, samples, rng, chunk):
+                        inputs, y = _to(batch[0], device), batch[1]
+                        y = None if y is None else y.to(device)
+                        if engine == "loop":
+                            pert.draw(sig)
+                        if hooks is not None:
+                            hooks.start_pass(next(iter(inputs.values())).shape[0])
+                        loss, b = _bounded_rows(tm, inputs, y, alpha)
+                        acc += loss.sum()
+                        bad += b
+                    got = torch.stack([acc, bad.double()]).tolist()  # the pass's one sync
+                    if got[1] > 0:
+                        raise BoundcalcError(f"{tm.source}: the perturbed model produced NaN or "
+                                             f"infinite logits at σ={label}")
+                    means[i, j] = got[0] / rows
+    finally:
+        if pert is not None:
+            pert.restore()
+    return GibbsEstimate(means, mode, rows, rows if per_row else 1, samples is not None,
+                         engine)
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield
+
+
+def gibbs_risk(tm: TaskModel, data: Batched, device: torch.device, sigmas: Sequence[Sigma],
+               draws: int, seed: int, alpha: float, progress: Progress | None = None, *,
+               mode: str = "whole", samples: int | None = None) -> np.ndarray:
+    """(len(sigmas), draws) array of per-pass mean bounded losses (see
+    :func:`gibbs_estimate`; the default ``whole`` mode gives one posterior draw per pass)."""
+    return gibbs_estimate(tm, data, device, sigmas, draws, seed, alpha, progress, mode=mode,
+                          samples=samples).means

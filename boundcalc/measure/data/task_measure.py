@@ -6,11 +6,13 @@ data side adds, on the sample DATA (the training sample the bounds are about):
 scalars  ``n``, ``emp_risk`` (0-1 error of the trained weights), ``loss_mean`` (mean
          cross-entropy / per-token NLL), ``cross_entropy``, ``margin_q{01,05,10,25,50}``,
          ``input_token_norm_max`` (B_X: max token norm of the embedding output, i.e. the input
-         of layer 0, positions included), ``input_fro_max``, ``seq_len`` (T), ``gibbs_draws``,
+         of layer 0, positions included), ``input_fro_max``, ``seq_len`` (T), ``gibbs_draws``
+         (N, the count of independent Monte Carlo losses behind Ê: k·n in ``sample`` mode, k in
+         ``whole`` mode), ``gibbs_passes`` (k),
          ``hessian_trace`` (Hutchinson, with its t interval), ``smoothing_alpha`` (LMs);
 curves   ``ramp_risk`` and ``margin_below`` over Bartlett's γ grid 2^k (k = −20…20);
          ``gibbs_risk_mean`` over σ on the Dziugaite–Roy grid σ² = 0.1·e^{−j/100}, each point
-         with its draw count and the one-sided kl interval [Ê, kl⁻¹(Ê, ln(2|points|/δ′)/k)];
+         with its loss count N and the one-sided kl interval [Ê, kl⁻¹(Ê, ln(2|points|/δ′)/N)];
          ``perturbation_term`` (P̂ of Lintilhac–Shaikh) at each σ of their 20-point mesh, when
          ``perturbation_draws`` > 0 (expensive: 20 × draws Hutchinson estimates);
 groups   ``hessian_trace`` per stats group (estimated).
@@ -30,7 +32,7 @@ from ...stats import Curve, Quantity, Stats
 from .data_pass import (GAMMA_GRID, LS_MESH, hessian_closure, perturbation_term, ramp_risk,
                         run_pass)
 from .dataset_io import read_batches
-from .gibbs import gibbs_risk
+from .gibbs import gibbs_estimate
 from ... import plan
 from ..device import device_name, resolve_device
 from .hf import load_task_model
@@ -75,12 +77,17 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  draws: int = 20, delta_mc: float = 0.01, hessian_probes: int = 20,
                  hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
                  perturbation_draws: int = 0, progress: Any = None,
-                 head_init: Any = None) -> Stats:
+                 head_init: Any = None, gibbs_mode: str = "auto",
+                 gibbs_samples: int | None = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring)."""
     from ..weights.pipeline import measure
 
     if draws < 0 or hessian_probes < 0 or hessian_probes == 1:
         raise BoundcalcError("--draws must be >= 0 and --hessian-probes 0 or >= 2")
+    if gibbs_mode not in ("auto", "sample", "whole"):
+        raise BoundcalcError(f"--gibbs-mode {gibbs_mode!r}: expected auto, sample or whole")
+    if gibbs_samples is not None and gibbs_samples < 1:
+        raise BoundcalcError(f"--gibbs-samples must be >= 1, got {gibbs_samples}")
     if not 0 < delta_mc < 1:
         raise BoundcalcError(f"--delta-mc must lie in (0, 1), got {delta_mc}")
     if not 0 < alpha < 1:
@@ -88,6 +95,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     snaps = snapped_sigmas(sigmas)
     counts = dict(sigmas=len({p["j"] for p in snaps}), draws=draws, hessian_probes=hessian_probes,
                   hessian_samples=hessian_samples, perturbation_draws=perturbation_draws,
+                  gibbs_samples=gibbs_samples,
                   batch_size=batch_size)
     plan.check(plan.measure_plan(**counts, device="cuda"))  # lower bounds, before loading
     dev = resolve_device(device)
@@ -108,7 +116,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         report, stop = (progress if callable(progress) else None), (lambda: None)
     try:
         _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
-                   hessian_probes, hessian_samples, alpha, seed, report)
+                   hessian_probes, hessian_samples, alpha, seed, report, gibbs_mode,
+                   gibbs_samples)
         if perturbation_draws > 0:
             probes = max(hessian_probes, 2)
             values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
@@ -128,7 +137,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
 
 def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
                delta_mc: float, hessian_probes: int, hessian_samples: int, alpha: float,
-               seed: int, report) -> None:
+               seed: int, report, gibbs_mode: str = "auto",
+               gibbs_samples: int | None = None) -> None:
     torch.manual_seed(seed)
     base = run_pass(tm, batched, dev, alpha=alpha, progress=report)
     n = batched.n
@@ -178,20 +188,28 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
     if draws > 0 and sigmas:
         points = sorted({dr_point(s) for s in sigmas}, key=lambda t: t[1])
         sig = [p[1] for p in points]
-        losses = gibbs_risk(tm, batched, dev, sig, draws, seed, alpha, report)
-        from ...engine.functions import kl_inv_upper
-
-        means = losses.mean(1)
-        c = math.log(2 * len(sig) / delta_mc) / draws
-        uppers = [max(float(mu), kl_inv_upper(float(mu), c)) for mu in means]
+        est = gibbs_estimate(tm, batched, dev, sig, draws, seed, alpha, report,
+                             mode=gibbs_mode, samples=gibbs_samples)
+        means = est.means.mean(1)
+        uppers = est.upper(delta_mc / len(sig))
+        N = est.n_losses
         stats.curves["gibbs_risk_mean"] = Curve(
             "sigma", np.array(sig), means, ci=np.array([[mu, u] for mu, u in zip(means, uppers)]),
-            confidence=1 - delta_mc, estimated=True, n_samples=draws,
-            method=(f"Monte Carlo: mean {loss_name} over {n} samples of {draws} draws "
-                    f"θ + u, u ~ N(0, σ²I), seed {seed}; σ on the Dziugaite–Roy grid (j = "
-                    f"{', '.join(str(p[0]) for p in points)}); ci = [Ê, kl⁻¹(Ê, "
-                    f"ln(2·{len(sig)}/δ′)/k)], δ′ = {delta_mc} split over the points"))
-        sc["gibbs_draws"] = Quantity(float(draws), method="Monte Carlo draws per σ")
+            confidence=1 - delta_mc, estimated=True, n_samples=N,
+            method=(f"Monte Carlo ({est.mode} mode): mean {loss_name} of {est.describe()}; "
+                    f"seed {seed}, noise drawn on {device_name(dev)} by a device generator in "
+                    f"the parameter dtype ({next(iter(tm.model.parameters())).dtype}), sums in "
+                    f"float64 (reproducible for this seed, device and memory budget; CPU and "
+                    f"CUDA agree within Monte Carlo error, not bitwise); σ on the "
+                    f"Dziugaite–Roy grid (j = {', '.join(str(p[0]) for p in points)}); ci = "
+                    f"[Ê, kl⁻¹(Ê, ln(2·{len(sig)}/δ′)/N)] with N = {N}, δ′ = {delta_mc} split "
+                    "over the points"))
+        sc["gibbs_draws"] = Quantity(float(N), method=(
+            f"N: independent [0, 1] Monte Carlo losses averaged into Ê at each σ ({est.mode} "
+            f"mode: {est.describe()}); the k of kl⁻¹(Ê, ln(2/δ′)/k)"))
+        sc["gibbs_passes"] = Quantity(float(est.passes), method=(
+            "passes over the data per σ" if est.mode == "sample" else "posterior draws per σ"))
+        stats.provenance["gibbs_mode"] = est.mode
     if hessian_probes >= 2:
         _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed)
     stats.provenance.update({

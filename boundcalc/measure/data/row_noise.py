@@ -1,0 +1,310 @@
+"""A fresh posterior draw for every row of a batch, without copying the weights (monte_carlo.md §2).
+
+For u ∼ N(0, σ²I) on the weights of the supported modules, the output of each module on one row
+is drawn from its exact distribution given the module's input, by forward hooks that add a
+noise term to the unperturbed output (the local reparameterisation of Kingma, Salimans &
+Welling 2015, written for a whole sequence):
+
+* ``nn.Linear`` y = x(W + E)ᵀ + (b + e): for the row's T × in input X, the columns of XEᵀ are
+  independent N(0, σ²XXᵀ); with Xᵀ = QR (QR of the in × T matrix) XXᵀ = RᵀR, so XEᵀ has the
+  law of σ·Rᵀξ with ξ a T × out standard normal matrix: T·out normals instead of in·out (when
+  T ≥ in, X·σEᵀ with E drawn directly);
+* ``nn.Embedding``: one noise vector per *distinct* id of the row (repeated tokens share it);
+  rows of the table the row does not use do not change its output, so they are not drawn;
+* ``nn.LayerNorm`` y = x̂(γ + ε_γ) + (β + ε_β) = y + x̂ε_γ + ε_β, ε per row;
+* ``nn.Conv2d`` (no groups, zero padding): a Linear map of the row's unfolded patches;
+* any other module holding parameters directly (a ViT's ``cls_token`` and position table) is
+  run one row at a time with its own parameters set to θ + u for that row (restored after),
+  once it has been checked, without noise, to give the batched result row by row.
+
+The weights of hooked modules are never modified. Exactness needs every trainable parameter to
+be owned by exactly one module (no tied weights) and every owning module to run at most once
+per forward pass; :func:`plan` checks the first statically, the hooks check the second on
+every pass. Noise is drawn on the model's device, in the parameter dtype, from the given
+device generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...errors import BoundcalcError
+
+SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, nn.Conv2d)
+NAMES = "Linear, Embedding, LayerNorm, Conv2d"
+Plan = dict[nn.Module, tuple[str, dict[str, float]]]
+
+
+def _owners(model: nn.Module) -> dict[int, list[tuple[str, nn.Module, str]]]:
+    """id(parameter) -> [(module path, module, attribute)] over every module holding it."""
+    out: dict[int, list[tuple[str, nn.Module, str]]] = {}
+    for path, mod in model.named_modules(remove_duplicate=False):
+        for attr, p in mod._parameters.items():
+            if p is not None:
+                out.setdefault(id(p), []).append((path, mod, attr))
+    return out
+
+
+def _module_problem(path: str, mod: nn.Module) -> str | None:
+    if isinstance(mod, nn.Embedding) and mod.max_norm is not None:
+        return f"embedding '{path}' renormalises its rows (max_norm)"
+    if isinstance(mod, nn.LayerNorm) and len(mod.normalized_shape) != 1:
+        return f"layer norm '{path}' normalises over several axes"
+    if isinstance(mod, nn.Conv2d) and (mod.groups != 1 or mod.padding_mode != "zeros"
+                                       or isinstance(mod.padding, str)):
+        return f"convolution '{path}' has groups, a padding mode or string padding"
+    return None
+
+
+def plan(model: nn.Module, sigma_of: Mapping[str, float]) -> tuple[Plan, Plan, str | None]:
+    """``(hooked, replayed, reason)``: the supported modules whose outputs get noise terms, the
+    other modules owning parameters directly (a ViT's ``cls_token``), which are run one row at
+    a time with their own parameters drawn per row, and why neither would be exact (None)."""
+    owners = _owners(model)
+    params = dict(model.named_parameters())
+    hooked: Plan = {}
+    replayed: Plan = {}
+    for name, s in sigma_of.items():
+        own = {(id(m), a): (path, m, a) for path, m, a in owners.get(id(params[name]), [])}
+        if len(own) != 1:
+            return {}, {}, f"parameter '{name}' is shared by {len(own)} modules (tied weights)"
+        path, mod, attr = next(iter(own.values()))
+        target = hooked if type(mod) in SUPPORTED else replayed
+        problem = _module_problem(path, mod) if target is hooked else None
+        if problem:
+            return {}, {}, problem
+        target.setdefault(mod, (path, {}))[1][attr] = float(s)
+    paths = [p for p, _ in replayed.values()]
+    for p in paths:
+        inner = next((q for q in paths if q != p and (p == "" or q.startswith(p + "."))), None)
+        if inner is not None:
+            return {}, {}, (f"modules '{p or type(model).__name__}' and '{inner}' both hold "
+                            f"parameters outside {NAMES}, one inside the other")
+    return hooked, replayed, None
+
+
+def unsupported_reason(model: nn.Module, names: list[str]) -> str | None:
+    """Why row-wise draws would not be exact for ``model`` (None: they are)."""
+    return plan(model, {n: 1.0 for n in names})[2]
+
+
+class RowNoise:
+    """Forward hooks giving each of ``rows`` rows its own draw u ∼ N(0, diag σ²) (see module
+    docstring). Use as a context manager; call :meth:`start_pass` before each forward pass."""
+
+    def __init__(self, model: nn.Module, sigma_of: Mapping[str, float],
+                 generator: torch.Generator) -> None:
+        hooked, replayed, reason = plan(model, sigma_of)
+        if reason is not None:
+            raise BoundcalcError(f"per-sample Gibbs draws: {reason}; use --gibbs-mode whole")
+        self.gen = generator
+        self.rows = 0
+        self.calls: dict[str, int] = {}
+        self._plan = hooked
+        self._replay = replayed
+        self._quiet = False
+        self._checked: set[str] = set()
+        self._handles: list[Any] = []
+        self._forwards: list[tuple[nn.Module, Any]] = []
+
+    def __enter__(self) -> RowNoise:
+        for mod, (path, sig) in self._plan.items():
+            if not any(s > 0 for s in sig.values()):
+                continue
+            hook = {nn.Linear: self._linear, nn.Embedding: self._embedding,
+                    nn.LayerNorm: self._layer_norm, nn.Conv2d: self._conv}[type(mod)]
+            self._handles.append(mod.register_forward_hook(self._wrap(path, sig, hook),
+                                                           with_kwargs=True))
+        for mod, (path, sig) in self._replay.items():
+            if any(s > 0 for s in sig.values()):
+                self._forwards.append((mod, mod.__dict__.get("forward")))
+                mod.forward = self._replayer(mod, path, sig, mod.forward)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        for mod, before in self._forwards:
+            if before is None:
+                del mod.forward
+            else:
+                mod.forward = before
+        self._forwards.clear()
+
+    def start_pass(self, rows: int) -> None:
+        """Before each forward pass: the number of rows (each gets its own draw)."""
+        self.rows = rows
+        self.calls.clear()
+
+    def _wrap(self, path: str, sig: dict[str, float], fn: Callable) -> Callable:
+        def hook(mod: nn.Module, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
+            if self._quiet:
+                return out
+            self._count(path)
+            return fn(mod, args[0] if args else kwargs["input"], out, sig)
+        return hook
+
+    def _count(self, path: str) -> None:
+        n = self.calls.get(path, 0) + 1
+        self.calls[path] = n
+        if n > 1:
+            raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' ran twice in one "
+                                 "forward pass, so its two uses would need the same draw; use "
+                                 "--gibbs-mode whole")
+
+    def _replayer(self, mod: nn.Module, path: str, sig: dict[str, float],
+                  forward: Callable) -> Callable:
+        """``mod.forward`` run one row at a time, its own parameters drawn for each row (the
+        hooks inside it see one row); refused unless its rows are independent (checked once,
+        without noise, against the batched call)."""
+        params = {a: mod._parameters[a] for a, s in sig.items() if s > 0}
+
+        def split(x: Any, b: int, lead: int) -> Any:
+            if isinstance(x, torch.Tensor) and x.ndim > 0 and x.shape[0] == lead and lead > 1:
+                return x[b:b + 1]
+            return x
+
+        def replay(*args: Any, **kwargs: Any) -> torch.Tensor:
+            if self._quiet:
+                return forward(*args, **kwargs)
+            self._count(path)
+            R = self.rows
+            lead = next((x.shape[0] for x in (*args, *kwargs.values())
+                         if isinstance(x, torch.Tensor) and x.ndim > 0), 1)
+            if lead not in (1, R):
+                raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' saw {lead} rows, "
+                                     f"expected {R}; use --gibbs-mode whole")
+            if path not in self._checked:
+                self._check_rows(path, forward, args, kwargs, R, lead, split)
+            saved = {a: p.detach().clone() for a, p in params.items()}
+            outs = []
+            calls = dict(self.calls)  # the modules inside run once per row
+            try:
+                self.rows = 1
+                for b in range(R):
+                    self.calls.clear()
+                    self.calls.update(calls)
+                    for a, p in params.items():
+                        p.normal_(0.0, sig[a], generator=self.gen).add_(saved[a])
+                    out = forward(*(split(x, b, lead) for x in args),
+                                  **{k: split(v, b, lead) for k, v in kwargs.items()})
+                    if not isinstance(out, torch.Tensor):
+                        raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' returns "
+                                             f"{type(out).__name__}, not a tensor; use "
+                                             "--gibbs-mode whole")
+                    outs.append(out)
+            finally:
+                self.rows = R
+                for a, p in params.items():
+                    p.copy_(saved[a])
+            return torch.cat(outs)
+        return replay
+
+    def _check_rows(self, path: str, forward: Callable, args: tuple, kwargs: dict, R: int,
+                    lead: int, split: Callable) -> None:
+        self._quiet = True
+        try:
+            whole = forward(*args, **kwargs)
+            rows = [forward(*(split(x, b, lead) for x in args),
+                            **{k: split(v, b, lead) for k, v in kwargs.items()})
+                    for b in range(R)]
+        finally:
+            self._quiet = False
+        ok = (isinstance(whole, torch.Tensor) and whole.shape[0] == R
+              and all(isinstance(r, torch.Tensor) and r.shape[0] == 1 for r in rows)
+              and torch.allclose(torch.cat(rows), whole, rtol=1e-4,
+                                 atol=1e-5 * float(whole.abs().max()) + 1e-12))
+        if not ok:
+            raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' does not treat its "
+                                 "rows independently; use --gibbs-mode whole")
+        self._checked.add(path)
+
+    def _randn(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        return torch.randn(shape, generator=self.gen, device=like.device, dtype=like.dtype)
+
+    def _rows_of(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` with its leading axis equal to :attr:`rows` (a broadcast axis of 1 expanded)."""
+        R = self.rows
+        if t.shape[0] == R:
+            return t
+        if t.shape[0] == 1:
+            return t.expand(R, *t.shape[1:])
+        raise BoundcalcError(f"per-sample Gibbs draws: a module saw {t.shape[0]} rows, "
+                             f"expected {R}; use --gibbs-mode whole")
+
+    def _affine(self, X: torch.Tensor, y3: torch.Tensor, sw: float, sb: float) -> torch.Tensor:
+        """y3 + X·Eᵀ + 1·eᵀ for one draw (E, e) per row: X (R, T, d_in), y3 (R, T, d_out)."""
+        R, T, d_in = X.shape
+        # noise = L·ξ with ξ standard normal: L = σ_w·Rᵀ (XXᵀ = RᵀR) or σ_w·X, and a last
+        # column σ_b for the bias noise shared by the row's positions; one fused baddbmm
+        cols = []
+        if sw > 0:
+            if T < d_in:
+                work = X if X.dtype in (torch.float32, torch.float64) else X.float()
+                r = torch.linalg.qr(work.transpose(1, 2), mode="r").R  # (R, T, T)
+                cols.append(r.transpose(1, 2).to(y3.dtype) * sw)
+            else:
+                cols.append(X.to(y3.dtype) * sw)
+        if sb > 0:
+            cols.append(torch.full((R, T, 1), sb, dtype=y3.dtype, device=y3.device))
+        L = cols[0] if len(cols) == 1 else torch.cat(cols, dim=2)
+        xi = self._randn((R, L.shape[2], y3.shape[2]), y3)
+        return torch.baddbmm(y3, L, xi)
+
+    def _linear(self, mod: nn.Linear, x: torch.Tensor, y: torch.Tensor,
+                sig: dict[str, float]) -> torch.Tensor:
+        R = self.rows
+        x = self._rows_of(x)
+        y = self._rows_of(y)
+        X = x.reshape(R, -1, mod.in_features)
+        y3 = y.reshape(R, X.shape[1], mod.out_features)
+        return self._affine(X, y3, sig.get("weight", 0.0), sig.get("bias", 0.0)).reshape(y.shape)
+
+    def _conv(self, mod: nn.Conv2d, x: torch.Tensor, y: torch.Tensor,
+              sig: dict[str, float]) -> torch.Tensor:
+        """A convolution is a Linear map of each row's unfolded patches (L × C·kh·kw)."""
+        R = self.rows
+        x = self._rows_of(x)
+        y = self._rows_of(y)
+        if x.ndim != 4:
+            raise BoundcalcError("per-sample Gibbs draws: a Conv2d input without a batch axis; "
+                                 "use --gibbs-mode whole")
+        P = torch.nn.functional.unfold(x, mod.kernel_size, mod.dilation, mod.padding, mod.stride)
+        X = P.transpose(1, 2)  # (R, L, C·kh·kw)
+        y3 = y.reshape(R, mod.out_channels, -1).transpose(1, 2)
+        out = self._affine(X, y3, sig.get("weight", 0.0), sig.get("bias", 0.0))
+        return out.transpose(1, 2).reshape(y.shape)
+
+    def _embedding(self, mod: nn.Embedding, ids: torch.Tensor, y: torch.Tensor,
+                   sig: dict[str, float]) -> torch.Tensor:
+        R = self.rows
+        ids = self._rows_of(ids).reshape(R, -1)
+        y = self._rows_of(y)
+        key = torch.arange(R, device=ids.device)[:, None] * mod.num_embeddings + ids
+        uniq, inv = torch.unique(key, return_inverse=True)
+        e = self._randn((uniq.shape[0], mod.embedding_dim), y) * sig["weight"]
+        return y + e[inv].reshape(y.shape)
+
+    def _layer_norm(self, mod: nn.LayerNorm, x: torch.Tensor, y: torch.Tensor,
+                    sig: dict[str, float]) -> torch.Tensor:
+        R = self.rows
+        x = self._rows_of(x)
+        y = self._rows_of(y)
+        d = y.shape[-1]
+        mid = (1,) * (y.ndim - 2)
+        out = y
+        s = sig.get("weight", 0.0)
+        if s > 0:
+            xf = x.float() if x.dtype not in (torch.float32, torch.float64) else x
+            var, mean = torch.var_mean(xf, dim=-1, keepdim=True, unbiased=False)
+            xhat = ((xf - mean) * torch.rsqrt(var + mod.eps)).to(y.dtype)
+            out = out + xhat * (self._randn((R, *mid, d), y) * s)
+        s = sig.get("bias", 0.0)
+        if s > 0:
+            out = out + self._randn((R, *mid, d), y) * s
+        return out
