@@ -125,6 +125,17 @@ def measure_cmd(
     perturbation_draws: int = typer.Option(0, "--perturbation-draws", min=0, help="noise draws "
                                            "per σ of the Lintilhac–Shaikh mesh for P̂ (0: skip; "
                                            "20 × draws Hutchinson estimates)"),
+    tune_data: Optional[str] = typer.Option(None, "--tune-data", help="a split disjoint from "
+                                            "DATA (e.g. the one --init was trained on): search "
+                                            "per-group σ_g there with the --init weights, at no "
+                                            "union-bound cost; then the Gibbs risk on DATA once"),
+    sigma_groups: bool = typer.Option(False, "--sigma-groups", help="per-group σ_g (implied by "
+                                      "--tune-data); without --tune-data searched on DATA and "
+                                      "charged per group"),
+    tune_draws: int = typer.Option(4, "--tune-draws", min=1, help="Monte Carlo draws per σ "
+                                   "vector tried by the search"),
+    tune_slack: float = typer.Option(0.05, "--tune-slack", help="the search keeps the "
+                                     "searched weights' Gibbs risk ≤ their error + this"),
     smoothing: float = typer.Option(0.01, "--smoothing", help="α of prediction smoothing for "
                                     "language models (bounded per-token loss)"),
     prior_data_dependent: bool = typer.Option(False, "--prior-data-dependent", help="say that "
@@ -166,7 +177,7 @@ def measure_cmd(
 
             opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
                                        max_changed, data)
-        require_paths(model=model, init=init)  # before torch and the model are loaded
+        require_paths(model=model, init=init, tune_data=tune_data)  # before torch and the model are loaded
         stages = Stages("measure")
         from ..measure import measure
         from ..measure.data.dataset_io import TABLE_SUFFIXES
@@ -185,8 +196,13 @@ def measure_cmd(
                                  batch_size=batch_size, sigmas=tuple(sigma or DEFAULT_SIGMAS),
                                  draws=draws, delta_mc=delta_mc, hessian_probes=hessian_probes,
                                  hessian_samples=hessian_samples, alpha=smoothing,
-                                 perturbation_draws=perturbation_draws, progress=progress)
+                                 perturbation_draws=perturbation_draws, progress=progress,
+                                 tune_data=tune_data, sigma_groups=sigma_groups,
+                                 tune_draws=tune_draws, tune_slack=tune_slack)
         else:
+            if tune_data is not None or sigma_groups:
+                raise BoundcalcError("--tune-data / --sigma-groups need --data and a Hugging "
+                                     "Face folder with a task head")
             stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                             progress=progress)
         if compress is not None:
