@@ -93,15 +93,25 @@ def build(out: str | Path, cfg: DigitsConfig | None = None) -> dict[str, object]
     """Train and save ``random_init/``, ``prior/``, ``model/`` (HF folders) and
     ``bound.npz`` / ``test.npz`` / ``prior.npz`` (``pixel_values``, ``labels``) under ``out``."""
     from transformers import ViTForImageClassification
+    from transformers.utils import logging as hf_logging
 
-    cfg = cfg or DigitsConfig()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # "Writing model shards" bars for three tiny folders
+    try:
+        return _build(out, cfg or DigitsConfig(), ViTForImageClassification)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _build(out: str | Path, cfg: DigitsConfig, vit: type) -> dict[str, object]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     data = splits(cfg)
     for name, (x, y) in data.items():
         np.savez(out / f"{name}.npz", pixel_values=x, labels=y)
     torch.manual_seed(cfg.seed)
-    model = ViTForImageClassification(_config(cfg))
+    model = vit(_config(cfg))
     model.save_pretrained(out / "random_init")
     _train(model, *data["prior"], cfg.prior_epochs, cfg.prior_lr, cfg.batch, cfg.seed)
     model.save_pretrained(out / "prior")

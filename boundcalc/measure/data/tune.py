@@ -133,8 +133,8 @@ def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int]
     1. isotropic: the largest grid σ whose risk stays ≤ target = base + slack (bisection on j);
     2. each group alone: its noise tolerance, the largest σ_g ≥ the isotropic σ (up to 7.4×)
        whose risk (only group g perturbed) stays ≤ target, by bisection;
-    3. all tolerances together, shifted down by the smallest common offset in j (never below
-       the isotropic σ) that brings the joint risk to ≤ target, by bisection.
+    3. all tolerances together, shifted down by the smallest common offset in j that brings
+       the joint risk to ≤ target, by bisection (some groups may end below the isotropic σ).
     Of (1) and (3) the one with the smaller Σ_g d_g/ρ_g² (the KL if every coordinate moved
     equally far, a guess that needs no distance) is kept. Common random numbers (``risk`` is
     called with one seed) make the comparisons between σ vectors smooth.
@@ -171,9 +171,10 @@ def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int]
             out[g] = j
             return out
         tol[g] = largest_ok(max(1, j_iso - reach), j_iso, alone, 25)
+    # at offset j_iso − min(tol) every σ_g is ≤ the isotropic σ, so that offset is ok
     off = largest_ok(0, max(j_iso - min(tol.values()), 0),
-                     lambda o: {g: min(tol[g] + o, j_iso) for g in names}, 10)
-    joint = {g: min(tol[g] + off, j_iso) for g in names}
+                     lambda o: {g: tol[g] + o for g in names}, 10)
+    joint = {g: tol[g] + off for g in names}
 
     def proxy(js: Mapping[str, int]) -> float:
         return sum(sizes[g] / dr_sigma(js[g]) ** 2 for g in names)
