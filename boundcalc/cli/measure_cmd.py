@@ -94,6 +94,18 @@ def _print_data(stats, output: Path) -> None:
         for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
             t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
         console.print(t)
+    rec, c = pv.get("gibbs_groups"), stats.curves.get("gibbs_risk_groups")
+    if rec is not None and c is not None:
+        t = Table(title=f"per-group σ_g = {rec['scale']:.3g}·ρ_g; Gibbs risk on DATA "
+                        f"{c.value[0]:.4f}, kl upper {c.ci[0][1]:.4f} ({c.n_samples} draws)")
+        for col in ("group", "params", "‖w_g − w₀,g‖²", "σ_g"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        for g, d, dist, s in zip(rec["groups"], rec["n_params"], rec["dist_sq"], rec["sigma"]):
+            t.add_row(escape(str(g)), str(d), f"{dist:.3g}", f"{s:.3g}")
+        console.print(t)
+        console.print(f"ρ (shape): {escape(str(rec['shape_chosen_on']))}: "
+                      f"{escape(str(rec['shape_note']))}; scale: "
+                      f"{escape(str(rec['scale_chosen_on']))}", highlight=False)
     console.print(f"wrote {output}", highlight=False)
 
 
@@ -134,6 +146,9 @@ def measure_cmd(
                                       "charged per group"),
     tune_draws: int = typer.Option(4, "--tune-draws", min=1, help="Monte Carlo draws per σ "
                                    "vector tried by the search"),
+    group_draws: Optional[int] = typer.Option(None, "--group-draws", min=1, help="Monte Carlo "
+                                              "draws on DATA at the chosen per-group σ vector "
+                                              "(default: --draws)"),
     tune_slack: float = typer.Option(0.05, "--tune-slack", help="the search keeps the "
                                      "searched weights' Gibbs risk ≤ their error + this"),
     smoothing: float = typer.Option(0.01, "--smoothing", help="α of prediction smoothing for "
@@ -198,7 +213,8 @@ def measure_cmd(
                                  hessian_samples=hessian_samples, alpha=smoothing,
                                  perturbation_draws=perturbation_draws, progress=progress,
                                  tune_data=tune_data, sigma_groups=sigma_groups,
-                                 tune_draws=tune_draws, tune_slack=tune_slack)
+                                 tune_draws=tune_draws, tune_slack=tune_slack,
+                                 group_draws=group_draws)
         else:
             if tune_data is not None or sigma_groups:
                 raise BoundcalcError("--tune-data / --sigma-groups need --data and a Hugging "

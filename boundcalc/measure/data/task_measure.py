@@ -51,13 +51,15 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
                  perturbation_draws: int = 0, progress: Any = None,
                  tune_data: str | None = None, sigma_groups: bool = False,
-                 tune_draws: int = 4, tune_slack: float = 0.05) -> Stats:
+                 tune_draws: int = 4, tune_slack: float = 0.05,
+                 group_draws: int | None = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
     :mod:`.tune`: σ_g searched on ``tune_data`` (disjoint from DATA, e.g. the split the prior
     ``init`` was trained on: free) or, without it, on DATA (charged), then the Gibbs risk on
-    DATA at the chosen vector (curve ``gibbs_risk_groups``, ``provenance.gibbs_groups``).
+    DATA at the chosen vector with ``group_draws`` draws (default ``draws``; curve
+    ``gibbs_risk_groups``, ``provenance.gibbs_groups``).
     """
     from ..weights.pipeline import measure
 
@@ -72,7 +74,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         raise BoundcalcError(f"--sigma {bad[0]}: expected a positive number")
     groups_wanted = sigma_groups or tune_data is not None
     if groups_wanted:
-        _check_tune(data, init, tune_data, draws)
+        group_draws = draws if group_draws is None else group_draws
+        _check_tune(data, init, tune_data, group_draws)
     dev = resolve_device(device)
     tm = load_task_model(model, dev)
     if tm.is_lm:
@@ -99,7 +102,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                                  label_column=label_column, max_length=max_length,
                                  batch_size=batch_size) if tune_data is not None else None)
             measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
-                           prior_source=init, draws=draws, tune_draws=tune_draws,
+                           prior_source=init, draws=group_draws, tune_draws=tune_draws,
                            slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
                            progress=report)
         if perturbation_draws > 0:
@@ -125,8 +128,8 @@ def _check_tune(data: str, init: str | None, tune_data: str | None, draws: int) 
         raise BoundcalcError("--tune-data / --sigma-groups need --init: the per-group prior "
                              "N(w_init, diag σ_g²) is centred there")
     if draws < 1:
-        raise BoundcalcError("--tune-data / --sigma-groups need --draws >= 1 (the Gibbs risk "
-                             "on DATA at the chosen σ vector)")
+        raise BoundcalcError("--tune-data / --sigma-groups need --group-draws (default "
+                             "--draws) >= 1: the Gibbs risk on DATA at the chosen σ vector")
     if tune_data is not None and Path(tune_data).resolve() == Path(data).resolve():
         raise BoundcalcError(f"--tune-data {tune_data}: is DATA itself; it must be a split "
                              "disjoint from DATA (without --tune-data, --sigma-groups searches "

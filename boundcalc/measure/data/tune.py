@@ -1,5 +1,5 @@
 """Per-group Gaussian posteriors N(w, diag σ_g²) whose σ_g are chosen on data the bound does
-not use (docs/sources/pac_bayes.md §4).
+not use (docs/sources/pac_bayes.md §6).
 
 σ_g = c·ρ_g for every parameter of group g (the groups of :func:`sigma_groups`), prior
 N(w₀, diag σ_g²) with the same σ_g, so KL = Σ_g ‖w_g − w₀,g‖²/(2σ_g²). The two factors are
