@@ -107,12 +107,17 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
     guarded = _Guarded(batches=S.batches, n=S.n, seq_len=S.seq_len, source=S.source,
                        description=S.description)
     calls = []
-    real_risk, real_scale = tune_mod.risk_draws, tune_mod.choose_scale
+    real_risk, real_units, real_scale = (tune_mod.risk_draws, tune_mod.unit_risks,
+                                         tune_mod.choose_scale)
     stage = {"now": "shape"}
 
     def spy_risk(tmx, data, *a, **k):
         calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
         return real_risk(tmx, data, *a, **k)
+
+    def spy_units(tmx, data, *a, **k):
+        calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
+        return real_units(tmx, data, *a, **k)
 
     def spy_scale(*a, **k):
         stage["now"] = "scale"
@@ -122,6 +127,7 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
         return got
 
     monkeypatch.setattr(tune_mod, "risk_draws", spy_risk)
+    monkeypatch.setattr(tune_mod, "unit_risks", spy_units)
     monkeypatch.setattr(tune_mod, "choose_scale", spy_scale)
     _Guarded.open = False
     stats = Stats()
@@ -196,8 +202,11 @@ def test_record_and_the_certified_value_at_50_digits(vits, measured, tmp_path):
         assert d == pytest.approx(plain[g], rel=1e-10, abs=1e-15)
     assert rec["sigma"] == pytest.approx([rec["scale"] * r for r in rec["shape"]], rel=1e-12)
     curve = doc["curves"]["gibbs_risk_groups"]
-    assert curve["at"] == [rec["scale"]] and curve["n_samples"] == 6
-    E, k, n = curve["value"][0], 6, 300
+    # 6 passes over the 300 samples of S (one batch), cut into 5 units of 60 rows each
+    assert rec["mc"] == {"passes": 6, "rows_per_unit": 60, "units": 30, "delta_mc": 0.01}
+    assert curve["at"] == [rec["scale"]] and curve["n_samples"] == 30
+    assert doc["scalars"]["gibbs_groups_units"]["value"] == 30
+    E, k, n = curve["value"][0], 30, 300
     for charged in (False, True):
         if charged:  # the same vector, but chosen with data that depend on S
             doc2 = json.loads(path.read_text())
@@ -229,7 +238,7 @@ def test_compare_lists_the_group_entry_as_certified(measured):
 
 
 def _stats_with(rec):
-    return Stats(scalars={"n": Quantity(300.0), "gibbs_groups_draws": Quantity(6.0)},
+    return Stats(scalars={"n": Quantity(300.0), "gibbs_groups_units": Quantity(6.0)},
                  curves={"gibbs_risk_groups": Curve("scale", np.array([1.0]), np.array([0.1]),
                                                     estimated=True, n_samples=6)},
                  provenance={"gibbs_groups": rec})
@@ -282,3 +291,27 @@ def test_tune_data_needs_init(vits, tmp_path):
                               "-o", str(tmp_path / "s.json")])
     assert res.exit_code != 0 and "--init" in res.output
     assert len(res.output.strip().splitlines()) == 1
+
+
+def test_units_are_equal_chunks_of_S_each_with_its_own_draw(vits):
+    """At σ = 0 every unit is the plain error of its chunk (a loop written here); at σ > 0 the
+    units of one pass differ in draw, so their count, not the passes, is the N of the kl term."""
+    from transformers import ViTForImageClassification
+
+    out, tm, _, S, _ = vits
+    zero = dict.fromkeys((n for n, _ in tm.model.named_parameters()), 0.0)
+    with single_thread():
+        units, rows = tune_mod.unit_risks(tm, S, torch.device("cpu"), zero, 2, 0, 0.01)
+    assert rows == 60 and len(units) == 2 * 5
+    z = np.load(out / "bound.npz")
+    m = ViTForImageClassification.from_pretrained(out / "model").eval()
+    with torch.no_grad():
+        wrong = (m(pixel_values=torch.from_numpy(z["pixel_values"])).logits.argmax(-1)
+                 != torch.from_numpy(z["labels"])).double().numpy()
+    plain = wrong.reshape(5, 60).mean(1)
+    assert units[:5] == pytest.approx(plain, abs=1e-12)
+    assert units[5:] == pytest.approx(plain, abs=1e-12)
+    assert tune_mod.unit_rows(S, most=64) == 60
+    odd = Batched(batches=[({"x": torch.zeros(7, 1)}, None)], n=7, seq_len=1, source="",
+                  description="")
+    assert tune_mod.unit_rows(odd) == 0  # 7 rows: no chunk of ≥ 8, a unit is a whole pass

@@ -12,7 +12,8 @@ chosen differently, because the PAC-Bayes prior must not depend on S:
   on S), each ρ_g pays its Dziugaite–Roy weight 2 ln j_g + ln(π²/6);
 * the **scale** c is chosen on the declared grid :data:`SCALE_GRID` with the posterior weights
   and the real distances (both depend on S), so it always pays ln |grid|;
-* the Monte Carlo Gibbs risk is then measured on S once, at σ = c·ρ, with fresh draws.
+* the Monte Carlo Gibbs risk is then measured on S once, at σ = c·ρ, with fresh draws: one
+  per chunk of S in every pass (:func:`unit_risks`), so its confidence term counts units.
 
 The stats file records all of it under ``provenance.gibbs_groups`` and the curve
 ``gibbs_risk_groups`` (one point, the chosen c); ``pac_bayes_kl_gaussian_groups_mc`` reads them.
@@ -104,6 +105,51 @@ def risk_draws(tm: TaskModel, data: Batched, device: torch.device,
     return out
 
 
+def unit_rows(data: Batched, most: int = 64, least: int = 8) -> int:
+    """Rows per Monte Carlo unit: the largest divisor ≤ ``most`` of every batch's row count,
+    so all units have the same size; 0 when that is below ``least`` (then a unit is a pass)."""
+    g = 0
+    for inputs, _ in data.batches:
+        g = math.gcd(g, int(next(iter(inputs.values())).shape[0]))
+    c = max((d for d in range(1, min(g, most) + 1) if g % d == 0), default=0)
+    return c if c >= least else 0
+
+
+def unit_risks(tm: TaskModel, data: Batched, device: torch.device,
+               sigma: Mapping[str, float], draws: int, seed: int, alpha: float,
+               progress: Any = None) -> tuple[np.ndarray, int]:
+    """The bounded loss of independent Monte Carlo *units*: S cut into equal chunks of
+    :func:`unit_rows` rows, every chunk with its own posterior draw, ``draws`` times. Returns
+    (unit losses, rows per unit). The units are independent given S, each in [0, 1], and their
+    mean is an unbiased estimate of the Gibbs risk on S, so kl⁻¹(Ê, ln(2/δ′)/N) holds with
+    N = number of units (Chernoff for independent [0, 1] variables; docs/sources/pac_bayes.md
+    §3). Without equal chunks a unit is a whole pass (:func:`risk_draws`)."""
+    import dataclasses
+
+    from .data_pass import run_pass
+
+    c = unit_rows(data)
+    if c == 0:
+        return risk_draws(tm, data, device, sigma, draws, seed, alpha, progress), data.n
+    chunks = []
+    for inputs, y in data.batches:
+        rows = int(next(iter(inputs.values())).shape[0])
+        for lo in range(0, rows, c):
+            part = {k: v[lo:lo + c] for k, v in inputs.items()}
+            chunks.append(dataclasses.replace(
+                data, batches=[(part, None if y is None else y[lo:lo + c])], n=c))
+    gen = torch.Generator().manual_seed(seed)
+    out = np.empty(draws * len(chunks))
+    for d in range(draws):
+        if progress:
+            progress(d, draws, "Gibbs risk, per-group σ")
+        for i, chunk in enumerate(chunks):
+            with perturbed(tm.model, sigma, gen):
+                r = run_pass(tm, chunk, device, alpha=alpha, norms=False)
+            out[d * len(chunks) + i] = float(r.bounded.mean())
+    return out, c
+
+
 @dataclass
 class Shape:
     """The outcome of :func:`choose_shape`: one Dziugaite–Roy index per group."""
@@ -192,7 +238,7 @@ def choose_scale(risk: Risk, groups: Mapping[str, str], shape: Shape,
                  delta_mc: float) -> tuple[float, list[dict[str, float]]]:
     """The scale c on :data:`SCALE_GRID` minimising the bound one would get with ``risk`` (the
     tune-data Gibbs risk of the posterior weights) in place of the Gibbs risk on S: kl⁻¹ of the
-    Monte Carlo upper end at ``draws`` draws, with KL = Σ ‖w_g − w₀,g‖²/(2c²ρ_g²) and δ/|grid|."""
+    Monte Carlo upper end at ``draws`` units, with KL = Σ ‖w_g − w₀,g‖²/(2c²ρ_g²) and δ/|grid|."""
     from ...engine.functions import kl_inv_upper
 
     rows = []
@@ -251,21 +297,27 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         return float(risk_draws(tm, scale_data, device, sig, tune_draws, search_seed,
                                 alpha).mean())
 
-    c, rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, draws, delta, delta_mc)
+    units_guess = draws * max(1, data.n // 64)  # unit_risks' count, without reading S
+    c, rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, units_guess, delta,
+                           delta_mc)
     sigma = {g: c * r for g, r in zip(shape.groups, shape.rho)}
-    losses = risk_draws(tm, data, device, _mapping(groups, sigma), draws, seed, alpha, progress)
+    losses, rows = unit_risks(tm, data, device, _mapping(groups, sigma), draws, seed, alpha,
+                              progress)
+    units = len(losses)
     mean = float(losses.mean())
-    upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / draws))
+    upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     where = (f"{tune_source} ({tune.n} samples) with the prior weights {prior_source} only"
              if free else f"S itself with the posterior weights")
     stats.curves["gibbs_risk_groups"] = Curve(
         "scale", np.array([c]), np.array([mean]), ci=np.array([[mean, upper]]),
-        confidence=1 - delta_mc, estimated=True, n_samples=draws,
-        method=(f"Monte Carlo on S: mean bounded loss over {data.n} samples of {draws} draws "
-                f"θ + u, u ~ N(0, diag σ_g²), σ_g = scale·ρ_g (provenance.gibbs_groups), seed "
-                f"{seed}; ci = [Ê, kl⁻¹(Ê, ln(2/δ′)/k)], δ′ = {delta_mc}"))
-    stats.scalars["gibbs_groups_draws"] = Quantity(float(draws), method="Monte Carlo draws at "
-                                                   "the per-group σ vector")
+        confidence=1 - delta_mc, estimated=True, n_samples=units,
+        method=(f"Monte Carlo on S: {units} independent units ({draws} passes over the "
+                f"{data.n} samples, cut into chunks of {rows} rows, each chunk with its own "
+                f"draw θ + u, u ~ N(0, diag σ_g²), σ_g = scale·ρ_g, provenance.gibbs_groups), "
+                f"seed {seed}; ci = [Ê, kl⁻¹(Ê, ln(2/δ′)/N)], N = {units}, δ′ = {delta_mc}"))
+    stats.scalars["gibbs_groups_units"] = Quantity(float(units), method=(
+        f"independent Monte Carlo units at the per-group σ vector: {draws} passes × "
+        f"{units // draws} chunks of {rows} rows, one posterior draw per chunk"))
     stats.provenance["gibbs_groups"] = {
         "groups": shape.groups,
         "rule": "param_groups(model) split into matrices (ndim >= 2) and vectors",
@@ -284,4 +336,5 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         "scale_search": rows,
         "sigma": [sigma[g] for g in shape.groups],
         "prior_centre": prior_source, "tune_data": tune_source if free else None,
+        "mc": {"passes": draws, "rows_per_unit": rows, "units": units, "delta_mc": delta_mc},
     }
