@@ -298,8 +298,8 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
                                 alpha).mean())
 
     units_guess = draws * max(1, data.n // 64)  # unit_risks' count, without reading S
-    c, rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, units_guess, delta,
-                           delta_mc)
+    c, scale_rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, units_guess,
+                                 delta, delta_mc)
     sigma = {g: c * r for g, r in zip(shape.groups, shape.rho)}
     losses, rows = unit_risks(tm, data, device, _mapping(groups, sigma), draws, seed, alpha,
                               progress)
@@ -333,7 +333,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         "scale_chosen_on": (f"{tune_source if free else 'S'} with the posterior weights and "
                             f"the distances ‖w_g − w₀,g‖² (they depend on S): charged "
                             f"ln {len(SCALE_GRID)}"),
-        "scale_search": rows,
+        "scale_search": scale_rows,
         "sigma": [sigma[g] for g in shape.groups],
         "prior_centre": prior_source, "tune_data": tune_source if free else None,
         "mc": {"passes": draws, "rows_per_unit": rows, "units": units, "delta_mc": delta_mc},
