@@ -552,7 +552,8 @@ def point(draw, entry_id):
                      dist_init=draw(st.floats(0, 1e4)), n=n, delta=d,
                      sigma=dr_sigma(draw(J_S))), "E_hat", "dist_init")
     if entry_id == "pac_bayes_kl_gaussian_groups_mc":
-        G = draw(st.integers(1, 5))
+        # up to 5 Dziugaite–Roy charges + ln 17 (≤ 81 nats): δ ≥ 1e-250 keeps δ·e^{−cost} > 0
+        G, d = draw(st.integers(1, 5)), draw(st.floats(1e-250, 1, exclude_max=True))
         return (dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=draw(DELTA),
                      n=n, delta=d,
                      dist_sq=draw(st.lists(st.floats(0, 1e4), min_size=G, max_size=G)),
@@ -579,7 +580,7 @@ def worsen(draw, values: dict, grow: str | None) -> dict:
         out[move] = draw(st.integers(1, int(values[move])))
     elif move in ("delta", "delta_mc"):
         out[move] = values[move] * draw(st.floats(0, 1, exclude_min=True))
-        assume(out[move] >= 1e-300)
+        assume(out[move] >= (1e-250 if move == "delta" and "rho" in values else 1e-300))
     elif move == "dist_sq":
         out[move] = [x + draw(st.floats(0, 1e4)) for x in values[move]]
     else:
