@@ -19,6 +19,12 @@ curve's ``at`` points. The entry declares that parameter with ``measured = true`
 * a curve symbol set by hand (``--set P_hat=17000``) holds at one point only: the parameter must
   then be given too, is used exactly (never moved by the optimizer), and the result is labelled
   estimated.
+
+A per-group Gaussian posterior (curve ``gibbs_risk_groups``, ``measure --tune-data`` /
+``--sigma-groups``) also takes its shape ρ_g and distances ‖w_g − w₀,g‖² from the stats file's
+``provenance.gibbs_groups`` (:func:`tuned_inputs`). The shape is a per-group Dziugaite–Roy choice:
+charged Σ_g [2 ln j_g + ln(π²/6)] through the evaluator's per-group prior rule, unless the record
+says it was chosen on data disjoint from S with the prior weights only, which is free.
 """
 
 from __future__ import annotations
@@ -114,6 +120,64 @@ def _on_grid(entry: Entry, p: ParameterSpec, at: np.ndarray,
     return np.asarray(keep, dtype=np.float64)
 
 
+GROUPS_CURVE = "gibbs_risk_groups"
+_SHAPE, _DIST = "rho", "dist_sq"
+
+
+def _record_list(rec: Mapping[str, Any], key: str, n: int | None, positive: bool) -> list[float]:
+    v = rec.get(key)
+    if not isinstance(v, list) or not v or (n is not None and len(v) != n):
+        raise StatsError(f"provenance.gibbs_groups.{key}: expected a list of "
+                         f"{n if n is not None else 'one or more'} numbers")
+    out = []
+    for i, x in enumerate(v):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
+                or x < 0 or (positive and x == 0):
+            raise StatsError(f"provenance.gibbs_groups.{key}[{i}]: expected a "
+                             f"{'positive' if positive else 'non-negative'} finite number, "
+                             f"got {str(x)[:30]}")
+        out.append(float(x))
+    return out
+
+
+def tuned_inputs(entry: Entry, stats: Stats | None, values: Mapping[str, Any]
+                 ) -> tuple[Entry, dict[str, Any], str] | None:
+    """For an entry on the ``gibbs_risk_groups`` curve: (the entry to evaluate, the values of
+    ρ and ‖w_g − w₀,g‖² from ``provenance.gibbs_groups``, how ρ was chosen). A ρ chosen on data
+    disjoint from S is free: the entry is evaluated without ρ's Dziugaite–Roy grid, so nothing
+    is charged for it; any other ρ stays on that grid and is charged per group."""
+    import dataclasses
+
+    if stats is None or GROUPS_CURVE not in curve_symbols(entry).values():
+        return None
+    rec = stats.provenance.get("gibbs_groups")
+    if rec is None:
+        return None
+    if not isinstance(rec, dict):
+        raise StatsError("provenance.gibbs_groups: expected an object")
+    groups = rec.get("groups")
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, str) for g in groups):
+        raise StatsError("provenance.gibbs_groups.groups: expected a list of group names")
+    G = len(groups)
+    extra: dict[str, Any] = {}
+    if _DIST in entry.symbols and _DIST not in values:
+        extra[_DIST] = np.array(_record_list(rec, "dist_sq", G, positive=False))
+    free = rec.get("shape_disjoint_from_S")
+    if not isinstance(free, bool):
+        raise StatsError("provenance.gibbs_groups.shape_disjoint_from_S: expected true or false")
+    if _SHAPE not in entry.symbols or _SHAPE in values:
+        return entry, extra, "given by hand: a Dziugaite–Roy grid point per group, charged"
+    extra[_SHAPE] = np.array(_record_list(rec, "shape", G, positive=True))
+    where = str(rec.get("shape_chosen_on", "?"))[:200]
+    if not free:
+        return entry, extra, (f"chosen on {where}: Dziugaite–Roy weight per group charged "
+                              "(union_bound_cost.rho)")
+    drop = {f"{_SHAPE}_prior_c", f"{_SHAPE}_prior_b"}
+    variant = dataclasses.replace(entry, symbols={k: v for k, v in entry.symbols.items()
+                                                  if k not in drop})
+    return variant, extra, f"chosen on {where}, disjoint from S: no union-bound cost"
+
+
 def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
                 params: Mapping[str, Any] | None, estimated: Mapping[str, str] | None,
                 run: Runner) -> Result | None:
@@ -130,6 +194,11 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
     curves = _curves(entry, stats, values)
     if not curves:
         return None
+    tuned = tuned_inputs(entry, stats, values)
+    variant, shape_note = entry, None
+    if tuned is not None:
+        variant, extra, shape_note = tuned
+        values = {**extra, **values}
     at = _common_points(entry, p, curves)
     given = values.pop(p.name, params.pop(p.name, None))
     if given is not None:
@@ -147,7 +216,6 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
         declared = probe.grids[p.name]
     at = _on_grid(entry, p, at, declared)
     n_points = len(at)
-    variant = entry
     charged = confidence_symbol(entry)
     split: dict[str, float] = {}
     for name, spec in entry.symbols.items():
@@ -193,6 +261,8 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
             "union bound over the measured points: " + ", ".join(
                 f"{s} = {v:g} split into {n_points} × {v / n_points:.4g}" for s, v in split.items())
             + "; the reported δ is the full total")
+    if shape_note is not None:
+        best.parameter_choice[_SHAPE] = shape_note
     best.extra["measured_points"] = {"param": p.name, "choice": p.choice, "points": rows,
                                      "split": {s: v / n_points for s, v in split.items()}}
     return best

@@ -30,7 +30,8 @@ def digits(tmp_path_factory):
         info = build(out, DigitsConfig(hidden=16, prior_epochs=6, post_epochs=1))
         stats = out / "stats.json"
         res = runner.invoke(app, ["measure", str(out / "model"), "--init", str(out / "prior"),
-                                  "--data", str(out / "bound.npz"), "--sigma", "0.005",
+                                  "--data", str(out / "bound.npz"), "--tune-data",
+                                  str(out / "prior.npz"), "--tune-draws", "2", "--sigma", "0.005",
                                   "--sigma", "0.01", "--draws", "4", "--hessian-probes", "2",
                                   "--hessian-samples", "32", "--batch-size", "256",
                                   "-o", str(stats), "--json"])
@@ -114,6 +115,11 @@ def test_compare_certified_numbers_never_below_the_held_out_error(digits, tmp_pa
     assert any(math.isclose(mc["parameters"]["sigma"], s, rel_tol=1e-9)
                for s in doc["curves"]["gibbs_risk_mean"]["at"])
     assert mc["delta"] == pytest.approx(0.05 + 0.01)
+    # per-group σ: the shape chosen on the prior split (free), the scale charged ln 17
+    groups = certified["pac_bayes_kl_gaussian_groups_mc"]
+    assert groups["delta"] == pytest.approx(0.06)
+    assert groups["union_bound_cost"] == {"scale": pytest.approx(math.log(17))}
+    assert doc["provenance"]["gibbs_groups"]["tune_data"] == str(out / "prior.npz")
 
 
 def test_hand_set_gibbs_risk_needs_its_sigma_and_is_estimated(digits):

@@ -467,6 +467,9 @@ BASE = {
                                      delta=0.05, sigma=dr_sigma(100)),
     "pac_bayes_kl_gaussian_groups": dict(emp_risk=0.1, n=1000, delta=0.05, dist_sq=[1.0, 2.0],
                                          sigma_g=[0.1, 0.2]),
+    "pac_bayes_kl_gaussian_groups_mc": dict(E_hat=0.1, k=100, delta_mc=0.01, n=1000,
+                                            delta=0.05, dist_sq=[1.0, 2.0],
+                                            rho=[dr_sigma(100), dr_sigma(200)], scale=1.0),
     "monte_carlo_gibbs_risk": dict(E_hat=0.1, k=100, delta_mc=0.01),
     "rademacher_generalization": dict(emp_loss=0.1, rademacher=0.01, rho=1.0, n=1000, delta=0.05),
     "rademacher_generalization_union": dict(emp_loss=0.1, rademacher=0.01, rho=1.0, n=1000,
@@ -548,6 +551,15 @@ def point(draw, entry_id):
         return (dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=draw(DELTA),
                      dist_init=draw(st.floats(0, 1e4)), n=n, delta=d,
                      sigma=dr_sigma(draw(J_S))), "E_hat", "dist_init")
+    if entry_id == "pac_bayes_kl_gaussian_groups_mc":
+        # up to 5 Dziugaite–Roy charges + ln 17 (≤ 81 nats): δ ≥ 1e-250 keeps δ·e^{−cost} > 0
+        G, d = draw(st.integers(1, 5)), draw(st.floats(1e-250, 1, exclude_max=True))
+        return (dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=draw(DELTA),
+                     n=n, delta=d,
+                     dist_sq=draw(st.lists(st.floats(0, 1e4), min_size=G, max_size=G)),
+                     rho=[dr_sigma(j) for j in draw(st.lists(J_S, min_size=G, max_size=G))],
+                     scale=float(np.geomspace(0.25, 4, 17)[draw(st.integers(0, 16))])),
+                "E_hat", "dist_sq")
     if entry_id == "monte_carlo_gibbs_risk":
         return dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=d), "E_hat", None
     if entry_id.startswith("rademacher_generalization"):
@@ -568,7 +580,7 @@ def worsen(draw, values: dict, grow: str | None) -> dict:
         out[move] = draw(st.integers(1, int(values[move])))
     elif move in ("delta", "delta_mc"):
         out[move] = values[move] * draw(st.floats(0, 1, exclude_min=True))
-        assume(out[move] >= 1e-300)
+        assume(out[move] >= (1e-250 if move == "delta" and "rho" in values else 1e-300))
     elif move == "dist_sq":
         out[move] = [x + draw(st.floats(0, 1e4)) for x in values[move]]
     else:

@@ -122,6 +122,18 @@ def _print_data(stats, output: Path) -> None:
         console.print(t)
         for line in snap_notes(pv.get("sigma_snapped", [])):
             console.print(f"  note: {line}", highlight=False)
+    rec, c = pv.get("gibbs_groups"), stats.curves.get("gibbs_risk_groups")
+    if rec is not None and c is not None:
+        t = Table(title=f"per-group σ_g = {rec['scale']:.3g}·ρ_g; Gibbs risk on DATA "
+                        f"{c.value[0]:.4f}, kl upper {c.ci[0][1]:.4f} ({c.n_samples} draws)")
+        for col in ("group", "params", "‖w_g − w₀,g‖²", "σ_g"):
+            t.add_column(col, justify="left" if col == "group" else "right")
+        for g, d, dist, s in zip(rec["groups"], rec["n_params"], rec["dist_sq"], rec["sigma"]):
+            t.add_row(escape(str(g)), str(d), f"{dist:.3g}", f"{s:.3g}")
+        console.print(t)
+        console.print(f"ρ (shape): {escape(str(rec['shape_chosen_on']))}: "
+                      f"{escape(str(rec['shape_note']))}; scale: "
+                      f"{escape(str(rec['scale_chosen_on']))}", highlight=False)
     _print_compression(stats)
     console.print(f"wrote {output}", highlight=False)
 
@@ -185,6 +197,20 @@ def measure_cmd(
     perturbation_draws: int = typer.Option(0, "--perturbation-draws", min=0, help="noise draws "
                                            "per σ of the Lintilhac–Shaikh mesh for P̂ (0: skip; "
                                            "20 × draws Hutchinson estimates)"),
+    tune_data: Optional[str] = typer.Option(None, "--tune-data", help="a split disjoint from "
+                                            "DATA (e.g. the one --init was trained on): search "
+                                            "per-group σ_g there with the --init weights, at no "
+                                            "union-bound cost; then the Gibbs risk on DATA once"),
+    sigma_groups: bool = typer.Option(False, "--sigma-groups", help="per-group σ_g (implied by "
+                                      "--tune-data); without --tune-data searched on DATA and "
+                                      "charged per group"),
+    tune_draws: int = typer.Option(4, "--tune-draws", min=1, help="Monte Carlo draws per σ "
+                                   "vector tried by the search"),
+    group_draws: Optional[int] = typer.Option(None, "--group-draws", min=1, help="Monte Carlo "
+                                              "draws on DATA at the chosen per-group σ vector "
+                                              "(default: --draws)"),
+    tune_slack: float = typer.Option(0.05, "--tune-slack", help="the search keeps the "
+                                     "searched weights' Gibbs risk ≤ their error + this"),
     smoothing: float = typer.Option(0.01, "--smoothing", help="α of prediction smoothing for "
                                     "language models (bounded per-token loss)"),
     prior_data_dependent: bool = typer.Option(False, "--prior-data-dependent", help="say that "
@@ -236,7 +262,8 @@ def measure_cmd(
         parse_head_init(head_init)
         if init is not None:
             parse_centre(init)
-        require_paths(model=model, init=None if is_keyword(init) else init)  # before torch
+        require_paths(model=model, init=None if is_keyword(init) else init,
+                      tune_data=tune_data)  # before torch and the model are loaded
         stages = Stages("measure")
         from ..measure import measure
         from ..measure.data.dataset_io import TABLE_SUFFIXES
@@ -257,8 +284,14 @@ def measure_cmd(
                                  hessian_samples=hessian_samples, alpha=smoothing,
                                  perturbation_draws=perturbation_draws, progress=progress,
                                  head_init=head_init, gibbs_mode=gibbs_mode,
-                                 gibbs_samples=gibbs_samples)
+                                 gibbs_samples=gibbs_samples,
+                                 tune_data=tune_data, sigma_groups=sigma_groups,
+                                 tune_draws=tune_draws, tune_slack=tune_slack,
+                                 group_draws=group_draws)
         else:
+            if tune_data is not None or sigma_groups:
+                raise BoundcalcError("--tune-data / --sigma-groups need --data and a Hugging "
+                                     "Face folder with a task head")
             stats = measure(model, init=init, data=data, device=device, n_heads=n_heads,
                             progress=progress, head_init=head_init)
         if compress is not None:

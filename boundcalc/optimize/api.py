@@ -11,7 +11,7 @@ import numpy as np
 
 from ..api import resolve_entry
 from ..bind import bind
-from ..errors import DomainError, MissingValueError
+from ..errors import BoundcalcError, DomainError, MissingValueError
 from ..limits import check_allocation
 from ..evaluation import Prepared, Result, count_value
 from ..registry import Entry, Registry
@@ -73,6 +73,14 @@ def prepare_entry(entry: Entry | str, stats: Stats | str | None = None,
 
 def applicable(entry: Entry, stats: Stats, overrides: Mapping[str, Any] | None = None) -> bool:
     """Whether every symbol gets a value (the optimizer-chosen arrays count as given)."""
+    from ..measured import tuned_inputs
+
+    try:  # ρ and distances of a per-group Gibbs risk come from the stats file's record
+        tuned = tuned_inputs(entry, stats, overrides or {})
+    except BoundcalcError:
+        return True  # a damaged record: optimize() reports it as this entry's error
+    if tuned is not None:
+        overrides = {**tuned[1], **(overrides or {})}
     try:
         missing = bind(entry, stats, overrides, strict=False).missing
     except Exception:  # noqa: BLE001 - a malformed stats section means "not applicable"

@@ -78,8 +78,18 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
                  perturbation_draws: int = 0, progress: Any = None,
                  head_init: Any = None, gibbs_mode: str = "auto",
-                 gibbs_samples: int | None = None) -> Stats:
-    """Measure a task-head Hugging Face folder on a data set (see the module docstring)."""
+                 gibbs_samples: int | None = None,
+                 tune_data: str | None = None, sigma_groups: bool = False,
+                 tune_draws: int = 4, tune_slack: float = 0.05,
+                 group_draws: int | None = None) -> Stats:
+    """Measure a task-head Hugging Face folder on a data set (see the module docstring).
+
+    ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
+    :mod:`.tune`: σ_g searched on ``tune_data`` (disjoint from DATA, e.g. the split the prior
+    ``init`` was trained on: free) or, without it, on DATA (charged), then the Gibbs risk on
+    DATA at the chosen vector with ``group_draws`` draws (default ``draws``; curve
+    ``gibbs_risk_groups``, ``provenance.gibbs_groups``).
+    """
     from ..weights.pipeline import measure
 
     if draws < 0 or hessian_probes < 0 or hessian_probes == 1:
@@ -98,6 +108,10 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                   gibbs_samples=gibbs_samples,
                   batch_size=batch_size)
     plan.check(plan.measure_plan(**counts, device="cuda"))  # lower bounds, before loading
+    groups_wanted = sigma_groups or tune_data is not None
+    if groups_wanted:
+        group_draws = draws if group_draws is None else group_draws
+        _check_tune(data, init, tune_data, group_draws)
     dev = resolve_device(device)
     tm = load_task_model(model, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
@@ -118,6 +132,17 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
                    hessian_probes, hessian_samples, alpha, seed, report, gibbs_mode,
                    gibbs_samples)
+        if groups_wanted:
+            from .tune import measure_groups
+
+            prior = load_task_model(init, dev)
+            tune = (read_batches(tune_data, tm, text_column=text_column,
+                                 label_column=label_column, max_length=max_length,
+                                 batch_size=batch_size) if tune_data is not None else None)
+            measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
+                           prior_source=init, draws=group_draws, tune_draws=tune_draws,
+                           slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
+                           progress=report)
         if perturbation_draws > 0:
             probes = max(hessian_probes, 2)
             values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
@@ -133,6 +158,24 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         stop()
     stats.provenance["sigma_snapped"] = snaps
     return stats
+
+
+def _check_tune(data: str, init: str | None, tune_data: str | None, draws: int) -> None:
+    from pathlib import Path
+
+    from ...prior_spec import is_keyword
+
+    if init is None or is_keyword(init):
+        raise BoundcalcError("--tune-data / --sigma-groups need --init: a checkpoint with the "
+                             "model's task head (e.g. the prior trained on the tune split), "
+                             "where the per-group prior N(w_init, diag σ_g²) is centred")
+    if draws < 1:
+        raise BoundcalcError("--tune-data / --sigma-groups need --group-draws (default "
+                             "--draws) >= 1: the Gibbs risk on DATA at the chosen σ vector")
+    if tune_data is not None and Path(tune_data).resolve() == Path(data).resolve():
+        raise BoundcalcError(f"--tune-data {tune_data}: is DATA itself; it must be a split "
+                             "disjoint from DATA (without --tune-data, --sigma-groups searches "
+                             "on DATA and pays for it)")
 
 
 def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,

@@ -1,0 +1,340 @@
+"""Per-group Gaussian posteriors N(w, diag σ_g²) whose σ_g are chosen on data the bound does
+not use (docs/sources/pac_bayes.md §6).
+
+σ_g = c·ρ_g for every parameter of group g (the groups of :func:`sigma_groups`), prior
+N(w₀, diag σ_g²) with the same σ_g, so KL = Σ_g ‖w_g − w₀,g‖²/(2σ_g²). The two factors are
+chosen differently, because the PAC-Bayes prior must not depend on S:
+
+* the **shape** ρ (one Dziugaite–Roy grid point per group) is searched with
+  :func:`choose_shape`, which sees only the tune batches and the weights it is given. With the
+  prior weights w₀ and a tune split disjoint from S (``measure --tune-data``) nothing in it
+  depends on S, so it costs nothing. Chosen on S, or with the posterior weights (which were fit
+  on S), each ρ_g pays its Dziugaite–Roy weight 2 ln j_g + ln(π²/6);
+* the **scale** c is chosen on the declared grid :data:`SCALE_GRID` with the posterior weights
+  and the real distances (both depend on S), so it always pays ln |grid|;
+* the Monte Carlo Gibbs risk is then measured on S once, at σ = c·ρ, with fresh draws: one
+  per chunk of S in every pass (:func:`unit_risks`), so its confidence term counts units.
+
+The stats file records all of it under ``provenance.gibbs_groups`` and the curve
+``gibbs_risk_groups`` (one point, the chosen c); ``pac_bayes_kl_gaussian_groups_mc`` reads them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...errors import BoundcalcError
+from .dataset_io import Batched
+from .gibbs import gibbs_risk, perturbed
+from .hf import TaskModel
+
+DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid σ_j² = c·e^{−j/b} of pac_bayes.toml
+J_MAX = 1400  # σ ≈ 2.9e-4: below this the search stops refining
+SCALE_GRID = tuple(float(x) for x in np.geomspace(0.25, 4.0, 17))  # = the formula's grid
+FREE = "chosen on data disjoint from S: no union-bound cost"
+CHARGED = ("chosen with data that depend on S: each ρ_g pays its Dziugaite–Roy weight "
+           "2 ln j_g + ln(π²/6)")
+
+Risk = Callable[[Mapping[str, float]], float]
+
+
+def dr_sigma(j: int) -> float:
+    """σ_j = √(c·e^{−j/b}) on the Dziugaite–Roy grid."""
+    return math.sqrt(DR_C) * math.exp(-j / (2 * DR_B))
+
+
+def sigma_groups(model: torch.nn.Module) -> dict[str, str]:
+    """``{parameter name: group}``: the stats groups of :func:`param_groups` (embeddings,
+    ``layer.i``, head), each split into its matrices (``:matrix``, ndim ≥ 2) and its vectors
+    (``:vector``: biases, norms, tokens), which tolerate very different noise."""
+    from .curvature import param_groups
+
+    try:
+        base = param_groups(model)
+    except BoundcalcError:
+        base = {}
+    return {n: f"{base.get(n, 'other')}:{'matrix' if p.ndim >= 2 else 'vector'}"
+            for n, p in model.named_parameters()}
+
+
+def group_distances(model: torch.nn.Module, prior: torch.nn.Module,
+                    groups: Mapping[str, str]) -> dict[str, tuple[int, float]]:
+    """``{group: (parameter count, ‖w_g − w₀,g‖²)}`` in float64 over every parameter."""
+    ref = dict(prior.named_parameters())
+    out: dict[str, list[float]] = {}
+    for n, p in model.named_parameters():
+        q = ref.get(n)
+        if q is None or q.shape != p.shape:
+            raise BoundcalcError(f"prior weights: parameter '{n}' is missing or has another "
+                                 f"shape ({tuple(p.shape)} expected); --init must be the same "
+                                 "architecture as MODEL")
+        d = float((p.detach().double().cpu() - q.detach().double().cpu()).square().sum())
+        acc = out.setdefault(groups[n], [0, 0.0])
+        acc[0] += p.numel()
+        acc[1] += d
+    return {g: (int(c), s) for g, (c, s) in out.items()}
+
+
+def risk_draws(tm: TaskModel, data: Batched, device: torch.device,
+               sigma: float | Mapping[str, float], draws: int, seed: int, alpha: float,
+               progress: Any = None) -> np.ndarray:
+    """``draws`` values of the bounded loss of θ + u over ``data``, u ~ N(0, diag σ²) with a
+    σ per parameter name: gibbs.py's ``gibbs_risk``, or, where that engine takes only one σ,
+    the same draws through its ``perturbed``."""
+    try:
+        return np.asarray(gibbs_risk(tm, data, device, [sigma], draws, seed, alpha,
+                                     progress))[0]
+    except TypeError:  # an engine without per-parameter σ: float(mapping) fails at once
+        if not isinstance(sigma, Mapping):
+            raise
+    from .data_pass import run_pass
+
+    gen = torch.Generator().manual_seed(seed)
+    out = np.empty(draws)
+    for d in range(draws):
+        if progress:
+            progress(d, draws, "Gibbs risk, per-group σ")
+        with perturbed(tm.model, sigma, gen):
+            out[d] = float(run_pass(tm, data, device, alpha=alpha, norms=False).bounded.mean())
+    return out
+
+
+def unit_rows(data: Batched, most: int = 64, least: int = 8) -> int:
+    """Rows per Monte Carlo unit: the largest divisor ≤ ``most`` of every batch's row count,
+    so all units have the same size; 0 when that is below ``least`` (then a unit is a pass)."""
+    g = 0
+    for inputs, _ in data.batches:
+        g = math.gcd(g, int(next(iter(inputs.values())).shape[0]))
+    c = max((d for d in range(1, min(g, most) + 1) if g % d == 0), default=0)
+    return c if c >= least else 0
+
+
+def unit_risks(tm: TaskModel, data: Batched, device: torch.device,
+               sigma: Mapping[str, float], draws: int, seed: int, alpha: float,
+               progress: Any = None) -> tuple[np.ndarray, int]:
+    """The bounded loss of independent Monte Carlo *units*: S cut into equal chunks of
+    :func:`unit_rows` rows, every chunk with its own posterior draw, ``draws`` times. Returns
+    (unit losses, rows per unit). The units are independent given S, each in [0, 1], and their
+    mean is an unbiased estimate of the Gibbs risk on S, so kl⁻¹(Ê, ln(2/δ′)/N) holds with
+    N = number of units (Chernoff for independent [0, 1] variables; docs/sources/pac_bayes.md
+    §3). Without equal chunks a unit is a whole pass (:func:`risk_draws`)."""
+    import dataclasses
+
+    from .data_pass import run_pass
+
+    c = unit_rows(data)
+    if c == 0:
+        return risk_draws(tm, data, device, sigma, draws, seed, alpha, progress), data.n
+    chunks = []
+    for inputs, y in data.batches:
+        rows = int(next(iter(inputs.values())).shape[0])
+        for lo in range(0, rows, c):
+            part = {k: v[lo:lo + c] for k, v in inputs.items()}
+            chunks.append(dataclasses.replace(
+                data, batches=[(part, None if y is None else y[lo:lo + c])], n=c))
+    gen = torch.Generator().manual_seed(seed)
+    out = np.empty(draws * len(chunks))
+    for d in range(draws):
+        if progress:
+            progress(d, draws, "Gibbs risk, per-group σ")
+        for i, chunk in enumerate(chunks):
+            with perturbed(tm.model, sigma, gen):
+                r = run_pass(tm, chunk, device, alpha=alpha, norms=False)
+            out[d * len(chunks) + i] = float(r.bounded.mean())
+    return out, c
+
+
+@dataclass
+class Shape:
+    """The outcome of :func:`choose_shape`: one Dziugaite–Roy index per group."""
+
+    groups: list[str]
+    j: list[int]
+    j_isotropic: int
+    target: float
+    base: float
+    kind: str  # "per-group" or "isotropic"
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def rho(self) -> list[float]:
+        return [dr_sigma(j) for j in self.j]
+
+
+def _mapping(groups: Mapping[str, str], sig: Mapping[str, float]) -> dict[str, float]:
+    return {n: sig[g] for n, g in groups.items()}
+
+
+def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int], base: float,
+                 slack: float) -> Shape:
+    """Search ρ on the Dziugaite–Roy grid using only ``risk`` (the tune-data Gibbs risk of
+    the weights it closes over; nothing else is seen).
+
+    1. isotropic: the largest grid σ whose risk stays ≤ target = base + slack (bisection on j);
+    2. each group alone: its noise tolerance, the largest σ_g ≥ the isotropic σ (up to 7.4×)
+       whose risk (only group g perturbed) stays ≤ target, by bisection;
+    3. all tolerances together, shifted down by the smallest common offset in j that brings
+       the joint risk to ≤ target, by bisection (some groups may end below the isotropic σ).
+    Of (1) and (3) the one with the smaller Σ_g d_g/ρ_g² (the KL if every coordinate moved
+    equally far, a guess that needs no distance) is kept. Common random numbers (``risk`` is
+    called with one seed) make the comparisons between σ vectors smooth.
+    """
+    names = sorted(sizes, key=lambda g: (-sizes[g], g))
+    target = base + slack
+    trace: list[dict[str, Any]] = []
+
+    def ok(js: Mapping[str, int]) -> bool:
+        r = risk(_mapping(groups, {g: dr_sigma(j) for g, j in js.items()}))
+        trace.append({"j": {g: int(j) for g, j in js.items()}, "risk": r})
+        return r <= target
+
+    def largest_ok(lo: int, hi: int, at: Callable[[int], dict[str, int]], tol: int) -> int:
+        """The smallest j in [lo, hi] (largest σ) with ok(at(j)), by bisection (the risk is
+        taken to fall with j); ``hi`` is assumed ok and returned if nothing smaller is."""
+        if ok(at(lo)):
+            return lo
+        while hi - lo > tol:
+            mid = (lo + hi) // 2
+            if ok(at(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
+    every = lambda j: dict.fromkeys(names, j)  # noqa: E731
+    j_iso = J_MAX if not ok(every(J_MAX)) else largest_ok(1, J_MAX, every, 5)
+    tol: dict[str, int] = {}
+    reach = 400  # a group alone may take σ up to e^{2} ≈ 7.4 times the isotropic σ
+    for g in names:
+        def alone(j: int, g: str = g) -> dict[str, int]:
+            out = dict.fromkeys(names, J_MAX * 10)  # σ ≈ 0: only group g is perturbed
+            out[g] = j
+            return out
+        tol[g] = largest_ok(max(1, j_iso - reach), j_iso, alone, 25)
+    # at offset j_iso − min(tol) every σ_g is ≤ the isotropic σ, so that offset is ok
+    off = largest_ok(0, max(j_iso - min(tol.values()), 0),
+                     lambda o: {g: tol[g] + o for g in names}, 10)
+    joint = {g: tol[g] + off for g in names}
+
+    def proxy(js: Mapping[str, int]) -> float:
+        return sum(sizes[g] / dr_sigma(js[g]) ** 2 for g in names)
+
+    iso = dict.fromkeys(names, j_iso)
+    per_group = proxy(joint) < proxy(iso)
+    chosen = joint if per_group else iso
+    return Shape(groups=names, j=[int(chosen[g]) for g in names], j_isotropic=j_iso,
+                 target=target, base=base, kind="per-group" if per_group else "isotropic",
+                 trace=trace)
+
+
+def choose_scale(risk: Risk, groups: Mapping[str, str], shape: Shape,
+                 dist_sq: Mapping[str, float], n: int, draws: int, delta: float,
+                 delta_mc: float) -> tuple[float, list[dict[str, float]]]:
+    """The scale c on :data:`SCALE_GRID` minimising the bound one would get with ``risk`` (the
+    tune-data Gibbs risk of the posterior weights) in place of the Gibbs risk on S: kl⁻¹ of the
+    Monte Carlo upper end at ``draws`` units, with KL = Σ ‖w_g − w₀,g‖²/(2c²ρ_g²) and δ/|grid|."""
+    from ...engine.functions import kl_inv_upper
+
+    rows = []
+    best, best_c = math.inf, SCALE_GRID[len(SCALE_GRID) // 2]
+    for c in SCALE_GRID:
+        sig = {g: c * r for g, r in zip(shape.groups, shape.rho)}
+        kl = sum(dist_sq[g] / (2 * sig[g] ** 2) for g in shape.groups)
+        r = risk(_mapping(groups, sig))
+        up = kl_inv_upper(r, math.log(2 / delta_mc) / draws)
+        b = kl_inv_upper(up, (kl + math.log(2 * math.sqrt(n) * len(SCALE_GRID) / delta)) / n)
+        rows.append({"scale": c, "tune_risk": r, "KL": kl, "proxy_bound": b})
+        if b < best:
+            best, best_c = b, c
+    return best_c, rows
+
+
+def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.device,
+                   prior: TaskModel, *, tune: Batched | None = None,
+                   tune_source: str | None = None, prior_source: str | None = None,
+                   draws: int = 100, tune_draws: int = 4, slack: float = 0.05,
+                   delta: float = 0.05, delta_mc: float = 0.01, alpha: float = 0.01,
+                   seed: int = 0, progress: Any = None) -> None:
+    """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``.
+
+    With ``tune`` (a split disjoint from S) the shape ρ is searched with the **prior** weights
+    on ``tune`` only, and S is read for the first time by the final measurement. Without it the
+    shape is searched on S with the posterior weights and charged (see the module docstring).
+    """
+    from ...engine.functions import kl_inv_upper
+    from ...stats import Curve, Quantity
+    from .data_pass import run_pass
+
+    if draws < 1 or tune_draws < 1:
+        raise BoundcalcError("per-group σ: --draws and --tune-draws must be >= 1")
+    if not 0 <= slack < 1:
+        raise BoundcalcError(f"--tune-slack must lie in [0, 1), got {slack}")
+    groups = sigma_groups(tm.model)
+    dist = group_distances(tm.model, prior.model, groups)
+    sizes = {g: c for g, (c, _) in dist.items()}
+    dist_sq = {g: d for g, (_, d) in dist.items()}
+    free = tune is not None
+    s_tm, s_data = (prior, tune) if free else (tm, data)
+    search_seed = seed + 10_000  # never the seed of the final draws on S
+    if progress:
+        progress(0, 1, "σ search" + (" on the tune data" if free else " on S (charged)"))
+    base = float(run_pass(s_tm, s_data, device, alpha=alpha, norms=False).bounded.mean())
+
+    def shape_risk(sig: Mapping[str, float]) -> float:
+        return float(risk_draws(s_tm, s_data, device, sig, tune_draws, search_seed,
+                                alpha).mean())
+
+    shape = choose_shape(shape_risk, groups, sizes, base, slack)
+    scale_data = tune if free else data
+
+    def scale_risk(sig: Mapping[str, float]) -> float:
+        return float(risk_draws(tm, scale_data, device, sig, tune_draws, search_seed,
+                                alpha).mean())
+
+    units_guess = draws * max(1, data.n // 64)  # unit_risks' count, without reading S
+    c, scale_rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, units_guess,
+                                 delta, delta_mc)
+    sigma = {g: c * r for g, r in zip(shape.groups, shape.rho)}
+    losses, rows = unit_risks(tm, data, device, _mapping(groups, sigma), draws, seed, alpha,
+                              progress)
+    units = len(losses)
+    mean = float(losses.mean())
+    upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
+    where = (f"{tune_source} ({tune.n} samples) with the prior weights {prior_source} only"
+             if free else f"S itself with the posterior weights")
+    stats.curves["gibbs_risk_groups"] = Curve(
+        "scale", np.array([c]), np.array([mean]), ci=np.array([[mean, upper]]),
+        confidence=1 - delta_mc, estimated=True, n_samples=units,
+        method=(f"Monte Carlo on S: {units} independent units ({draws} passes over the "
+                f"{data.n} samples, cut into chunks of {rows} rows, each chunk with its own "
+                f"draw θ + u, u ~ N(0, diag σ_g²), σ_g = scale·ρ_g, provenance.gibbs_groups), "
+                f"seed {seed}; ci = [Ê, kl⁻¹(Ê, ln(2/δ′)/N)], N = {units}, δ′ = {delta_mc}"))
+    stats.scalars["gibbs_groups_units"] = Quantity(float(units), method=(
+        f"independent Monte Carlo units at the per-group σ vector: {draws} passes × "
+        f"{units // draws} chunks of {rows} rows, one posterior draw per chunk"))
+    stats.provenance["gibbs_groups"] = {
+        "groups": shape.groups,
+        "rule": "param_groups(model) split into matrices (ndim >= 2) and vectors",
+        "n_params": [sizes[g] for g in shape.groups],
+        "dist_sq": [dist_sq[g] for g in shape.groups],
+        "shape_j": shape.j, "shape": shape.rho, "shape_kind": shape.kind,
+        "isotropic_j": shape.j_isotropic,
+        "shape_chosen_on": where, "shape_disjoint_from_S": free,
+        "shape_note": FREE if free else CHARGED,
+        "shape_target": {"base_risk": shape.base, "slack": slack, "target": shape.target,
+                         "draws": tune_draws, "evaluations": len(shape.trace)},
+        "scale": c, "scale_grid": list(SCALE_GRID),
+        "scale_chosen_on": (f"{tune_source if free else 'S'} with the posterior weights and "
+                            f"the distances ‖w_g − w₀,g‖² (they depend on S): charged "
+                            f"ln {len(SCALE_GRID)}"),
+        "scale_search": scale_rows,
+        "sigma": [sigma[g] for g in shape.groups],
+        "prior_centre": prior_source, "tune_data": tune_source if free else None,
+        "mc": {"passes": draws, "rows_per_unit": rows, "units": units, "delta_mc": delta_mc},
+    }
