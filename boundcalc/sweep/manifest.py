@@ -81,6 +81,7 @@ _NA = frozenset(["", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "
 _TRUE, _FALSE = frozenset(["True", "TRUE", "true"]), frozenset(["False", "FALSE", "false"])
 BYTES_PER_MANIFEST_BYTE = 16  # Python objects per byte of CSV (rows, keys, resolved paths)
 PARQUET_BATCH = 65_536
+BYTES_PER_MANIFEST_ROW = 512  # a Row, its dict of cells and its digest
 
 
 def _stream(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
@@ -148,8 +149,9 @@ def _stream_parquet(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
         raise ManifestError(f"{shown(path)}: cannot read the manifest "
                             f"({one_line(first)[:160]})") from None
     raw = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    check_allocation(BYTES_PER_MANIFEST_BYTE * raw, f"manifest {shown(path)} "
-                     f"({meta.num_rows:,} rows)")
+    # the footer's counts, before any row is decoded: a small file can hold millions of rows
+    check_allocation(max(BYTES_PER_MANIFEST_BYTE * raw, BYTES_PER_MANIFEST_ROW * meta.num_rows),
+                     f"manifest {shown(path)} ({meta.num_rows} rows)")
 
     def rows() -> Iterator[dict[str, Any]]:
         try:
