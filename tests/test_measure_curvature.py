@@ -164,3 +164,92 @@ def test_trace_groups_align_with_stats_groups_and_round_trip(tmp_path):
     per = dict(zip(names, back.groups["stats"]["hessian_trace"]))
     assert per["layer.0"] == pytest.approx(trace.groups["layer.0"].value)
     assert sum(per.values()) == pytest.approx(trace.total.value)
+
+
+def _batch_terms(model, X, y, size):
+    """The mean squared error as one term per batch of ``size`` samples (share-weighted)."""
+    n = X.shape[0]
+    return [lambda a=a: ((model(X[a:a + size]) - y[a:a + size]) ** 2).sum() / n
+            for a in range(0, n, size)]
+
+
+@pytest.mark.parametrize("method,inner", [("autograd", 1), ("autograd", 3), ("func", 1),
+                                          ("func", 4)])
+def test_streamed_quadratic_forms_equal_the_whole_graph_double_backward(method, inner):
+    from boundcalc.measure.data.curvature import _hvp_batch, draw_probes, quadratic_forms
+
+    model, X, y = _tiny_mlp()
+    params = list(model.parameters())
+    probes = draw_probes(params, 7, torch.Generator().manual_seed(3))
+    assert all(p.dtype == torch.int8 and set(p.unique().tolist()) == {-1, 1} for p in probes)
+    # the old path: one graph over all samples, double backward one probe at a time
+    loss = ((model(X) - y) ** 2).mean()
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    vs = [v.double() for v in probes]
+    hv = _hvp_batch(list(grads), params, vs, False)
+    old = torch.stack([(v * h).reshape(7, -1).sum(1) for v, h in zip(vs, hv)])
+    new = quadratic_forms(model, _batch_terms(model, X, y, 6), probes, method=method,
+                          inner=inner)
+    assert new.shape == (len(params), 7) and new.dtype == torch.float64
+    torch.testing.assert_close(new, old, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["autograd", "func"])
+def test_streamed_hutchinson_mean_agrees_with_the_exact_trace(method):
+    model, X, y = _tiny_mlp()
+    exact = float(np.trace(_exact_hessian(model, X, y)[0]))
+    est = hutchinson_trace(model, _batch_terms(model, X, y, 7), n_probes=600, seed=11,
+                           method=method)
+    q = est.total
+    assert q.ci[0] <= exact <= q.ci[1], (exact, q.ci)
+    assert q.ci[1] - q.ci[0] < 0.5 * abs(exact)  # the interval is informative
+    # the per-probe samples are those of the one-closure (whole-sample) estimate, same seed
+    whole = hutchinson_trace(model, lambda: ((model(X) - y) ** 2).mean(), n_probes=600, seed=11,
+                             method="autograd")
+    np.testing.assert_allclose(est.samples, whole.samples, rtol=1e-10, atol=1e-12)
+
+
+def test_probe_batches_follow_the_memory_budget_and_keep_the_estimate():
+    from boundcalc.limits import set_memory_budget
+    from boundcalc.measure.data.curvature import probe_batches
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert probe_batches(20, 10**6, 4, cpu, budget=2**30) == (20, 1)
+    assert probe_batches(20, 10**8, 4, cpu, budget=2**30) == (2, 1)   # 2 int8 probes in 256 MiB
+    assert probe_batches(20, 10**9, 4, cpu, budget=2**30) == (1, 1)   # never fewer than one
+    assert probe_batches(20, 10**6, 4, cuda, budget=2**30) == (20, 16)  # 16 float probes × 4
+    model, X, y = _tiny_mlp()
+    exact = float(np.trace(_exact_hessian(model, X, y)[0]))
+    n = sum(p.numel() for p in model.parameters())
+    try:
+        set_memory_budget(4 * 3 * n)  # three probes at a time
+        small = hutchinson_trace(model, _batch_terms(model, X, y, 5), n_probes=400, seed=2)
+    finally:
+        set_memory_budget(None)
+    assert small.hvps == 400 and small.samples.shape == (400,)
+    assert small.total.ci[0] <= exact <= small.total.ci[1]
+
+
+def test_func_hvps_fall_back_to_double_backward_where_forward_mode_has_no_rule(monkeypatch):
+    from boundcalc.measure.data import curvature
+    from boundcalc.measure.data.curvature import draw_probes, quadratic_forms
+
+    class Cube(torch.autograd.Function):  # backward only: no jvp, no vmap rule
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x ** 3
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 3 * x ** 2 * g
+
+    model, X, y = _tiny_mlp()
+    terms = [lambda: Cube.apply(model(X) - y).mean()]
+    probes = draw_probes(list(model.parameters()), 3, torch.Generator().manual_seed(0))
+    with pytest.raises(Exception):
+        quadratic_forms(model, terms, probes, method="func")
+    ref = quadratic_forms(model, terms, probes, method="autograd")
+    monkeypatch.setattr(curvature, "_use_func", lambda method, p: method != "autograd")  # "CUDA"
+    torch.testing.assert_close(quadratic_forms(model, terms, probes, method="auto"), ref)
