@@ -299,15 +299,17 @@ def probe_generator(device: torch.device, seed: int) -> torch.Generator:
 def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 100,
                      groups: GroupSpec = "layer", seed: int = 0, confidence: float = 0.95,
                      batch_size: int | None = None, method: str = "auto",
-                     progress: Progress | None = None,
-                     what: str = "Hessian trace") -> HessianTrace:
+                     progress: Progress | None = None, what: str = "Hessian trace",
+                     probe_device: str | torch.device | None = None) -> HessianTrace:
     """Hutchinson estimate of tr ∇²L(θ) with Rademacher probes, total and per group.
 
     ``loss_fn``: a closure, or a sequence of closures whose sum is L (e.g. one per batch of
     samples, weighted by its share): vᵀHv is accumulated term by term, so memory is one term's
     activations plus the probes (int8, drawn on the model's device, as many at once as the
     memory budget allows, see :func:`probe_batches`; ``batch_size`` caps that number).
-    ``method``: see :func:`quadratic_forms`. A group's estimate uses the same probes restricted
+    ``method``: see :func:`quadratic_forms`. ``probe_device``: where the probes are drawn
+    (default: the model's device; ``"cpu"`` gives the CPU's probes, hence its numbers, on any
+    device). A group's estimate uses the same probes restricted
     to its parameters (the trace of its diagonal Hessian block); the group estimates add up to
     the total, probe by probe.
     """
@@ -329,7 +331,7 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
     if batch_size is not None:
         chunk = max(1, min(chunk, batch_size))
         inner = min(inner, chunk)
-    gen = probe_generator(dev, seed)
+    gen = probe_generator(torch.device(probe_device) if probe_device is not None else dev, seed)
     index = torch.tensor([order.index(g) for g in labels], device=dev)
     per_group = torch.zeros(len(order), n_probes, dtype=torch.float64, device=dev)
     n_chunks = -(-n_probes // chunk)
