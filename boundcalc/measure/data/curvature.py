@@ -144,10 +144,16 @@ def probe_batches(n_probes: int, n_params: int, itemsize: int, device: torch.dev
     vmapped Hessian-vector product holds about four float copies per probe (probe, tangent,
     gradient, product), another quarter of the budget. On a CPU one probe at a time through
     the retained graph is the fastest double backward (benchmarks/), so the second number is 1.
+    On CUDA without an explicit ``--memory-budget`` the budget is at least half the device's
+    free memory; a vmapped call that still runs out of memory is retried with half the probes.
     """
-    from ...limits import memory_budget
+    from ...limits import explicit_memory_budget, memory_budget
 
-    budget = memory_budget() if budget is None else budget
+    if budget is None:
+        budget = memory_budget()
+        if device.type == "cuda" and explicit_memory_budget() is None:
+            free, _ = torch.cuda.mem_get_info(device)  # the default budget is a host figure
+            budget = max(budget, free // 2)
     chunk = max(1, min(n_probes, budget // 4 // max(1, n_params)))
     if device.type != "cuda":
         return chunk, 1
@@ -243,12 +249,24 @@ def _accumulate_func(out: torch.Tensor, model: torch.nn.Module, names: list[str]
                      params: list[torch.Tensor], term: Closure, probes: list[torch.Tensor],
                      inner: int) -> None:
     b = probes[0].shape[0]
-    for lo in range(0, b, inner):
+    lo = 0
+    while lo < b:
         hi = min(b, lo + inner)
         vs = [_float(v, lo, hi, p) for v, p in zip(probes, params)]
-        hv = _hvp_func(model, names, params, term, vs)
+        try:
+            hv = _hvp_func(model, names, params, term, vs)
+        except torch.OutOfMemoryError:
+            if hi - lo == 1:
+                raise
+            del vs
+            inner = (hi - lo) // 2  # the activations of the vmapped probes did not fit
+            if params[0].is_cuda:
+                torch.cuda.empty_cache()
+            continue
         for j, (v, h) in enumerate(zip(vs, hv)):
             out[j, lo:hi] += (v * h).reshape(hi - lo, -1).sum(1, dtype=torch.float64)
+        del vs, hv
+        lo = hi
 
 
 def _accumulate_autograd(out: torch.Tensor, params: list[torch.Tensor], term: Closure,

@@ -155,6 +155,14 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
     return [functools.partial(term, i, y) for i, y in chosen], used
 
 
+def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):
+    """The mean training loss on the first ``max_samples`` samples as ONE closure (the sum of
+    :func:`hessian_terms`): kept for callers that need a single closure; it holds the graph
+    of every sample at once, so prefer the terms."""
+    terms, used = hessian_terms(tm, data, device, max_samples)
+    return (lambda: sum(t() for t in terms)), used
+
+
 LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_shaikh.toml's mesh
 
 
