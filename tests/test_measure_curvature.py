@@ -66,7 +66,10 @@ def test_hutchinson_ci_contains_exact_trace_and_shrinks():
         block[g] = block.get(g, 0.0) + np.trace(Hm[offsets[i]:offsets[i + 1],
                                                    offsets[i]:offsets[i + 1]])
     assert set(big.groups) == set(block) == {"layer.0", "layer.2", "layer.4"}
-    for g, q in big.groups.items():
+    # three group intervals at once: Bonferroni, each at 1 − 0.05/3 (≈ 98.3 %, here 99 %)
+    wide = hutchinson_trace(model, closure, n_probes=1600, seed=1, confidence=0.99)
+    assert wide.total.value == big.total.value
+    for g, q in wide.groups.items():
         assert q.ci[0] - 1e-9 <= block[g] <= q.ci[1] + 1e-9, (g, block[g], q.ci)
     assert sum(q.value for q in big.groups.values()) == pytest.approx(big.total.value)
 
@@ -198,36 +201,44 @@ def test_streamed_quadratic_forms_equal_the_whole_graph_double_backward(method, 
 def test_streamed_hutchinson_mean_agrees_with_the_exact_trace(method):
     model, X, y = _tiny_mlp()
     exact = float(np.trace(_exact_hessian(model, X, y)[0]))
+    # a 99.9 % interval: a miss is then a real disagreement, not the 1-in-20 of a 95 % one
     est = hutchinson_trace(model, _batch_terms(model, X, y, 7), n_probes=600, seed=11,
-                           method=method)
+                           method=method, confidence=0.999)
     q = est.total
     assert q.ci[0] <= exact <= q.ci[1], (exact, q.ci)
     assert q.ci[1] - q.ci[0] < 0.5 * abs(exact)  # the interval is informative
     # the per-probe samples are those of the one-closure (whole-sample) estimate, same seed
     whole = hutchinson_trace(model, lambda: ((model(X) - y) ** 2).mean(), n_probes=600, seed=11,
-                             method="autograd")
+                             method="autograd", confidence=0.999)
     np.testing.assert_allclose(est.samples, whole.samples, rtol=1e-10, atol=1e-12)
 
 
-def test_probe_batches_follow_the_memory_budget_and_keep_the_estimate():
-    from boundcalc.limits import set_memory_budget
-    from boundcalc.measure.data.curvature import probe_batches
+def test_seeded_probes_are_the_same_however_they_are_batched():
+    from boundcalc.measure.data.curvature import SeededProbes, probe_batch, quadratic_forms
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert probe_batches(20, 10**6, 4, cpu, budget=2**30) == (20, 1)
-    assert probe_batches(20, 10**8, 4, cpu, budget=2**30) == (2, 1)   # 2 int8 probes in 256 MiB
-    assert probe_batches(20, 10**9, 4, cpu, budget=2**30) == (1, 1)   # never fewer than one
-    assert probe_batches(20, 10**6, 4, cuda, budget=2**30) == (20, 16)  # 16 float probes × 4
+    assert probe_batch(20, 10**6, 4, cpu) == 1  # a CPU: one probe through the retained graph
+    assert probe_batch(20, 10**6, 4, cuda, budget=2**30) == 16  # 2^28 B / (4 copies × 4 MB)
+    assert probe_batch(20, 10**9, 4, cuda, budget=2**30) == 1
     model, X, y = _tiny_mlp()
-    exact = float(np.trace(_exact_hessian(model, X, y)[0]))
-    n = sum(p.numel() for p in model.parameters())
-    try:
-        set_memory_budget(4 * 3 * n)  # three probes at a time
-        small = hutchinson_trace(model, _batch_terms(model, X, y, 5), n_probes=400, seed=2)
-    finally:
-        set_memory_budget(None)
-    assert small.hvps == 400 and small.samples.shape == (400,)
-    assert small.total.ci[0] <= exact <= small.total.ci[1]
+    params = list(model.parameters())
+    src = SeededProbes(params, 7, seed=5)
+    all7, mid = src(0, 7), src(2, 5)
+    assert all(a.dtype == torch.int8 and a.shape == (7, *p.shape) for a, p in zip(all7, params))
+    assert all(torch.equal(a[2:5], m) for a, m in zip(all7, mid))
+    assert not torch.equal(all7[0][0], all7[0][1])  # different probes
+    other = SeededProbes(params, 7, seed=6)(0, 7)
+    assert not all(torch.equal(a, b) for a, b in zip(all7, other))
+    terms = _batch_terms(model, X, y, 5)
+    one = quadratic_forms(model, terms, src, method="autograd", inner=1)
+    three = quadratic_forms(model, terms, src, method="autograd", inner=3)
+    listed = quadratic_forms(model, terms, all7, method="autograd")
+    torch.testing.assert_close(three, one, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(listed, one, rtol=1e-12, atol=1e-12)
+    # the whole estimate does not depend on the probe batch either
+    a = hutchinson_trace(model, terms, n_probes=9, seed=1, batch_size=1)
+    b = hutchinson_trace(model, terms, n_probes=9, seed=1, batch_size=4, method="func")
+    np.testing.assert_allclose(a.samples, b.samples, rtol=1e-10, atol=1e-12)
 
 
 def test_func_hvps_fall_back_to_double_backward_where_forward_mode_has_no_rule(monkeypatch):

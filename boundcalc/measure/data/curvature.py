@@ -136,29 +136,28 @@ def _checked(loss: Any, who: str) -> torch.Tensor:
     return loss.reshape(())
 
 
-def probe_batches(n_probes: int, n_params: int, itemsize: int, device: torch.device,
-                  budget: int | None = None) -> tuple[int, int]:
-    """(probes drawn at once, probes pushed through one HVP call), from the memory budget.
+def probe_batch(n_probes: int, n_params: int, itemsize: int, device: torch.device,
+                budget: int | None = None) -> int:
+    """Probes pushed through one Hessian-vector-product call, from the memory budget.
 
-    Probes are held as int8 (one byte per parameter and probe, a quarter of the budget); a
-    vmapped Hessian-vector product holds about four float copies per probe (probe, tangent,
-    gradient, product), another quarter of the budget. On a CPU one probe at a time through
-    the retained graph is the fastest double backward (benchmarks/), so the second number is 1.
-    On CUDA without an explicit ``--memory-budget`` the budget is at least half the device's
-    free memory; a vmapped call that still runs out of memory is retried with half the probes.
+    Probes are never stored: probe k is drawn from its own seed where and when it is used
+    (see :class:`SeededProbes`). A vmapped product holds about four float copies per probe
+    (probe, tangent, gradient, product): a quarter of the budget goes to them. On a CPU one
+    probe at a time through the retained graph is the fastest double backward (benchmarks/),
+    so the answer there is 1. On CUDA without an explicit ``--memory-budget`` the budget is at
+    least half the device's free memory (the default budget is a host figure); a vmapped call
+    that still runs out of memory is retried with half the probes.
     """
     from ...limits import explicit_memory_budget, memory_budget
 
+    if device.type != "cuda":
+        return 1
     if budget is None:
         budget = memory_budget()
-        if device.type == "cuda" and explicit_memory_budget() is None:
-            free, _ = torch.cuda.mem_get_info(device)  # the default budget is a host figure
+        if explicit_memory_budget() is None:
+            free, _ = torch.cuda.mem_get_info(device)
             budget = max(budget, free // 2)
-    chunk = max(1, min(n_probes, budget // 4 // max(1, n_params)))
-    if device.type != "cuda":
-        return chunk, 1
-    inner = max(1, min(chunk, 32, budget // 4 // max(1, 4 * n_params * itemsize)))
-    return chunk, inner
+    return max(1, min(n_probes, 32, budget // 4 // max(1, 4 * n_params * itemsize)))
 
 
 def _hvp_func(model: torch.nn.Module, names: list[str], params: list[torch.Tensor],
@@ -183,20 +182,25 @@ def _hvp_func(model: torch.nn.Module, names: list[str], params: list[torch.Tenso
 
 
 def _use_func(method: str, param: torch.Tensor) -> bool:
-    """``torch.func`` HVPs: asked for, or ``auto`` on CUDA (on a CPU, double backward through
-    the retained graph measured faster: MiniLM-L6, 32 sentences, 1 thread: 2.3 vs 4.8 s a probe,
-    on a loaded machine)."""
+    """``torch.func`` HVPs: asked for, or ``auto`` on CUDA. On a CPU double backward through the
+    retained graph measured faster (MiniLM-L6 + 2-label head, 32 sentences of 11 tokens, one
+    thread, loaded machine: 2.8 s a probe, 2.3 with 4 probes batched, vs 4.8 s for torch.func
+    with or without vmap); one probe at a time keeps the activations of a single probe."""
     return method == "func" or (method == "auto" and param.is_cuda)
 
 
-def quadratic_forms(model: torch.nn.Module, loss_fn: Terms, probes: list[torch.Tensor], *,
+ProbeSource = Callable[[int, int], list[torch.Tensor]]
+
+
+def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
+                    probes: list[torch.Tensor] | SeededProbes, *,
                     method: str = "auto", inner: int = 1,
                     progress: Progress | None = None, what: str = "Hessian probes",
                     step: tuple[int, int] = (0, 1)) -> torch.Tensor:
     """vᵀ H_p v for every probe v and every trainable parameter tensor p (the diagonal blocks
     of the Hessian of the summed terms), as a float64 tensor (n tensors × b) on the model's
     device. ``probes``: one (b, *p.shape) tensor per trainable parameter (any dtype; ±1 int8
-    is the usual). ``loss_fn``: a closure or terms whose sum is the loss (e.g. one per batch
+    is the usual), or a :class:`SeededProbes` drawing them on demand. ``loss_fn``: a closure or terms whose sum is the loss (e.g. one per batch
     of samples, each weighted by its share); a term's graph is freed before the next one, so
     memory is one term's activations plus ``inner`` float probes.
 
@@ -209,18 +213,21 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms, probes: list[torch.T
         raise BoundcalcError(f"hessian method {method!r}: expected one of {', '.join(HVP_METHODS)}")
     named = _params(model)
     names, params = [n for n, _ in named], [p for _, p in named]
-    if len(probes) != len(params):
-        raise BoundcalcError(f"quadratic_forms: {len(probes)} probe tensors for "
-                             f"{len(params)} parameters")
+    if isinstance(probes, SeededProbes):
+        source, b = probes, probes.n
+    else:
+        if len(probes) != len(params):
+            raise BoundcalcError(f"quadratic_forms: {len(probes)} probe tensors for "
+                                 f"{len(params)} parameters")
+        source, b = (lambda lo, hi: [v[lo:hi] for v in probes]), probes[0].shape[0]
     terms = _terms(loss_fn)
-    out = torch.zeros(len(params), probes[0].shape[0], dtype=torch.float64,
-                      device=params[0].device)
+    out = torch.zeros(len(params), b, dtype=torch.float64, device=params[0].device)
     use_func = _use_func(method, params[0])
     if use_func:
         try:
             return _run_terms(out, terms, progress, what, step,
                               lambda term: _accumulate_func(out, model, names, params, term,
-                                                            probes, inner))
+                                                            source, b, inner))
         except BoundcalcError:
             raise
         except Exception:  # noqa: BLE001 - no forward-mode/vmap rule: double backward
@@ -228,7 +235,7 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms, probes: list[torch.T
                 raise
             out.zero_()
     return _run_terms(out, terms, progress, what, step,
-                      lambda term: _accumulate_autograd(out, params, term, probes, inner))
+                      lambda term: _accumulate_autograd(out, params, term, source, b, inner))
 
 
 def _run_terms(out: torch.Tensor, terms: list[Closure], progress: Progress | None, what: str,
@@ -241,18 +248,17 @@ def _run_terms(out: torch.Tensor, terms: list[Closure], progress: Progress | Non
     return out
 
 
-def _float(probe: torch.Tensor, lo: int, hi: int, like: torch.Tensor) -> torch.Tensor:
-    return probe[lo:hi].to(device=like.device, dtype=like.dtype)
+def _float(probe: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return probe.to(device=like.device, dtype=like.dtype)
 
 
 def _accumulate_func(out: torch.Tensor, model: torch.nn.Module, names: list[str],
-                     params: list[torch.Tensor], term: Closure, probes: list[torch.Tensor],
+                     params: list[torch.Tensor], term: Closure, source: ProbeSource, b: int,
                      inner: int) -> None:
-    b = probes[0].shape[0]
     lo = 0
     while lo < b:
         hi = min(b, lo + inner)
-        vs = [_float(v, lo, hi, p) for v, p in zip(probes, params)]
+        vs = [_float(v, p) for v, p in zip(source(lo, hi), params)]
         try:
             hv = _hvp_func(model, names, params, term, vs)
         except torch.OutOfMemoryError:
@@ -270,18 +276,19 @@ def _accumulate_func(out: torch.Tensor, model: torch.nn.Module, names: list[str]
 
 
 def _accumulate_autograd(out: torch.Tensor, params: list[torch.Tensor], term: Closure,
-                         probes: list[torch.Tensor], inner: int) -> None:
+                         source: ProbeSource, b: int, inner: int) -> None:
     loss = _checked(term(), "hutchinson_trace")
     grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
     live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
     if not live:
         return
-    b = probes[0].shape[0]
     batched = inner > 1
     lo = 0
     while lo < b:
         hi = min(b, lo + inner)
-        vs = [_float(probes[i], lo, hi, params[i]) for i in live]
+        drawn = source(lo, hi)
+        vs = [_float(drawn[i], params[i]) for i in live]
+        del drawn
         args = ([grads[i] for i in live], [params[i] for i in live], vs)
         try:
             try:
@@ -302,16 +309,38 @@ def _accumulate_autograd(out: torch.Tensor, params: list[torch.Tensor], term: Cl
     del grads, loss
 
 
+class SeededProbes:
+    """Rademacher probes drawn on demand: probe k of every parameter comes from a generator on
+    ``device`` seeded with ``seed · 2²⁰ + k``, so a probe is the same wherever and however often
+    it is drawn (every batch of samples sees the same probes without storing any), and the
+    estimate does not depend on how probes are batched. Values are int8 ±1."""
+
+    def __init__(self, params: list[torch.Tensor], n: int, seed: int,
+                 device: torch.device | None = None):
+        self.shapes = [tuple(p.shape) for p in params]
+        self.n = n
+        self.seed = seed
+        self.device = device if device is not None else params[0].device
+        self.gen = torch.Generator(device=self.device)
+
+    def __call__(self, lo: int, hi: int) -> list[torch.Tensor]:
+        rows: list[list[torch.Tensor]] = []
+        for k in range(lo, hi):
+            self.gen.manual_seed(self.seed * 2**20 + k)
+            rows.append([torch.randint(0, 2, shape, generator=self.gen, dtype=torch.int8,
+                                       device=self.device).mul_(2).sub_(1)
+                         for shape in self.shapes])
+        if hi - lo == 1:
+            return [t.unsqueeze(0) for t in rows[0]]
+        return [torch.stack(ts) for ts in zip(*rows)]
+
+
 def draw_probes(params: list[torch.Tensor], b: int, gen: torch.Generator) -> list[torch.Tensor]:
-    """``b`` Rademacher probes per parameter, stored as int8 ±1 on the generator's device."""
+    """``b`` Rademacher probes per parameter, int8 ±1 on the generator's device (explicit
+    probes for :func:`quadratic_forms`)."""
     dev = gen.device
     return [torch.randint(0, 2, (b, *p.shape), generator=gen, dtype=torch.int8, device=dev)
             .mul_(2).sub_(1) for p in params]
-
-
-def probe_generator(device: torch.device, seed: int) -> torch.Generator:
-    """A generator on ``device`` (probes are drawn where the model lives)."""
-    return torch.Generator(device=device).manual_seed(seed)
 
 
 def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 100,
@@ -323,8 +352,9 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
 
     ``loss_fn``: a closure, or a sequence of closures whose sum is L (e.g. one per batch of
     samples, weighted by its share): vᵀHv is accumulated term by term, so memory is one term's
-    activations plus the probes (int8, drawn on the model's device, as many at once as the
-    memory budget allows, see :func:`probe_batches`; ``batch_size`` caps that number).
+    activations plus the probes in flight (drawn on demand on the model's device from per-probe
+    seeds, :class:`SeededProbes`; how many go through one call: :func:`probe_batch`, capped by
+    ``batch_size``).
     ``method``: see :func:`quadratic_forms`. ``probe_device``: where the probes are drawn
     (default: the model's device; ``"cpu"`` gives the CPU's probes, hence its numbers, on any
     device). A group's estimate uses the same probes restricted
@@ -345,25 +375,18 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
     params = [p for _, p in named]
     dev = params[0].device
     n_par = sum(p.numel() for p in params)
-    chunk, inner = probe_batches(n_probes, n_par, params[0].element_size(), dev)
+    inner = probe_batch(n_probes, n_par, params[0].element_size(), dev)
     if batch_size is not None:
-        chunk = max(1, min(chunk, batch_size))
-        inner = min(inner, chunk)
-    gen = probe_generator(torch.device(probe_device) if probe_device is not None else dev, seed)
+        inner = max(1, min(inner, batch_size))
+    source = SeededProbes(params, n_probes, seed,
+                          torch.device(probe_device) if probe_device is not None else dev)
     index = torch.tensor([order.index(g) for g in labels], device=dev)
     per_group = torch.zeros(len(order), n_probes, dtype=torch.float64, device=dev)
-    n_chunks = -(-n_probes // chunk)
-    for c, lo in enumerate(range(0, n_probes, chunk)):
-        b = min(chunk, n_probes - lo)
-        probes = draw_probes(params, b, gen)
-        quad = quadratic_forms(model, terms, probes, method=method, inner=inner,
-                               progress=progress,
-                               what=f"{what}: probes {lo + 1}-{lo + b} of {n_probes}",
-                               step=(c * len(terms), n_chunks * len(terms)))
-        per_group[:, lo:lo + b].index_add_(0, index, quad)
-        del probes, quad
+    quad = quadratic_forms(model, terms, source, method=method, inner=inner, progress=progress,
+                           what=f"{what}: {n_probes} probes", step=(0, len(terms)))
+    per_group.index_add_(0, index, quad)
     if progress:
-        progress(n_chunks * len(terms), n_chunks * len(terms), what)
+        progress(len(terms), len(terms), what)
     per_group_np = per_group.cpu().numpy()  # the one host readback
     method_text = f"hutchinson, {n_probes} Rademacher probes, seed {seed}"
     total_samples = per_group_np.sum(0)
