@@ -57,11 +57,11 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _timed(dev: torch.device, fn: Any) -> tuple[float, Any]:
+def _timed(dev: torch.device, fn: Any, wall: bool = False) -> tuple[float, Any]:
     """(seconds, result): process CPU time on a CPU (one thread: the least load-sensitive figure
-    on a shared machine), synchronised wall time on CUDA."""
+    on a shared machine), synchronised wall time on CUDA or with ``wall``."""
     _sync(dev)
-    clock = time.perf_counter if dev.type == "cuda" else time.process_time
+    clock = time.perf_counter if wall or dev.type == "cuda" else time.process_time
     t0 = clock()
     out = fn()
     _sync(dev)
@@ -289,9 +289,10 @@ def record_weights(dev: torch.device, tmp: str) -> Record:
     try:
         measure(folder, device="cpu", progress=False, raw=False)  # warm-up: page cache
         t_cpu, a = _timed(torch.device("cpu"), lambda: measure(folder, device="cpu",
-                                                               progress=False))
+                                                               progress=False), wall=True)
         measure(folder, device=str(dev), progress=False, raw=False)  # warm-up: CUDA context
-        t_gpu, b = _timed(dev, lambda: measure(folder, device=str(dev), progress=False))
+        t_gpu, b = _timed(dev, lambda: measure(folder, device=str(dev), progress=False),
+                          wall=True)
     finally:
         torch.set_num_threads(1)
     worst = 0.0
