@@ -290,6 +290,10 @@ def _accumulate_autograd(out: torch.Tensor, params: list[torch.Tensor], term: Cl
         vs = [_float(drawn[i], params[i]) for i in live]
         del drawn
         args = ([grads[i] for i in live], [params[i] for i in live], vs)
+        if hi - lo == 1:  # one probe: no stacked copies, dot products without temporaries
+            _one_probe(out, lo, live, args)
+            lo = hi
+            continue
         try:
             try:
                 hv = _hvp_batch(*args, batched)
@@ -333,6 +337,24 @@ class SeededProbes:
         if hi - lo == 1:
             return [t.unsqueeze(0) for t in rows[0]]
         return [torch.stack(ts) for ts in zip(*rows)]
+
+
+def _one_probe(out: torch.Tensor, col: int, live: list[int],
+               args: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]) -> None:
+    """Column ``col`` of ``out`` for one probe through the retained graph (rows ``live``)."""
+    grads, params, vs = args
+    try:
+        hv = torch.autograd.grad(grads, params, grad_outputs=[v[0] for v in vs],
+                                 retain_graph=True, allow_unused=True)
+    except RuntimeError as exc:
+        msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
+        raise BoundcalcError(f"hutchinson_trace: no second derivatives through this model "
+                             f"({msg}); use eager attention, e.g. "
+                             "attn_implementation='eager'") from None
+    for j, h in enumerate(hv):
+        if h is not None:
+            out[live[j], col] += torch.dot(vs[j][0].reshape(-1), h.reshape(-1)).double()
+    del hv
 
 
 def draw_probes(params: list[torch.Tensor], b: int, gen: torch.Generator) -> list[torch.Tensor]:
