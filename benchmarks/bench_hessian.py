@@ -7,8 +7,10 @@ task (label = whether token 0 occurs more often than token 1) so the Hessian is 
 initialisation. Data: the same first 128 training sequences for both, one full batch,
 cross-entropy (and, as context, a tiny batch of 8 sequences, where per-op overhead dominates).
 
-boundcalc: ``hutchinson_trace(model, closure, n_probes=K, groups=None)`` (probes batched through
-``is_grads_batched``, 16 at a time), including its forward pass and first backward.
+boundcalc: ``hutchinson_trace(model, closure, n_probes=K, groups=None)`` (probes drawn as int8
+on the model's device, as many as the memory budget allows; double backward one probe at a time
+on a CPU, ``torch.func`` forward-over-reverse vmapped over probes on CUDA), including its
+forward pass and first backward.
 
 PyHessian 0.1: ``hessian(model, CrossEntropyLoss(), data=(X, y), cuda=...)`` (its forward pass
 and ``backward(create_graph=True)``) then ``.trace(maxIter=K, tol=-inf)``: the tolerance is set
@@ -125,7 +127,8 @@ def _one(quick: bool, device: str, n: int, rid: str, need: float | None) -> Reco
         probes=len(vhv), estimates_agree=agree,
         agreement_rule="each estimate lies in the other's 95% t-interval",
         boundcalc_call=f"hutchinson_trace(model, closure, n_probes={probes}, groups=None) "
-                       "(default batch_size=16 probes through is_grads_batched)")
+                       "(probes drawn as int8 on the model's device; double backward on a CPU, torch.func "
+                       "forward-over-reverse vmapped over probes on CUDA)")
     if need is None:
         rec.target, rec.met = "context (no target)", None
     elif not agree:

@@ -108,7 +108,7 @@ def compare_traces(other: str = "cuda") -> dict[str, Any]:
         Xd, yd = X.to(dev), y.to(dev)
         cl = lambda: crit(m(Xd), yd)  # noqa: E731
         t0 = time.perf_counter()
-        h = hutchinson_trace(m, cl, n_probes=32, groups="layer", seed=4)
+        h = hutchinson_trace(m, cl, n_probes=32, groups="layer", seed=4, probe_device="cpu")
         p = hutchpp_trace(m, cl, sketch=6, n_probes=16, seed=4)
         if dev.startswith("cuda"):
             torch.cuda.synchronize()

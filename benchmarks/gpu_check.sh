@@ -2,12 +2,16 @@
 # One-call GPU check for a lent CUDA machine (bare: python3 + pip, torch with CUDA probably).
 #   bash benchmarks/gpu_check.sh            # writes everything under $OUT (default ./gpu_check_out)
 # 1. installs missing requirements from wheels in .whl/ when that folder exists (no network);
-# 2. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
-#    sums; Hutchinson and Hutch++ with fixed seeds), card recorded;
-# 3. the GPU-relevant part of benchmarks/run (spectra, then Hessian group; --quick; CPU and CUDA)
-#    with whatever time is left of a ~5.5 minute budget.
-# At most 8 files come back: gpu_check.json/.md, bench_spectra/ and bench_hessian/ latest.json/.md,
-# log.txt, pip.txt.
+# 2. issue 21's acceptance, weights side: measure of a synthetic BERT-base (BertConfig()) on
+#    CUDA vs the CPU (all cores), statistics compared (bench_data_side.py --only weights);
+# 3. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
+#    sums; Hutchinson on the CPU's probes and Hutch++ with fixed seeds), card recorded;
+# 4. issue 21's acceptance, data side: BERT-base classifier, 2048 x 128 ids, 5 sigma x 20 draws
+#    + 20 Hessian probes against a plain torch loop (bench_data_side.py --only bert);
+# 5. the spectra and Hessian groups of benchmarks/run (--quick; CPU and CUDA) with whatever is
+#    left of the budget (GPU_CHECK_BUDGET_S, default 285 s: the whole call stays under 5 min).
+# Files come back under $OUT: gpu_check.json/.md, bench_data_side/, bench_spectra/ and
+# bench_hessian/ latest.json/.md (each written as soon as its records exist), log.txt, pip.txt.
 # Exit status 0 when the CUDA/CPU comparisons passed (or were skipped without a GPU).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -15,7 +19,7 @@ root="$(dirname "$here")"
 out="${OUT:-$root/gpu_check_out}"
 mkdir -p "$out"
 py="${PYTHON:-python3}"
-budget="${GPU_CHECK_BUDGET_S:-330}"
+budget="${GPU_CHECK_BUDGET_S:-285}"
 start=$(date +%s)
 log="$out/log.txt"
 exec > >(tee -a "$log") 2>&1
@@ -45,23 +49,33 @@ done
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore MPLBACKEND=Agg
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
-timeout 150 "$py" "$here/gpu_check.py" --out "$out"
+left() { echo $(( budget - ($(date +%s) - start) )); }
+bench_ds() {  # bench_data_side.py part $1 with at most $2 seconds
+  ( unset OMP_NUM_THREADS MKL_NUM_THREADS
+    timeout "$2" "$py" "$here/bench_data_side.py" --device cuda --only "$1" --full-bert \
+      --out "$out/bench_data_side_$1" )
+  [ $? -eq 124 ] && echo "bench_data_side $1: stopped at ${2}s (records so far are kept)"
+}
+"$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" && cuda=1 || cuda=0
+[ $cuda -eq 1 ] && bench_ds weights 60 || echo "no CUDA: data-side benchmarks skipped"
+timeout 80 "$py" "$here/gpu_check.py" --out "$out"
 rc=$?
-[ $rc -eq 124 ] && echo "gpu_check.py: timed out after 150 s"
+[ $rc -eq 124 ] && echo "gpu_check.py: timed out after 80 s"
+if [ $cuda -eq 1 ] && [ "$(left)" -gt 60 ]; then bench_ds bert $(( $(left) - 10 )); fi
 
 # benchmark groups one at a time, each writing its own latest.json/.md (a group stopped at the
 # budget writes nothing, the other keeps its results)
 for group in spectra hessian; do
-  left=$(( budget - ($(date +%s) - start) ))
-  [ "$group" = spectra ] && left=$(( left / 2 ))
-  if [ $left -gt 45 ]; then
-    echo "benchmarks: $group (--quick; CPU and CUDA) with ${left}s"
+  l=$(left)
+  [ "$group" = spectra ] && l=$(( l / 2 ))
+  if [ $l -gt 45 ]; then
+    echo "benchmarks: $group (--quick; CPU and CUDA) with ${l}s"
     ( export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
       unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-      timeout "$left" "$py" "$here/main.py" --quick --only "$group" --device auto --out "$out/bench_$group" )
+      timeout "$l" "$py" "$here/main.py" --quick --only "$group" --device auto --out "$out/bench_$group" )
     [ $? -eq 124 ] && echo "benchmarks: $group stopped at its time budget (see log.txt)"
   else
-    echo "benchmarks: $group skipped, only ${left}s left"
+    echo "benchmarks: $group skipped, only ${l}s left"
   fi
 done
 rm -f "$out"/bench_*/scaling.png

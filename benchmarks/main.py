@@ -2,7 +2,7 @@
 
 Usage (normally through ``benchmarks/run``)::
 
-    python benchmarks/main.py [--quick] [--only spectra,optimize,hessian,memory]
+    python benchmarks/main.py [--quick] [--only spectra,optimize,hessian,memory,data_side]
                               [--device auto|cpu|cuda] [--threads 1] [--out DIR] [--tmp DIR]
 
 Every speed figure is a ratio against a baseline measured in the same run, on the same machine,
@@ -28,7 +28,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import common  # noqa: E402
 from common import Record, fmt_s, loadavg, machine_facts  # noqa: E402
 
-GROUPS = ("process", "spectra", "optimize", "hessian", "memory")
+GROUPS = ("process", "spectra", "optimize", "hessian", "memory", "data_side")
 EXTRA_GROUPS = ("startup",)  # the start-up half of "process" alone (--only startup), a minute
 
 
@@ -60,6 +60,9 @@ def _run_group(name: str, quick: bool, device: str, out_dir: str, tmp: str | Non
         return m.run(quick, device)
     if name == "hessian":
         import bench_hessian as m
+        return m.run(quick, device)
+    if name == "data_side":
+        import bench_data_side as m
         return m.run(quick, device)
     if name == "memory":
         import bench_memory as m
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     for dev in devices:
         common.PRIMARY = "cpu" if dev == "cpu" and args.threads == 1 else "wall"
         for g in groups:
-            if dev == "cuda" and g not in ("spectra", "hessian"):  # process: CPU, whole commands
+            if dev == "cuda" and g not in ("spectra", "hessian", "data_side"):  # process: CPU, whole commands
                 continue  # optimisation is numpy-only; RSS is a host-memory figure
             print(f"[{time.strftime('%H:%M:%S')}] {g} on {dev} ...", flush=True)
             before = loadavg()

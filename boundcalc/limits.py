@@ -127,6 +127,15 @@ def memory_budget() -> int:
     return BASE_BUDGET + int(_state["largest_tensor"] or 0)
 
 
+def explicit_memory_budget() -> int | None:
+    """The budget the user set (``--memory-budget`` or the environment variable), else None
+    (code that sizes device-memory work may then use the device's own free memory)."""
+    if _state["override"] is not None:
+        return int(_state["override"])
+    env = os.environ.get(ENV_BUDGET)
+    return parse_size(env) if env else None
+
+
 def _gb(n: float) -> str:
     return f"{n / 2 ** 30:.3g} GiB" if n < 2 ** 80 else f"about 2^{math.log2(n):.0f} bytes"
 

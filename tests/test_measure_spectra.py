@@ -80,3 +80,56 @@ def test_matrix_stats_wide_and_tall():
         assert stats["rank"] == 7
     zero, _ = matrix_stats(torch.zeros(3, 3, dtype=torch.float64))
     assert zero["rank"] == 0 and zero["stable_rank"] == 0.0 and zero["spectral"] == 0.0
+
+
+def test_batched_svdvals_equal_per_matrix_svdvals():
+    from boundcalc.measure.weights.spectra import svdvals, svdvals_many
+
+    g = torch.Generator().manual_seed(3)
+    shapes = [(12, 12), (30, 12), (12, 30), (12, 12), (7, 5), (40, 12), (12, 40)]
+    mats = [torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes]
+    one = [svdvals(W) for W in mats]
+    for stack in (True, False):
+        many = svdvals_many(mats if stack else [lambda W=W: W for W in mats], stack)
+        for W, a, b in zip(mats, one, many):
+            assert b.shape == (min(W.shape),)
+            torch.testing.assert_close(b, a, rtol=1e-13, atol=1e-13)
+            dense = np.linalg.svd(W.numpy(), compute_uv=False)
+            np.testing.assert_allclose(b.numpy(), dense, rtol=1e-12)
+
+
+def test_stacked_layer_path_equals_the_per_matrix_path(monkeypatch):
+    """The CUDA layout (stacked SVDs, distances from the stacked differences, one readback)
+    run on the CPU gives the per-matrix path's statistics."""
+    from _measure_helpers import tiny_bert
+
+    from boundcalc.measure import measure
+    from boundcalc.measure.weights import pipeline
+
+    model, init = tiny_bert(seed=0), tiny_bert(seed=1)
+    plain = measure(model, init=init, progress=False, device="cpu")
+    monkeypatch.setattr(pipeline, "_stack_svds", lambda W: True)
+    stacked = measure(model, init=init, progress=False, device="cpu")
+    assert len(plain.matrices) == len(stacked.matrices) > 20
+    for a, b in zip(plain.matrices, stacked.matrices):
+        assert (a.type, a.layer, a.head, a.name) == (b.type, b.layer, b.head, b.name)
+        assert set(a.stats) == set(b.stats) and "dist_init_spectral" in a.stats
+        for key, v in a.stats.items():
+            assert b.stats[key] == pytest.approx(v, rel=1e-12, abs=1e-12), (a.name, key)
+        if a.singular_values is not None:
+            np.testing.assert_allclose(b.singular_values, a.singular_values, rtol=1e-12,
+                                       atol=1e-14)
+
+
+def test_to_host_leaves_cpu_parts_and_finish_matches_matrix_stats():
+    from boundcalc.measure.weights.spectra import finish, matrix_parts, to_host
+
+    g = torch.Generator().manual_seed(5)
+    W, W0 = (torch.randn(9, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    parts = [matrix_parts(W, W0=W0)]
+    assert to_host(parts) is parts
+    stats, sv = finish(parts[0])
+    ref, _ = matrix_stats(W, W0=W0)
+    assert stats == ref
+    assert stats["dist_init_spectral"] == pytest.approx(
+        np.linalg.svd((W - W0).numpy(), compute_uv=False)[0], rel=1e-12)

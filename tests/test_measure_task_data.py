@@ -270,3 +270,31 @@ def test_perturbation_term_on_the_ls_mesh_binds_ls_semi_analytic(digits, tmp_pat
                                                                       + math.log(20 / 0.05)))
     assert r.value == pytest.approx(hand, rel=1e-9)
     assert r.union_bound_cost["sigma"] == pytest.approx(math.log(20)) and r.estimated
+
+
+def test_every_data_stage_reports_progress_lines_when_not_a_terminal(digits, tmp_path):
+    """Non-terminal stderr: stage lines for the weights side, the data pass, each Gibbs σ, the
+    Hessian probes and P̂ (each stage gets its own quarter marks); --quiet silences them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out, _, _ = digits
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), BOUNDCALC_PROGRESS_AFTER="0",
+               OMP_NUM_THREADS="1")
+    args = [sys.executable, "-m", "boundcalc", "measure", str(out / "model"), "--data",
+            str(out / "bound.npz"), "--sigma", "0.01", "--draws", "2", "--hessian-probes", "2",
+            "--hessian-samples", "16", "--batch-size", "128", "--perturbation-draws", "1",
+            "-o", str(tmp_path / "s.json"), "--json"]
+    res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("boundcalc measure: ")]
+    text = "\n".join(lines)
+    for stage in ("(layer 0)", "(data pass)", "(Gibbs risk σ=", "(Hessian trace: 2 probes",
+                  "(P̂ σ=", "done in"):
+        assert stage in text, (stage, text)
+    assert len(lines) < 80, text  # quarters, not a line per step
+    quiet = subprocess.run(args[:3] + ["--quiet"] + args[3:], capture_output=True, text=True,
+                           env=env, timeout=300)
+    assert quiet.returncode == 0 and "boundcalc measure:" not in quiet.stderr

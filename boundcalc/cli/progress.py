@@ -83,10 +83,14 @@ class Stages:
         if self.terminal:
             return True
         marks: set[int] = set()
+        last = {"done": -1, "total": None}
 
         def report(done: int, total: int, description: str) -> None:
             if not total:
                 return
+            if total != last["total"] or done < last["done"]:  # a new stage: its own quarters
+                marks.clear()
+            last.update(done=done, total=total)
             quarter = min(4, int(4 * done / total))
             if quarter in marks or self.elapsed() < self.after:
                 return

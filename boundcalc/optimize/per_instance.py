@@ -213,20 +213,24 @@ class PerInstanceProblem:
         j = j.copy()
         current = float(self.values(j[:, None], np.array([combo]))[0])
         offs = np.arange(-_WINDOW, _WINDOW + 1)
-        n_off = len(offs)
+        n_off = len(offs) + 1  # the window, plus j = 1: the prior cost 2·ln j is concave, so
+        # the largest σ is a separate local minimum that no window around a small σ reaches
         sweeps = 0
         for sweeps in range(1, 200):
             n_combo = len(self.combos)
             combos = np.arange(max(0, combo - _COMBO_WINDOW),
                                min(n_combo - 1, combo + _COMBO_WINDOW) + 1)
+            options = np.clip(np.concatenate([j[:, None] + offs[None, :],
+                                              np.ones((self.G, 1), np.int64)], axis=1),
+                              1, self.J)  # (G, n_off) candidate j per group
             block = np.repeat(j[:, None], self.G * n_off, axis=1)
             for g in range(self.G):
-                block[g, g * n_off:(g + 1) * n_off] = np.clip(j[g] + offs, 1, self.J)
+                block[g, g * n_off:(g + 1) * n_off] = options[g]
             cand = np.tile(block, (1, len(combos)))
             cc = np.repeat(combos, self.G * n_off)
             vals = self.values(cand, cc).reshape(len(combos), self.G, n_off)
             best_k = vals.argmin(axis=2)
-            proposals = np.clip(j[None, :] + offs[best_k], 1, self.J)  # (combos, G)
+            proposals = options[np.arange(self.G)[None, :], best_k]  # (combos, G)
             pvals = self.values(proposals.T, combos)
             k = int(np.argmin(pvals))
             if pvals[k] < current:
@@ -237,7 +241,7 @@ class PerInstanceProblem:
             changed = False
             for g in np.argsort(vals[here].min(axis=1)):
                 trial = j.copy()
-                trial[g] = int(np.clip(j[g] + offs[best_k[here, g]], 1, self.J))
+                trial[g] = int(options[g, best_k[here, g]])
                 if trial[g] == j[g]:
                     continue
                 v = float(self.values(trial[:, None], np.array([combo]))[0])

@@ -16,6 +16,7 @@ Langford–Caruana upper end kl⁻¹(Ê, ln(2·|points|/δ′)/N).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -121,9 +122,12 @@ def ramp_risk(margins: np.ndarray, gamma: float) -> float:
     return float(np.mean(np.clip(1.0 - margins / gamma, 0.0, 1.0)))
 
 
-def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):
-    """A closure returning the mean training loss (cross-entropy / NLL) on the first
-    ``max_samples`` samples, with a graph for second derivatives."""
+def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_samples: int
+                  ) -> tuple[list[Callable[[], torch.Tensor]], int]:
+    """The mean training loss (cross-entropy / NLL) on the first ``max_samples`` samples, as
+    one closure per batch (the batch's summed loss divided by the number used), with graphs
+    for second derivatives. The terms add up to the mean loss; each is evaluated on its own,
+    so a Hessian estimate holds one batch of activations at a time, whatever the count."""
     chosen = []
     left = max_samples
     for inputs, y in data.batches:
@@ -134,25 +138,30 @@ def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samp
         left -= b
     used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
 
-    def loss() -> torch.Tensor:
-        total = 0.0
-        for inputs, y in chosen:
-            inputs = _to(inputs, device)
-            if tm.is_lm:
-                inputs, targets, keep = _lm_targets(tm, inputs)
-                logits = tm.model(**inputs).logits
-                if tm.task == "causal_lm":
-                    logits = logits[:, :-1]
-                lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-                w = keep.to(lp.dtype)
-                per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
-            else:
-                logits = tm.model(**inputs).logits
-                per = torch.nn.functional.cross_entropy(logits, y.to(device), reduction="none")
-            total = total + per.sum()
-        return total / used
+    def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None) -> torch.Tensor:
+        inputs = _to(inputs, device)
+        if tm.is_lm:
+            inputs, targets, keep = _lm_targets(tm, inputs)
+            logits = tm.model(**inputs).logits
+            if tm.task == "causal_lm":
+                logits = logits[:, :-1]
+            lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            w = keep.to(lp.dtype)
+            per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
+        else:
+            logits = tm.model(**inputs).logits
+            per = torch.nn.functional.cross_entropy(logits, y.to(device), reduction="none")
+        return per.sum() / used
 
-    return loss, used
+    return [functools.partial(term, i, y) for i, y in chosen], used
+
+
+def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):
+    """The mean training loss on the first ``max_samples`` samples as ONE closure (the sum of
+    :func:`hessian_terms`): kept for callers that need a single closure; it holds the graph
+    of every sample at once, so prefer the terms."""
+    terms, used = hessian_terms(tm, data, device, max_samples)
+    return (lambda: sum(t() for t in terms)), used
 
 
 LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_shaikh.toml's mesh
@@ -163,24 +172,30 @@ def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
                       seed: int, progress: Progress | None = None) -> np.ndarray:
     """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
     u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
-    Rademacher probes (common random numbers), on the first ``samples`` samples."""
+    Rademacher probes (common random numbers), on the first ``samples`` samples (streamed a
+    batch at a time, as in :func:`hessian_terms`)."""
     from .curvature import hutchinson_trace
     from .gibbs import perturbed
 
-    loss, _ = hessian_closure(tm, data, device, samples)
+    terms, _ = hessian_terms(tm, data, device, samples)
     for p in tm.model.parameters():
         p.requires_grad_(True)
-    base = hutchinson_trace(tm.model, loss, n_probes=probes, groups=None, seed=seed).total.value
+    total = len(sigmas) * draws + 1
+    if progress:
+        progress(0, total, "P̂: trace at the trained weights")
+    base = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None, seed=seed).total.value
     out = np.empty(len(sigmas))
     for i, s in enumerate(sigmas):
         gen = torch.Generator().manual_seed(seed + 1000 + i)
         diffs = []
         for d in range(draws):
             if progress:
-                progress(i * draws + d, len(sigmas) * draws, f"P̂ at σ={s:.3g}")
+                progress(1 + i * draws + d, total, f"P̂ σ={s:.3g} draw {d + 1}/{draws}")
             with perturbed(tm.model, float(s), gen):
-                t = hutchinson_trace(tm.model, loss, n_probes=probes, groups=None,
+                t = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None,
                                      seed=seed).total.value
             diffs.append(abs(t - base))
         out[i] = float(np.percentile(diffs, 90))
+    if progress:
+        progress(total, total, "P̂ done")
     return out

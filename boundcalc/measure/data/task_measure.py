@@ -29,7 +29,7 @@ import torch
 
 from ...errors import BoundcalcError, DomainError
 from ...stats import Curve, Quantity, Stats
-from .data_pass import (GAMMA_GRID, LS_MESH, hessian_closure, perturbation_term, ramp_risk,
+from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, ramp_risk,
                         run_pass)
 from .dataset_io import read_batches
 from .gibbs import gibbs_estimate
@@ -254,7 +254,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
             "passes over the data per σ" if est.mode == "sample" else "posterior draws per σ"))
         stats.provenance["gibbs_mode"] = est.mode
     if hessian_probes >= 2:
-        _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed)
+        _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed, report)
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
@@ -287,17 +287,19 @@ def _prior_note(stats: Stats, init: Any) -> str:
     return note
 
 
-def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: int) -> None:
+def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: int,
+             report=None) -> None:
     from .curvature import attach_hessian_trace, hutchinson_trace, param_groups
 
-    loss, used = hessian_closure(tm, batched, dev, samples)
+    terms, used = hessian_terms(tm, batched, dev, samples)
     try:
         groups = param_groups(tm.model)
     except BoundcalcError:
         groups = None
     for p in tm.model.parameters():
         p.requires_grad_(True)
-    tr = hutchinson_trace(tm.model, loss, n_probes=probes, groups=groups, seed=seed)
+    tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=groups, seed=seed,
+                          progress=report)
     tr.total.method = (tr.total.method or "") + f", mean training loss on the first {used} samples"
     try:
         attach_hessian_trace(stats, tr)
