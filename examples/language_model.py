@@ -10,7 +10,7 @@ replacement; every certified number is about a chunk drawn uniformly from that p
 
     boundcalc measure OUT/model --init OUT/prior --data OUT/S.jsonl --max-length 64 \\
         --smoothing 0.01 --sigma 0.002 --draws 4 --hessian-probes 0 \\
-        --compress delta --quantizer kmeans --levels 1,4,16 -o OUT/stats.json
+        --compress delta --quantizer kmeans --levels 1,16 -o OUT/stats.json
     boundcalc compare --stats OUT/stats.json
 
 and prints every certified value in bits per byte beside the held-out value and log2 V.
@@ -35,13 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true",
                     help="256-byte chunks, a 10.7M-parameter model, n = 20000 (for a GPU)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the models of an earlier run in OUT with the same settings; "
+                         "only measure and compare again")
     args = ap.parse_args(argv)
     from boundcalc.errors import BoundcalcError
     from boundcalc.experiments.language_model import FULL, LMConfig, run
 
     cfg = LMConfig(seed=args.seed, **(FULL if args.full else {}))
     try:
-        rep = run(args.out, cfg)
+        rep = run(args.out, cfg, reuse=args.reuse)
     except BoundcalcError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

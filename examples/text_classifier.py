@@ -9,8 +9,8 @@ packages, split by file into prior / bound pool / held-out; S drawn i.i.d. from 
 trains the prior centre on the prior split and fine-tunes on S, then runs what a user runs:
 
     boundcalc measure OUT/model --init OUT/prior --data OUT/S.jsonl --max-length 32 \\
-        --sigma 0.01 --draws 8 --hessian-probes 0 \\
-        --compress delta --quantizer kmeans --levels 1,4,16 -o OUT/stats.json
+        --sigma 0.01 --draws 4 --hessian-probes 0 \\
+        --compress delta --quantizer kmeans --levels 1,16 -o OUT/stats.json
     boundcalc compare --stats OUT/stats.json
 
 and prints every certified value beside the held-out error; OUT/report.json has them all.
@@ -34,13 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/text_classifier"))
     ap.add_argument("--full", action="store_true", help="larger S, 64 tokens, 100 draws × 2 σ")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep the models of an earlier run in OUT with the same settings; "
+                         "only measure and compare again")
     args = ap.parse_args(argv)
     from boundcalc.errors import BoundcalcError
     from boundcalc.experiments.text_classifier import FULL, ClassifierConfig, run
 
     cfg = ClassifierConfig(seed=args.seed, **(FULL if args.full else {}))
     try:
-        rep = run(args.out, cfg)
+        rep = run(args.out, cfg, reuse=args.reuse)
     except BoundcalcError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -46,14 +46,14 @@ class LMConfig:
 
     seed: int = 0
     chunk: int = 64  # bytes per unit
-    fractions: tuple[float, float, float] = (0.85, 0.05, 0.10)  # prior, bound pool, held-out
+    fractions: tuple[float, float, float] = (0.87, 0.03, 0.10)  # prior, bound pool, held-out
     n_bound: int = 1000  # |S|: i.i.d. draws from the pool
-    n_test: int = 1000  # held-out chunks evaluated (a uniform sample without replacement)
+    n_test: int = 500  # held-out chunks evaluated (a uniform sample without replacement)
     max_files: int | None = None  # use a seeded subset of the files (reduced runs)
     n_embd: int = 128
     n_layer: int = 4
     n_head: int = 4
-    train_steps: int = 700
+    train_steps: int = 300
     batch: int = 32
     lr: float = 3e-3
     post_steps: int = 10
@@ -62,7 +62,7 @@ class LMConfig:
     smoothing: float = 0.01
     sigmas: tuple[float, ...] = (0.002,)
     draws: int = 4
-    levels: str = "1,4,16"
+    levels: str = "1,16"
     quantizer: str = "kmeans"
     compress: bool = True
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
@@ -264,13 +264,15 @@ def build(out: str | Path, cfg: LMConfig | None = None,
     stage("held-out and pool bits per byte")
     test = chunk_bits(model, [held[i] for i in test_idx])
     pool_bits = chunk_bits(model, pool)
-    return {"dir": str(out), "n_params": n_params, "n_test": len(test_idx),
+    info = {"dir": str(out), "n_params": n_params, "n_test": len(test_idx),
             "n_pool": len(pool), "heldout_bits": float(test.mean()),
             "heldout_bits_stderr": float(test.std(ddof=1) / math.sqrt(len(test)))
             if len(test) > 1 else float("nan"),
             "pool_bits": float(pool_bits.mean()),
             "bound_bits": float(chunk_bits(model, S).mean()),
             "random_guess_bits": math.log2(VOCAB)}
+    write_json(out / "build.json", info)
+    return info
 
 
 def measure_args(out: Path, cfg: LMConfig) -> list[str]:
@@ -305,11 +307,16 @@ def _entry_units() -> dict[str, str]:
 
 
 def run(out: str | Path, cfg: LMConfig | None = None,
-        root: str | Path | None = None) -> dict[str, Any]:
-    """Build, then ``boundcalc measure`` and ``boundcalc compare``; writes ``report.json``."""
+        root: str | Path | None = None, reuse: bool = False) -> dict[str, Any]:
+    """Build (or, with ``reuse``, read ``build.json`` of an earlier build with the same
+    configuration), then ``boundcalc measure`` and ``boundcalc compare``; writes
+    ``report.json``."""
+    from .text_classifier import _reused
+
     cfg = cfg or LMConfig()
     out = Path(out)
-    info = build(out, cfg, root)
+    info = _reused(out, cfg) if reuse else None
+    info = info or build(out, cfg, root)
     stage(f"held-out {info['heldout_bits']:.3f} ± {info['heldout_bits_stderr']:.3f} bits/byte "
           f"({info['n_test']} chunks); pool {info['pool_bits']:.3f} (exact, {info['n_pool']} "
           f"chunks); S {info['bound_bits']:.3f}; random guess log2 {VOCAB} = "

@@ -56,8 +56,8 @@ class ClassifierConfig:
     batch: int = 64
     # what boundcalc measure is run with (fixed before S is drawn)
     sigmas: tuple[float, ...] = (0.01,)  # MiniLM's prior-split error rises past σ = 0.01
-    draws: int = 8
-    levels: str = "1,4,16"
+    draws: int = 4
+    levels: str = "1,16"
     quantizer: str = "kmeans"
     compress: bool = True
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
@@ -248,13 +248,15 @@ def build(out: str | Path, cfg: ClassifierConfig | None = None,
     tok.save_pretrained(out / "model")
     n_test = len(units["heldout"])
     test = head_error(model, feats["heldout"], lab["heldout"])
-    return {"dir": str(out), "classes": classes, "n_test": n_test, "n_pool": len(pool),
+    info = {"dir": str(out), "classes": classes, "n_test": n_test, "n_pool": len(pool),
             "n_bound": cfg.n_bound, "test_error": test,
             "test_error_stderr": _stderr(test, n_test),
             "pool_error": head_error(model, feats["bound"], lab["bound"]),
             "bound_error": head_error(model, hS, yS),
             "prior_test_error": prior_test, "prior_pool_error": prior_pool,
             "random_guess_error": 1 - 1 / len(classes)}
+    write_json(out / "build.json", info)
+    return info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +276,19 @@ def measure_args(out: Path, cfg: ClassifierConfig) -> list[str]:
     if cfg.compress:
         args += ["--compress", "delta", "--quantizer", cfg.quantizer, "--levels", cfg.levels]
     return [*args, *cfg.extra_flags, "-o", str(out / "stats.json"), "--json"]
+
+
+def _reused(out: Path, cfg: Any) -> dict[str, Any] | None:
+    """The info of an earlier build in ``out`` if its configuration equals ``cfg``."""
+    try:
+        info = json.loads((out / "build.json").read_text())
+        same = json.loads((out / "splits.json").read_text())["config"] == json.loads(
+            json.dumps(asdict(cfg)))
+    except (OSError, ValueError, KeyError):
+        return None
+    if same:
+        stage(f"reusing the models and splits in {out}")
+    return info if same else None
 
 
 def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float:
@@ -297,11 +312,14 @@ def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float
 
 
 def run(out: str | Path, cfg: ClassifierConfig | None = None,
-        root: str | Path | None = None) -> dict[str, Any]:
-    """Build, then ``boundcalc measure`` and ``boundcalc compare``; writes ``report.json``."""
+        root: str | Path | None = None, reuse: bool = False) -> dict[str, Any]:
+    """Build (or, with ``reuse``, read ``build.json`` of an earlier build with the same
+    configuration), then ``boundcalc measure`` and ``boundcalc compare``; writes
+    ``report.json``."""
     cfg = cfg or ClassifierConfig()
     out = Path(out)
-    info = build(out, cfg, root)
+    info = _reused(out, cfg) if reuse else None
+    info = info or build(out, cfg, root)
     stage(f"held-out error {info['test_error']:.4f} ± {info['test_error_stderr']:.4f} "
           f"(n = {info['n_test']}); pool error {info['pool_error']:.4f} (exact, "
           f"{info['n_pool']} docstrings); error on S {info['bound_error']:.4f}")
