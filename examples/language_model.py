@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true",
                     help="256-byte chunks, a 10.7M-parameter model, n = 20000 (for a GPU)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--train-steps", type=int, help="prior training steps (default 300)")
+    ap.add_argument("--draws", type=int, help="Monte Carlo draws per σ (default 4)")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the models of an earlier run in OUT with the same settings; "
                          "only measure and compare again")
@@ -42,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     from boundcalc.errors import BoundcalcError
     from boundcalc.experiments.language_model import FULL, LMConfig, run
 
-    cfg = LMConfig(seed=args.seed, **(FULL if args.full else {}))
+    over = {k: v for k, v in (("train_steps", args.train_steps), ("draws", args.draws))
+            if v is not None}
+    cfg = LMConfig(seed=args.seed, **{**(FULL if args.full else {}), **over})
     try:
         rep = run(args.out, cfg, reuse=args.reuse)
     except BoundcalcError as exc:

@@ -133,19 +133,37 @@ def _env() -> dict[str, str]:
 
 
 def run_cli(args: Sequence[str], what: str, timeout: float | None = None) -> str:
-    """``boundcalc ARGS`` in a subprocess (``python -m boundcalc``, quiet); returns stdout.
+    """``boundcalc ARGS`` in a subprocess (``python -m boundcalc``); returns its stdout.
 
-    A failing command raises :class:`BoundcalcError` with its last line of output."""
+    The command's own stage messages (stderr) are echoed as they come, so a long ``measure`` is
+    never silent. A failing command raises :class:`BoundcalcError` with its last line."""
+    import tempfile
+
     stage(f"{what}: boundcalc {' '.join(args)}")
     t0 = time.time()
-    res = subprocess.run([sys.executable, "-m", "boundcalc", "--quiet", *args],
-                         capture_output=True, text=True, env=_env(), timeout=timeout)
-    if res.returncode:
-        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()
-        raise BoundcalcError(f"boundcalc {args[0]} failed (exit {res.returncode}): "
-                             f"{tail[-1] if tail else 'no output'}")
+    tail: list[str] = []
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "boundcalc", *args], stdout=out,
+                                stderr=subprocess.PIPE, text=True, env=_env())
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                line = line.rstrip()
+                if line:
+                    tail = (tail + [line])[-20:]
+                    print(f"    {line}", file=sys.stderr, flush=True)
+            rc = proc.wait(timeout=timeout)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        stdout = out.read()
+    if rc:
+        last = tail[-1] if tail else (stdout.strip().splitlines() or ["no output"])[-1]
+        raise BoundcalcError(f"boundcalc {args[0]} failed (exit {rc}): {last}")
     stage(f"{what}: done in {time.time() - t0:.0f} s")
-    return res.stdout
+    return stdout
 
 
 def write_json(path: str | Path, doc: object) -> None:
