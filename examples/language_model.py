@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/language_model"))
     ap.add_argument("--full", action="store_true",
-                    help="256-byte chunks, a 10.7M-parameter model, n = 20000 (for a GPU)")
+                    help="256-byte chunks, 6 layers of width 384, n = 20000 (for a GPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-steps", type=int, help="prior training steps (default 300)")
     ap.add_argument("--draws", type=int, help="Monte Carlo draws per σ (default 4)")

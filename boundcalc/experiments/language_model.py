@@ -149,7 +149,8 @@ def _gpt2(cfg: LMConfig):
 
     c = GPT2Config(vocab_size=VOCAB, n_positions=cfg.chunk, n_embd=cfg.n_embd,
                    n_layer=cfg.n_layer, n_head=cfg.n_head, bos_token_id=None,
-                   eos_token_id=None, pad_token_id=PAD, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                   eos_token_id=None, pad_token_id=PAD, resid_pdrop=0.0, embd_pdrop=0.0,
+                   attn_pdrop=0.0)
     return GPT2LMHeadModel(c)
 
 
