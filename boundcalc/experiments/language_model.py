@@ -119,6 +119,10 @@ def cut(data: bytes, size: int) -> list[bytes]:
     return out
 
 
+def _read(root: str, rel: str) -> bytes:
+    return (Path(root) / rel).read_bytes()
+
+
 def encode(units: list[bytes]) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids (byte values, padded with 256 on the right) and the attention mask."""
     T = max((len(u) for u in units), default=0)
@@ -210,7 +214,8 @@ def _write_jsonl(path: Path, units: list[bytes]) -> None:
 def build(out: str | Path, cfg: LMConfig | None = None,
           root: str | Path | None = None) -> dict[str, Any]:
     """Collect, split, train and save under ``out``: ``prior/``, ``model/`` (HF folders with the
-    byte tokenizer), ``S.jsonl`` (column ``text``: the bound sample), ``splits.json``. Returns the
+    byte tokenizer), ``S.jsonl`` (column ``text``: the bound sample), ``prior.jsonl`` (up to
+    2000 chunks of every tenth prior-split file), ``splits.json``. Returns the
     held-out and pool bits per byte of the model."""
     cfg = cfg or LMConfig()
     out = Path(out)
@@ -223,6 +228,10 @@ def build(out: str | Path, cfg: LMConfig | None = None,
     draw = iid_draws(len(pool), cfg.n_bound, cfg.seed + 1)
     S = [pool[i] for i in draw]
     _write_jsonl(out / "S.jsonl", S)
+    # prior-split chunks in the same format: data disjoint from S, for choices made for free
+    # (e.g. ``--tune-data prior.jsonl`` once measure has it)
+    _write_jsonl(out / "prior.jsonl", [c for f in data["files"]["prior"][::10]
+                                       for c in cut(_read(data["root"], f), cfg.chunk)][:2000])
     rng = np.random.default_rng(cfg.seed + 3)
     test_idx = np.sort(rng.choice(len(held), min(cfg.n_test, len(held)), replace=False))
     write_json(out / "splits.json", {
@@ -279,8 +288,9 @@ def build(out: str | Path, cfg: LMConfig | None = None,
 def measure_args(out: Path, cfg: LMConfig) -> list[str]:
     """The one place where the ``boundcalc measure`` flags are chosen (all fixed before S).
 
-    Once they exist, the flags to add are ``--tune-data`` with prior-split chunks (σ chosen
-    off S, free) and the per-sample Monte Carlo draws default; put them in ``extra_flags``."""
+    Once they exist, the flags to add are ``--tune-data OUT/prior.jsonl`` (σ chosen on
+    prior-split chunks, free) and the per-sample Monte Carlo draws default; put them in
+    ``extra_flags``."""
     args = ["measure", str(out / "model"), "--init", str(out / "prior"),
             "--data", str(out / "S.jsonl"), "--max-length", str(cfg.chunk),
             "--batch-size", "64", "--draws", str(cfg.draws),

@@ -266,8 +266,9 @@ def build(out: str | Path, cfg: ClassifierConfig | None = None,
 def measure_args(out: Path, cfg: ClassifierConfig) -> list[str]:
     """The one place where the ``boundcalc measure`` flags are chosen (all fixed before S).
 
-    Once they exist, the flags to add are ``--tune-data prior.jsonl`` (σ chosen on the prior
-    split, free) and the per-sample Monte Carlo draws default; put them in ``extra_flags``."""
+    Once they exist, the flags to add are ``--tune-data OUT/prior.jsonl`` (σ chosen on the
+    prior split, free) and the per-sample Monte Carlo draws default; put them in
+    ``extra_flags``."""
     args = ["measure", str(out / "model"), "--init", str(out / "prior"),
             "--data", str(out / "S.jsonl"), "--max-length", str(cfg.max_length),
             "--batch-size", "64", "--draws", str(cfg.draws), "--hessian-probes", "0"]
