@@ -107,7 +107,7 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
     guarded = _Guarded(batches=S.batches, n=S.n, seq_len=S.seq_len, source=S.source,
                        description=S.description)
     calls = []
-    real_risk, real_units, real_scale = (tune_mod.risk_draws, tune_mod.unit_risks,
+    real_risk, real_final, real_scale = (tune_mod.risk_draws, tune_mod.final_risk,
                                          tune_mod.choose_scale)
     stage = {"now": "shape"}
 
@@ -115,9 +115,9 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
         calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
         return real_risk(tmx, data, *a, **k)
 
-    def spy_units(tmx, data, *a, **k):
+    def spy_final(tmx, data, *a, **k):
         calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
-        return real_units(tmx, data, *a, **k)
+        return real_final(tmx, data, *a, **k)
 
     def spy_scale(*a, **k):
         stage["now"] = "scale"
@@ -127,7 +127,7 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
         return got
 
     monkeypatch.setattr(tune_mod, "risk_draws", spy_risk)
-    monkeypatch.setattr(tune_mod, "unit_risks", spy_units)
+    monkeypatch.setattr(tune_mod, "final_risk", spy_final)
     monkeypatch.setattr(tune_mod, "choose_scale", spy_scale)
     _Guarded.open = False
     stats = Stats()
@@ -202,11 +202,16 @@ def test_record_and_the_certified_value_at_50_digits(vits, measured, tmp_path):
         assert d == pytest.approx(plain[g], rel=1e-10, abs=1e-15)
     assert rec["sigma"] == pytest.approx([rec["scale"] * r for r in rec["shape"]], rel=1e-12)
     curve = doc["curves"]["gibbs_risk_groups"]
-    # 6 passes over the 300 samples of S (one batch), cut into 5 units of 60 rows each
-    assert rec["mc"] == {"passes": 6, "rows_per_unit": 60, "units": 30, "delta_mc": 0.01}
-    assert curve["at"] == [rec["scale"]] and curve["n_samples"] == 30
-    assert doc["scalars"]["gibbs_groups_units"]["value"] == 30
-    E, k, n = curve["value"][0], 30, 300
+    # 6 passes over the 300 samples of S, every sample of every pass its own posterior draw
+    # (the ViT's row-wise noise is exact, so --gibbs-mode auto is sample): N = 6·300
+    assert rec["mc"] == {"mode": "sample", "passes": 6, "rows_per_unit": 1, "units": 1800,
+                         "delta_mc": 0.01, "samples_per_pass": 300}
+    assert curve["at"] == [rec["scale"]] and curve["n_samples"] == 1800
+    assert doc["scalars"]["gibbs_groups_units"]["value"] == 1800
+    assert "N = 6·300 = 1800" in curve["method"]
+    E, k, n = curve["value"][0], 1800, 300
+    # Ê is a mean of 1800 zero-one losses: a multiple of 1/1800
+    assert E * 1800 == pytest.approx(round(E * 1800), abs=1e-9)
     for charged in (False, True):
         if charged:  # the same vector, but chosen with data that depend on S
             doc2 = json.loads(path.read_text())
@@ -315,3 +320,40 @@ def test_units_are_equal_chunks_of_S_each_with_its_own_draw(vits):
     odd = Batched(batches=[({"x": torch.zeros(7, 1)}, None)], n=7, seq_len=1, source="",
                   description="")
     assert tune_mod.unit_rows(odd) == 0  # 7 rows: no chunk of ≥ 8, a unit is a whole pass
+
+
+def _plain_wrong(out):
+    from transformers import ViTForImageClassification
+
+    z = np.load(out / "bound.npz")
+    m = ViTForImageClassification.from_pretrained(out / "model").eval()
+    with torch.no_grad():
+        return (m(pixel_values=torch.from_numpy(z["pixel_values"])).logits.argmax(-1)
+                != torch.from_numpy(z["labels"])).double().numpy()
+
+
+def test_final_risk_draws_per_sample_where_exact_else_per_chunk(vits, monkeypatch):
+    """auto on the ViT: every sample of every pass is one loss (N = k·n); at σ = 0 their mean
+    is the plain error (a loop written here). Where row-wise noise is not exact (tied weights,
+    simulated) auto falls back to one draw per chunk of 60 rows (N = k·5); --gibbs-mode whole
+    asks for that directly; --gibbs-samples m gives N = k·m."""
+    from boundcalc.measure.data import row_noise
+
+    out, tm, _, S, _ = vits
+    zero = dict.fromkeys((n for n, _ in tm.model.named_parameters()), 0.0)
+    wrong = _plain_wrong(out)
+    cpu = torch.device("cpu")
+    with single_thread():
+        fin = tune_mod.final_risk(tm, S, cpu, zero, 3, 0, 0.01)
+        assert (fin.mode, fin.n_losses, fin.passes, fin.rows_per_unit) == ("sample", 900, 3, 1)
+        assert fin.mean == pytest.approx(wrong.mean(), abs=1e-12)
+        sub = tune_mod.final_risk(tm, S, cpu, zero, 3, 0, 0.01, samples=50)
+        assert (sub.mode, sub.n_losses) == ("sample", 150)
+        whole = tune_mod.final_risk(tm, S, cpu, zero, 2, 0, 0.01, mode="whole")
+        assert (whole.mode, whole.n_losses, whole.rows_per_unit) == ("chunk", 10, 60)
+        assert whole.mean == pytest.approx(wrong.mean(), abs=1e-12)
+        monkeypatch.setattr(row_noise, "unsupported_reason", lambda *a: "tied weights")
+        tied = tune_mod.final_risk(tm, S, cpu, zero, 2, 0, 0.01)
+        assert (tied.mode, tied.n_losses, tied.rows_per_unit) == ("chunk", 10, 60)
+        assert "not exact" in tied.how
+

@@ -120,6 +120,10 @@ def test_compare_certified_numbers_never_below_the_held_out_error(digits, tmp_pa
     assert groups["delta"] == pytest.approx(0.06)
     assert groups["union_bound_cost"] == {"scale": pytest.approx(math.log(17))}
     assert doc["provenance"]["gibbs_groups"]["tune_data"] == str(out / "prior.npz")
+    # the Gibbs risk on S at the chosen vector: a fresh draw per digit per pass, N = 4·700
+    assert doc["provenance"]["gibbs_groups"]["mc"]["mode"] == "sample"
+    assert doc["scalars"]["gibbs_groups_units"]["value"] == 4 * 700
+    assert doc["curves"]["gibbs_risk_groups"]["n_samples"] == 4 * 700
 
 
 def test_hand_set_gibbs_risk_needs_its_sigma_and_is_estimated(digits):

@@ -207,8 +207,9 @@ def measure_cmd(
     tune_draws: int = typer.Option(4, "--tune-draws", min=1, help="Monte Carlo draws per σ "
                                    "vector tried by the search"),
     group_draws: Optional[int] = typer.Option(None, "--group-draws", min=1, help="Monte Carlo "
-                                              "draws on DATA at the chosen per-group σ vector "
-                                              "(default: --draws)"),
+                                              "passes over DATA at the chosen per-group σ "
+                                              "vector, drawn as --gibbs-mode says (default: "
+                                              "--draws)"),
     tune_slack: float = typer.Option(0.05, "--tune-slack", help="the search keeps the "
                                      "searched weights' Gibbs risk ≤ their error + this"),
     smoothing: float = typer.Option(0.01, "--smoothing", help="α of prediction smoothing for "

@@ -87,8 +87,9 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
     :mod:`.tune`: σ_g searched on ``tune_data`` (disjoint from DATA, e.g. the split the prior
     ``init`` was trained on: free) or, without it, on DATA (charged), then the Gibbs risk on
-    DATA at the chosen vector with ``group_draws`` draws (default ``draws``; curve
-    ``gibbs_risk_groups``, ``provenance.gibbs_groups``).
+    DATA at the chosen vector with ``group_draws`` passes (default ``draws``) in ``gibbs_mode``
+    (auto: a draw per sample where exact, N = passes·n; curve ``gibbs_risk_groups``,
+    ``provenance.gibbs_groups``).
     """
     from ..weights.pipeline import measure
 
@@ -142,7 +143,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
             measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
                            prior_source=init, draws=group_draws, tune_draws=tune_draws,
                            slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
-                           progress=report)
+                           progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples)
         if perturbation_draws > 0:
             probes = max(hessian_probes, 2)
             values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,

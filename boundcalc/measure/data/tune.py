@@ -12,8 +12,11 @@ chosen differently, because the PAC-Bayes prior must not depend on S:
   on S), each ρ_g pays its Dziugaite–Roy weight 2 ln j_g + ln(π²/6);
 * the **scale** c is chosen on the declared grid :data:`SCALE_GRID` with the posterior weights
   and the real distances (both depend on S), so it always pays ln |grid|;
-* the Monte Carlo Gibbs risk is then measured on S once, at σ = c·ρ, with fresh draws: one
-  per chunk of S in every pass (:func:`unit_risks`), so its confidence term counts units.
+* the Monte Carlo Gibbs risk is then measured on S once, at σ = c·ρ, with fresh draws
+  (:func:`final_risk`): where per-sample draws are exact, every sample of every pass gets its
+  own draw (gibbs.py's ``sample`` mode), so k passes over n samples give N = k·n independent
+  losses; otherwise one draw per equal chunk of S (:func:`unit_risks`). The confidence term
+  counts those N losses.
 
 The stats file records all of it under ``provenance.gibbs_groups`` and the curve
 ``gibbs_risk_groups`` (one point, the chosen c); ``pac_bayes_kl_gaussian_groups_mc`` reads them.
@@ -31,7 +34,7 @@ import torch
 
 from ...errors import BoundcalcError
 from .dataset_io import Batched
-from .gibbs import gibbs_risk, perturbed
+from .gibbs import gibbs_estimate, gibbs_risk, perturbed, resolve_mode
 from .hf import TaskModel
 
 DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid σ_j² = c·e^{−j/b} of pac_bayes.toml
@@ -85,24 +88,54 @@ def risk_draws(tm: TaskModel, data: Batched, device: torch.device,
                sigma: float | Mapping[str, float], draws: int, seed: int, alpha: float,
                progress: Any = None) -> np.ndarray:
     """``draws`` values of the bounded loss of θ + u over ``data``, u ~ N(0, diag σ²) with a
-    σ per parameter name: gibbs.py's ``gibbs_risk``, or, where that engine takes only one σ,
-    the same draws through its ``perturbed``."""
-    try:
-        return np.asarray(gibbs_risk(tm, data, device, [sigma], draws, seed, alpha,
-                                     progress))[0]
-    except TypeError:  # an engine without per-parameter σ: float(mapping) fails at once
-        if not isinstance(sigma, Mapping):
-            raise
-    from .data_pass import run_pass
+    σ per parameter name: one posterior draw per pass (gibbs.py's ``whole`` mode)."""
+    return np.asarray(gibbs_risk(tm, data, device, [sigma], draws, seed, alpha, progress,
+                                 mode="whole"))[0]
 
-    gen = torch.Generator().manual_seed(seed)
-    out = np.empty(draws)
-    for d in range(draws):
-        if progress:
-            progress(d, draws, "Gibbs risk, per-group σ")
-        with perturbed(tm.model, sigma, gen):
-            out[d] = float(run_pass(tm, data, device, alpha=alpha, norms=False).bounded.mean())
-    return out
+
+@dataclass
+class FinalRisk:
+    """The Monte Carlo Gibbs risk on S at the chosen σ vector: N independent [0, 1] losses of
+    mean ``mean`` (:func:`final_risk`)."""
+
+    mean: float
+    n_losses: int
+    passes: int
+    mode: str  # "sample" (every row its own draw), "chunk" or "whole"
+    rows_per_unit: int  # rows averaged by one loss: 1 in sample mode
+    how: str  # the method text
+
+
+def final_risk(tm: TaskModel, data: Batched, device: torch.device,
+               sigma: Mapping[str, float], draws: int, seed: int, alpha: float,
+               progress: Any = None, *, mode: str = "auto",
+               samples: int | None = None) -> FinalRisk:
+    """The Gibbs risk on ``data`` (S) at ``sigma``, ``draws`` passes.
+
+    Where per-sample draws are exact (``mode`` auto or sample, :func:`gibbs.resolve_mode`),
+    every row of every pass gets its own posterior draw (:func:`gibbs_estimate`): N = k·n
+    (k·m with ``samples`` = m rows drawn with replacement per pass). Otherwise (``whole``
+    asked, or auto on a model whose row-wise noise is not exact, e.g. tied weights) S is cut
+    into equal chunks with one draw each (:func:`unit_risks`), or, with ``samples``, one draw
+    per pass over the m rows. Every loss is in [0, 1], independent given S, of mean the Gibbs
+    risk on S, so kl⁻¹(Ê, ln(2/δ′)/N) holds (docs/sources/monte_carlo.md).
+    """
+    resolved, _ = resolve_mode(tm, mode)
+    if resolved == "sample" or samples is not None:
+        est = gibbs_estimate(tm, data, device, [sigma], draws, seed, alpha, progress,
+                             mode=resolved, samples=samples)
+        return FinalRisk(float(est.means[0].mean()), est.n_losses, est.passes, est.mode,
+                         1 if est.mode == "sample" else est.rows_per_pass, est.describe())
+    losses, rows = unit_risks(tm, data, device, sigma, draws, seed, alpha, progress)
+    n = len(losses)
+    if rows == data.n:
+        how = (f"{draws} draws u ∼ N(0, diag σ_g²), each evaluated on all {data.n} rows of S: "
+               f"N = {n} independent per-draw means")
+        return FinalRisk(float(losses.mean()), n, draws, "whole", rows, how)
+    how = (f"{draws} passes over the {data.n} rows of S, cut into chunks of {rows} rows, every "
+           f"chunk its own draw u ∼ N(0, diag σ_g²) (per-sample draws are not exact for this "
+           f"model or --gibbs-mode whole was asked): N = {n} independent chunk means")
+    return FinalRisk(float(losses.mean()), n, draws, "chunk", rows, how)
 
 
 def unit_rows(data: Batched, most: int = 64, least: int = 8) -> int:
@@ -123,7 +156,8 @@ def unit_risks(tm: TaskModel, data: Batched, device: torch.device,
     (unit losses, rows per unit). The units are independent given S, each in [0, 1], and their
     mean is an unbiased estimate of the Gibbs risk on S, so kl⁻¹(Ê, ln(2/δ′)/N) holds with
     N = number of units (Chernoff for independent [0, 1] variables; docs/sources/pac_bayes.md
-    §3). Without equal chunks a unit is a whole pass (:func:`risk_draws`)."""
+    §3). Without equal chunks a unit is a whole pass (:func:`risk_draws`). The fallback of
+    :func:`final_risk` where per-sample draws are not exact."""
     import dataclasses
 
     from .data_pass import run_pass
@@ -260,8 +294,10 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
                    tune_source: str | None = None, prior_source: str | None = None,
                    draws: int = 100, tune_draws: int = 4, slack: float = 0.05,
                    delta: float = 0.05, delta_mc: float = 0.01, alpha: float = 0.01,
-                   seed: int = 0, progress: Any = None) -> None:
-    """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``.
+                   seed: int = 0, progress: Any = None, gibbs_mode: str = "auto",
+                   samples: int | None = None) -> None:
+    """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``
+    (:func:`final_risk` with ``gibbs_mode`` and ``samples``: per-sample draws where exact).
 
     With ``tune`` (a split disjoint from S) the shape ρ is searched with the **prior** weights
     on ``tune`` only, and S is read for the first time by the final measurement. Without it the
@@ -297,27 +333,27 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         return float(risk_draws(tm, scale_data, device, sig, tune_draws, search_seed,
                                 alpha).mean())
 
-    units_guess = draws * max(1, data.n // 64)  # unit_risks' count, without reading S
+    # the N of the final measurement, known without reading S (it only steers the choice of c)
+    if resolve_mode(tm, gibbs_mode)[0] == "sample":
+        units_guess = draws * (samples if samples is not None else data.n)
+    else:
+        units_guess = draws if samples is not None else draws * max(1, data.n // 64)
     c, scale_rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, units_guess,
                                  delta, delta_mc)
     sigma = {g: c * r for g, r in zip(shape.groups, shape.rho)}
-    losses, rows = unit_risks(tm, data, device, _mapping(groups, sigma), draws, seed, alpha,
-                              progress)
-    units = len(losses)
-    mean = float(losses.mean())
+    fin = final_risk(tm, data, device, _mapping(groups, sigma), draws, seed, alpha, progress,
+                     mode=gibbs_mode, samples=samples)
+    units, mean = fin.n_losses, fin.mean
     upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     where = (f"{tune_source} ({tune.n} samples) with the prior weights {prior_source} only"
              if free else f"S itself with the posterior weights")
     stats.curves["gibbs_risk_groups"] = Curve(
         "scale", np.array([c]), np.array([mean]), ci=np.array([[mean, upper]]),
         confidence=1 - delta_mc, estimated=True, n_samples=units,
-        method=(f"Monte Carlo on S: {units} independent units ({draws} passes over the "
-                f"{data.n} samples, cut into chunks of {rows} rows, each chunk with its own "
-                f"draw θ + u, u ~ N(0, diag σ_g²), σ_g = scale·ρ_g, provenance.gibbs_groups), "
+        method=(f"Monte Carlo on S at σ_g = scale·ρ_g (provenance.gibbs_groups): {fin.how}; "
                 f"seed {seed}; ci = [Ê, kl⁻¹(Ê, ln(2/δ′)/N)], N = {units}, δ′ = {delta_mc}"))
     stats.scalars["gibbs_groups_units"] = Quantity(float(units), method=(
-        f"independent Monte Carlo units at the per-group σ vector: {draws} passes × "
-        f"{units // draws} chunks of {rows} rows, one posterior draw per chunk"))
+        f"independent [0, 1] Monte Carlo losses at the per-group σ vector: {fin.how}"))
     stats.provenance["gibbs_groups"] = {
         "groups": shape.groups,
         "rule": "param_groups(model) split into matrices (ndim >= 2) and vectors",
@@ -336,5 +372,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         "scale_search": scale_rows,
         "sigma": [sigma[g] for g in shape.groups],
         "prior_centre": prior_source, "tune_data": tune_source if free else None,
-        "mc": {"passes": draws, "rows_per_unit": rows, "units": units, "delta_mc": delta_mc},
+        "mc": {"mode": fin.mode, "passes": fin.passes, "rows_per_unit": fin.rows_per_unit,
+               "units": units, "delta_mc": delta_mc,
+               "samples_per_pass": samples if samples is not None else data.n},
     }
