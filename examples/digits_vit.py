@@ -7,7 +7,8 @@ saves both as Hugging Face folders, then runs what a user would run:
 
     boundcalc measure out/digits/model --init out/digits/prior --data out/digits/bound.npz \
         --tune-data out/digits/prior.npz \
-        --sigma 0.005 --sigma 0.01 --sigma 0.015 --sigma 0.02 --sigma 0.03 --draws 20 \
+        --sigma 0.005 --sigma 0.01 --sigma 0.015 --sigma 0.02 --sigma 0.03 --draws 5 \
+        --group-draws 20 \
         -o out/digits/stats.json
     boundcalc compare --stats out/digits/stats.json
 
@@ -46,9 +47,12 @@ def _kind(row: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/digits"))
-    ap.add_argument("--draws", type=int, default=20,
-                    help="Monte Carlo passes per σ; every digit of every pass gets its own "
-                         "posterior draw, so N = draws·700 losses per σ")
+    ap.add_argument("--draws", type=int, default=5,
+                    help="Monte Carlo passes per isotropic σ; every digit of every pass gets "
+                         "its own posterior draw, so N = draws·700 losses per σ")
+    ap.add_argument("--group-draws", type=int, default=20,
+                    help="Monte Carlo passes at the per-group σ vector (the tightest entry): "
+                         "N = group-draws·700 losses")
     ap.add_argument("--sigma", type=float, action="append",
                     help="posterior σ (repeatable; default 0.005 0.01 0.015 0.02 0.03)")
     args = ap.parse_args(argv)
@@ -71,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     res = runner.invoke(app, ["measure", str(args.out / "model"), "--init",
                               str(args.out / "prior"), "--data", str(args.out / "bound.npz"),
                               "--tune-data", str(args.out / "prior.npz"),
-                              *sig, "--draws", str(args.draws), "--batch-size", "700",
+                              *sig, "--draws", str(args.draws),
+                              "--group-draws", str(args.group_draws), "--batch-size", "700",
                               "--hessian-probes", "10", "--hessian-samples", "128",
                               "-o", str(stats), "--json"])
     if res.exit_code:
