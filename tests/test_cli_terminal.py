@@ -18,16 +18,7 @@ from boundcalc.errors import BoundcalcError
 from boundcalc.cli import app
 from test_optimize_sensitivity import spectrum_stats
 
-runner = CliRunner()
-BOX = re.compile(r"[│┃╭╮╰╯─━┏┓┗┛┡┩┣┫╇╈┼├┤┬┴└┘┌┐═║]")
-
-
-def invoke(*args, columns: int = 80):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
-
-
-def words(text: str) -> set[str]:
-    return set(BOX.sub(" ", text).split())
+from tests._cli_helpers import BOX, invoke, runner, words  # noqa: F401
 
 
 @pytest.mark.parametrize("extra", [[], ["--wide"]])

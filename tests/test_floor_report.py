@@ -21,16 +21,7 @@ from boundcalc.registry.schema import PriorSpec
 from boundcalc.stats import Curve, Quantity, Stats
 from tests._reference import kl_inv_exact
 
-runner = CliRunner()
-BOX = re.compile(r"[│┃╭╮╰╯─━┏┓┗┛┡┩┣┫╇╈┼├┤┬┴└┘┌┐═║]")
-
-
-def invoke(*args, columns: int = 80):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
-
-
-def words(text: str) -> set[str]:
-    return set(BOX.sub(" ", text).split())
+from tests._cli_helpers import BOX, invoke, runner, words  # noqa: F401
 
 
 def _kl_inv(q: float, c: float) -> float:
