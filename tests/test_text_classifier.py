@@ -18,7 +18,7 @@ from tests._reference import kl_inv_exact
 pytestmark = pytest.mark.slow
 
 CFG = ClassifierConfig(cap=40, n_bound=50, prior_epochs=20, sigmas=(0.01,), draws=1,
-                       tune_rows=16, tune_draws=1, levels="1,2")
+                       tune_rows=16, tune_draws=1, group_draws=1, levels="1,2")
 
 
 @pytest.fixture(scope="module")
