@@ -9,11 +9,16 @@ packages, split by file into prior / bound pool / held-out; S drawn i.i.d. from 
 trains the prior centre on the prior split and fine-tunes on S, then runs what a user runs:
 
     boundcalc measure OUT/model --init OUT/prior --data OUT/S.jsonl --max-length 32 \\
-        --sigma 0.01 --draws 4 --hessian-probes 0 \\
-        --compress delta --quantizer kmeans --levels 1,16 -o OUT/stats.json
+        --sigma 0.01 --draws 1 --hessian-probes 0 \\
+        --tune-data OUT/tune.jsonl --tune-draws 2 --group-draws 4 \\
+        --compress auto --quantizer kmeans --levels 1,16 -o OUT/stats.json
     boundcalc compare --stats OUT/stats.json
 
-and prints every certified value beside the held-out error; OUT/report.json has them all.
+(per-sample Monte Carlo draws, measure's default: N = 1·600 losses; OUT/tune.jsonl is 128
+docstrings of the prior split, where the per-group σ_g shape is searched for free) and prints
+every certified value beside the held-out error, with the model it certifies: the quantized
+model (flagged when it decodes to exactly the prior model), the Gibbs posterior around the
+fine-tuned weights, or the fine-tuned weights. OUT/report.json has them all.
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/text_classifier"))
-    ap.add_argument("--full", action="store_true", help="larger S, 64 tokens, 100 draws × 2 σ")
+    ap.add_argument("--full", action="store_true",
+                    help="larger S, 64 tokens, 4 passes × 2 σ, 20 per-group passes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reuse", action="store_true",
                     help="keep the models of an earlier run in OUT with the same settings; "
@@ -56,12 +62,19 @@ def main(argv: list[str] | None = None) -> int:
         c = rep["compression"]
         print(f"compression: {c['levels']} level(s), {c['code_bits']:.1f} bits; the quantized "
               f"model errs {c['quantized_error_on_S']:.4f} on S and "
-              f"{c['quantized_test_error']:.4f} held out")
+              f"{c['quantized_test_error']:.4f} held out"
+              + ("; it IS the prior model (weights identical)" if c.get("quantized_is_prior")
+                 else ""))
+    for name, g in rep.get("gibbs", {}).items():
+        for at, m, u in zip(g["at"], g["mean"], g["upper"]):
+            print(f"{name} at {at:.4g}: Monte Carlo mean {m:.4f}, upper {u:.4f} "
+                  f"(N = {g['N']:.0f} {g['mode']} losses)")
     print(f"\n{'entry':32s} {'value':>8s}  {'δ':>6s}  {'held-out':>15s}  label")
     for r in rep["certified"]:
         v = "—" if r["value"] is None else f"{r['value']:.4f}"
         d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
         print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label'][:40]}")
+        print(f"{'':32s} certifies {r['certifies']}")
     print(f"\nreport: {args.out / 'report.json'}")
     return 0
 

@@ -18,7 +18,7 @@ from tests._reference import kl_inv_exact
 pytestmark = pytest.mark.slow
 
 CFG = ClassifierConfig(cap=40, n_bound=50, prior_epochs=20, sigmas=(0.01,), draws=1,
-                       levels="1,2")
+                       tune_rows=16, tune_draws=1, group_draws=1, levels="1,2")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,10 @@ def test_splits_are_disjoint_by_file_and_s_comes_from_the_pool(built):
     assert {r["file"] for r in _rows(out / "prior.jsonl")} <= files["prior"]
     assert {r["file"] for r in _rows(out / "pool.jsonl")} <= files["bound"]
     assert {r["file"] for r in _rows(out / "heldout.jsonl")} <= files["heldout"]
+    # --tune-data: a subset of the prior split, so disjoint from S by file
+    tune, prior_rows = _rows(out / "tune.jsonl"), _rows(out / "prior.jsonl")
+    assert len(tune) == min(CFG.tune_rows, len(prior_rows))
+    assert all(r in prior_rows for r in tune) and {r["file"] for r in tune} <= files["prior"]
     pool, S = _rows(out / "pool.jsonl"), _rows(out / "S.jsonl")
     assert [pool[i] for i in sp["S"]["draws"]] == S and len(S) == CFG.n_bound
     # the label is the package of the file the docstring comes from
@@ -100,9 +104,22 @@ def test_measured_risks_match_a_direct_computation(built):
                        for k in W0})
     qerr = float((logits_of(q).argmax(1) != y).double().mean())
     assert sc["quantized_error"]["value"] == pytest.approx(qerr, abs=1e-12)
-    # the Monte Carlo Gibbs curve: one σ, one draw, interval from Ê
+    # the report says whether that quantized model is the prior model itself
+    same = all(torch.equal(v, W0[k]) for k, v in q.state_dict().items())
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["compression"]["quantized_is_prior"] is same
+    occ = next(r for r in rep["certified"] if r["id"] == "occam_kl")
+    assert ("prior-split model" in occ["certifies"]) is same
+    assert ("certifies the prior model" in occ["label"]) is same
+    # the Monte Carlo Gibbs curve: one σ, one pass with a fresh draw per sample (no tied
+    # weights in a sequence classifier), so N = draws·n losses
     c = st["curves"]["gibbs_risk_mean"]
-    assert c["n_samples"] == 1 and len(c["at"]) == 1 and 0 <= c["value"][0] <= 1
+    assert st["provenance"]["gibbs_mode"] == "sample"
+    assert c["n_samples"] == CFG.draws * CFG.n_bound == sc["gibbs_draws"]["value"]
+    assert len(c["at"]) == 1 and 0 <= c["value"][0] <= 1
+    # the per-group σ shape was searched on tune.jsonl with the prior weights: free
+    g = st["provenance"]["gibbs_groups"]
+    assert g["shape_disjoint_from_S"] is True and g["tune_data"].endswith("tune.jsonl")
 
 
 def test_report_shape_and_certified_values(built):
@@ -115,7 +132,11 @@ def test_report_shape_and_certified_values(built):
     p = doc["test_error"]
     assert doc["test_error_stderr"] == pytest.approx(math.sqrt(p * (1 - p) / n_test))
     ids = {r["id"] for r in doc["certified"]}
-    assert {"occam_kl", "pac_bayes_kl_gaussian_mc"} <= ids
+    assert {"occam_kl", "pac_bayes_kl_gaussian_mc", "pac_bayes_kl_gaussian_groups_mc"} <= ids
+    certifies = {r["id"]: r["certifies"] for r in doc["certified"]}
+    assert "quantized model" in certifies["occam_kl"]
+    assert "Gibbs posterior N(w, σ²I)" in certifies["pac_bayes_kl_gaussian_mc"]
+    assert "diag σ_g²" in certifies["pac_bayes_kl_gaussian_groups_mc"]
     for r in doc["certified"]:
         assert set(r) >= {"id", "value", "label", "delta"}
         if r["is_bound"]:  # the bounds are about the pool, whose error is known exactly

@@ -54,16 +54,28 @@ class ClassifierConfig:
     post_epochs: int = 3
     post_lr: float = 5e-5
     batch: int = 64
-    # what boundcalc measure is run with (fixed before S is drawn)
+    # what boundcalc measure is run with (fixed before S is drawn; not part of the build)
     sigmas: tuple[float, ...] = (0.01,)  # MiniLM's prior-split error rises past σ = 0.01
-    draws: int = 4
+    # passes per σ, each sample with its own posterior draw: N = draws·n losses; one pass
+    # already leaves a small Monte Carlo term (ln(2/δ′)/n) and each costs n draws of all
+    # 22.7 M weights, the slowest step on a CPU
+    draws: int = 1
+    tune_rows: int = 128  # --tune-data: this many prior-split docstrings (0: no per-group σ)
+    tune_draws: int = 2
+    group_draws: int = 4  # passes at the chosen σ_g; units of 8 rows, each its own draw
     levels: str = "1,16"
     quantizer: str = "kmeans"
     compress: bool = True
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
 
 
-FULL = dict(n_bound=1000, max_length=64, draws=100, sigmas=(0.005, 0.01), prior_epochs=100)
+# the fields measure_args reads: changing them keeps the models and splits of a build
+MEASURE_FIELDS = ("sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "levels",
+                  "quantizer", "compress", "extra_flags")
+
+
+FULL = dict(n_bound=1000, max_length=64, draws=4, group_draws=20, sigmas=(0.005, 0.01),
+            prior_epochs=100)
 
 
 def minilm_path() -> str:
@@ -263,28 +275,51 @@ def build(out: str | Path, cfg: ClassifierConfig | None = None,
 # measure, compare, report
 # ---------------------------------------------------------------------------------------------
 
+def write_tune(out: Path, cfg: ClassifierConfig) -> Path:
+    """``OUT/tune.jsonl``: ``cfg.tune_rows`` docstrings of the prior split (seeded, without
+    replacement), the ``--tune-data`` of measure. Disjoint from S by file and chosen without S,
+    so the per-group σ shape searched on it is free; a subset keeps the search in minutes."""
+    rows = (out / "prior.jsonl").read_text(encoding="utf-8").splitlines()
+    rng = np.random.default_rng(cfg.seed + 11)
+    keep = np.sort(rng.choice(len(rows), min(cfg.tune_rows, len(rows)), replace=False))
+    path = out / "tune.jsonl"
+    path.write_text("".join(rows[i] + "\n" for i in keep), encoding="utf-8")
+    return path
+
+
 def measure_args(out: Path, cfg: ClassifierConfig) -> list[str]:
     """The one place where the ``boundcalc measure`` flags are chosen (all fixed before S).
 
-    Once they exist, the flags to add are ``--tune-data OUT/prior.jsonl`` (σ chosen on the
-    prior split, free) and the per-sample Monte Carlo draws default; put them in
-    ``extra_flags``."""
+    The Monte Carlo Gibbs risk uses measure's default per-sample draws (``--gibbs-mode
+    auto``: every sample of every pass has its own posterior draw, N = draws·n losses), so
+    a few passes leave a small Monte Carlo term. With ``tune_rows`` the per-group σ_g shape is
+    searched on ``OUT/tune.jsonl`` (prior split, :func:`write_tune`) with the prior weights:
+    free. ``--compress auto`` codes the delta from ``--init``."""
     args = ["measure", str(out / "model"), "--init", str(out / "prior"),
             "--data", str(out / "S.jsonl"), "--max-length", str(cfg.max_length),
             "--batch-size", "64", "--draws", str(cfg.draws), "--hessian-probes", "0"]
     for s in cfg.sigmas:
         args += ["--sigma", str(s)]
+    if cfg.tune_rows:
+        args += ["--tune-data", str(out / "tune.jsonl"), "--tune-draws", str(cfg.tune_draws),
+                 "--group-draws", str(cfg.group_draws)]
     if cfg.compress:
-        args += ["--compress", "delta", "--quantizer", cfg.quantizer, "--levels", cfg.levels]
+        args += ["--compress", "auto", "--quantizer", cfg.quantizer, "--levels", cfg.levels]
     return [*args, *cfg.extra_flags, "-o", str(out / "stats.json"), "--json"]
 
 
+def _build_config(cfg: Any) -> dict[str, Any]:
+    conf = json.loads(json.dumps(cfg if isinstance(cfg, dict) else asdict(cfg)))
+    return {k: v for k, v in conf.items() if k not in MEASURE_FIELDS}
+
+
 def _reused(out: Path, cfg: Any) -> dict[str, Any] | None:
-    """The info of an earlier build in ``out`` if its configuration equals ``cfg``."""
+    """The info of an earlier build in ``out`` if its configuration equals ``cfg`` (the
+    measure flags aside: they do not change the models)."""
     try:
         info = json.loads((out / "build.json").read_text())
-        same = json.loads((out / "splits.json").read_text())["config"] == json.loads(
-            json.dumps(asdict(cfg)))
+        same = _build_config(json.loads((out / "splits.json").read_text())["config"]) \
+            == _build_config(cfg)
     except (OSError, ValueError, KeyError):
         return None
     if same:
@@ -292,9 +327,10 @@ def _reused(out: Path, cfg: Any) -> dict[str, Any] | None:
     return info if same else None
 
 
-def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float:
-    """Held-out error of the quantized model the compression bound is about (decoded exactly
-    as ``measure --compress delta`` decodes it)."""
+def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, Any]:
+    """The quantized model the compression bounds are about (decoded exactly as ``measure
+    --compress auto`` decodes the delta from ``--init``): its held-out error and whether its
+    weights are bit for bit the prior model's (a 1-level code whose one level rounds to 0)."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     from ..measure.compress.compression import coded_vector, decoded_state, quantize
@@ -306,10 +342,46 @@ def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float
     state = decoded_state(cb[codes], layout, init, "delta")
     model.load_state_dict({k: state[k].float() if k in state else v
                            for k, v in model.state_dict().items()})
+    prior_state = init.state_dict()
+    is_prior = all(torch.equal(v, prior_state[k]) for k, v in model.state_dict().items())
     rows = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(out / "model")
-    return model_error(model, tok, [r["text"] for r in rows], [r["label"] for r in rows],
-                       cfg.max_length)
+    err = model_error(model, tok, [r["text"] for r in rows], [r["label"] for r in rows],
+                      cfg.max_length)
+    return {"test_error": err, "is_prior_model": is_prior}
+
+
+def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float:
+    """Held-out error of the quantized model (see :func:`quantized_model`)."""
+    return quantized_model(out, cfg, levels)["test_error"]
+
+
+def certified_model(entry_id: str, compression: dict[str, Any] | None) -> str:
+    """Which model a certified row is about, from the statistics its registry entry reads:
+    the quantized (coded) model, a Gaussian Gibbs posterior around the fine-tuned weights,
+    or the fine-tuned weights themselves."""
+    from ..registry.registry import load_registry
+
+    try:
+        stats = {s.stat for s in load_registry().get(entry_id).symbols.values() if s.stat}
+    except Exception:  # an entry this registry does not know: say nothing wrong
+        return "unknown (entry not in this registry)"
+    if any(s.startswith(("scalars.code_bits", "scalars.quantized", "curves.quantized"))
+           for s in stats):
+        if compression is None:
+            return "the quantized model"
+        k = compression["levels"]
+        if compression.get("quantized_is_prior"):
+            return (f"the quantized model ({k} level(s)), which decodes to exactly the "
+                    "prior-split model prior/, NOT the model fine-tuned on S")
+        return f"the quantized model ({k} level(s), delta from prior/), not the float model"
+    if "curves.gibbs_risk_groups" in stats:
+        return ("the Gibbs posterior N(w, diag σ_g²) around the fine-tuned weights model/ "
+                "(a random model), not model/ itself")
+    if any(s.startswith("curves.gibbs") for s in stats):
+        return ("the Gibbs posterior N(w, σ²I) around the fine-tuned weights model/ "
+                "(a random model), not model/ itself")
+    return "the fine-tuned model model/"
 
 
 def run(out: str | Path, cfg: ClassifierConfig | None = None,
@@ -324,6 +396,8 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
     stage(f"held-out error {info['test_error']:.4f} ± {info['test_error_stderr']:.4f} "
           f"(n = {info['n_test']}); pool error {info['pool_error']:.4f} (exact, "
           f"{info['n_pool']} docstrings); error on S {info['bound_error']:.4f}")
+    if cfg.tune_rows:
+        write_tune(out, cfg)
     run_cli(measure_args(out, cfg), "measure")
     rows = json.loads(run_cli(["compare", "--stats", str(out / "stats.json"), "--json"],
                               "compare"))
@@ -333,14 +407,18 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
         "pool_error": info["pool_error"], "bound_error": info["bound_error"],
         "random_guess_error": info["random_guess_error"], "n": cfg.n_bound,
         "n_test": info["n_test"], "n_pool": info["n_pool"], "classes": info["classes"],
+        "prior_test_error": info.get("prior_test_error"),
         "sampling": "S: i.i.d. uniform draws with replacement from the pool (the docstrings of "
                     "the bound-split files); every certified value bounds the error on a "
                     "docstring drawn uniformly from that pool",
         "certified": []}
-    for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
-                    else math.inf):
-        report["certified"].append({k: r.get(k) for k in ("id", "value", "label", "delta",
-                                                          "parameters", "is_bound")})
+    for name in ("gibbs_risk_mean", "gibbs_risk_groups"):  # the Monte Carlo terms
+        c = stats.get("curves", {}).get(name)
+        if c:
+            report.setdefault("gibbs", {})[name] = {
+                "at": c["at"], "mean": c["value"], "upper": [u for _, u in c["ci"]],
+                "N": c["n_samples"], "mode": stats["provenance"].get("gibbs_mode")
+                if name == "gibbs_risk_mean" else "units"}
     comp = stats.get("provenance", {}).get("compression")
     if comp:
         k = int(stats["scalars"]["quant_levels"]["value"])
@@ -349,6 +427,16 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
                                      "value"],
                                  "per_level": comp["per_level"]}
         stage(f"held-out error of the quantized model ({k} levels)")
-        report["compression"]["quantized_test_error"] = quantized_test_error(out, cfg, k)
+        q = quantized_model(out, cfg, k)
+        report["compression"]["quantized_test_error"] = q["test_error"]
+        report["compression"]["quantized_is_prior"] = q["is_prior_model"]
+    for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
+                    else math.inf):
+        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters",
+                                     "is_bound")}
+        row["certifies"] = certified_model(r["id"], report.get("compression"))
+        if "prior-split model" in row["certifies"]:
+            row["label"] = f"{row['label']} [certifies the prior model, not the fine-tuned one]"
+        report["certified"].append(row)
     write_json(out / "report.json", report)
     return report
