@@ -23,8 +23,7 @@ from ..samples import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_d
 from ..device import DTYPE, device_name, resolve_device
 from ..io import TensorSource, open_source
 from ..prior import PriorCentre, open_centre
-from .spectra import (Parts, finish, matrix_parts, product_parts, schatten_grid, svdvals_many,
-                      to_host)
+from .spectra import matrix_stats, product_stats, schatten_grid, svdvals
 from ..threads import blas_threads, layer_workers
 
 Progress = Callable[[int, int, str], None]
@@ -73,18 +72,13 @@ def _heads(W: torch.Tensor, n: int, d: int) -> torch.Tensor:
     return W.reshape(n, d, W.shape[-1])
 
 
-def _stack_svds(W: torch.Tensor) -> bool:
-    """Batch same-shaped SVDs into one call: on CUDA (each call synchronises with the host);
-    on a CPU LAPACK loops over the batch anyway and the stack would be a copy."""
-    return W.is_cuda
-
-
 def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
                     W0: dict[str, torch.Tensor] | None, raw: bool,
                     grid: Sequence[float] | None) -> list[MatrixStats]:
     ents = lmap.layer_entries(layer)
     H, Hkv, dh, N = lmap.n_heads, lmap.n_kv_heads, lmap.head_dim, lmap.hidden
     out: list[MatrixStats] = []
+    svs: dict[str, torch.Tensor] = {}
 
     def add(mtype: str, head: int | None, name: str, shape: tuple[int, int],
             stats: dict[str, float], sv: torch.Tensor | None) -> None:
@@ -96,22 +90,14 @@ def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
         out.append(MatrixStats(mtype, layer, head, name, shape, stats, arr))
 
     ffn_roles = [r for r in ("ffn_gate", "ffn_in", "ffn_out") if r in W]
-    roles = [r for r in RAW_TYPES if r in W]
-    # Everything below stays on the device; one host readback per layer (to_host). On CUDA the
-    # same-shaped matrices share one batched SVD call (svdvals_many); on a CPU it is per matrix.
-    stack = _stack_svds(W["q"])
-    sv_roles = roles if raw else ffn_roles
-    svs: dict[str, torch.Tensor] = dict(zip(sv_roles, svdvals_many([W[r] for r in sv_roles],
-                                                                   stack)))
-    dist_svs: dict[str, torch.Tensor] = {}
-    if W0 is not None and stack:
-        dist_svs = dict(zip(sv_roles, svdvals_many(
-            [lambda r=r: W[r].double() - W0[r].double() for r in sv_roles], stack)))
-    pending: list[tuple[str, int | None, str, tuple[int, int], Parts]] = []
-    for role in roles if raw else ():
-        parts = matrix_parts(W[role], svs[role], W0[role] if W0 is not None else None,
-                             dist_svs.get(role))
-        pending.append((role, None, ents[role].label, tuple(W[role].shape), parts))
+    for role in [r for r in RAW_TYPES if r in W]:
+        if not raw:  # only the FFN spectra are needed (shared with M_gate/M_in/M_out)
+            if role in ffn_roles:
+                svs[role] = svdvals(W[role])
+            continue
+        stats, sv = matrix_stats(W[role], W0=W0[role] if W0 is not None else None)
+        svs[role] = sv
+        add(role, None, ents[role].label, tuple(W[role].shape), stats, None)
     # per-head products, heads batched: QK = q_hᵀ k_{h//g},  Ṽ = v_{h//g}ᵀ (oᵀ)_h
     group = H // Hkv
     kv_index = torch.arange(H, device=W["q"].device) // group
@@ -125,22 +111,16 @@ def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
         q0 = k0 = v0 = ot0 = None
     for mtype, A, B, A0, B0, an, bn in (("QK", q, k, q0, k0, "q", "k"),
                                         ("V", v, ot, v0, ot0, "v", "o")):
-        for h, parts in enumerate(product_parts(A, B, A0, B0)):
+        for h, (stats, sv) in enumerate(product_stats(A, B, A0, B0)):
             kv = h // group
             name = (f"{ents[an].label}[head {h if an == 'q' else kv}]^T "
                     f"{ents[bn].label}[head {kv if bn == 'k' else h}]")
-            pending.append((mtype, h, name, (N, N), parts))
+            add(mtype, h, name, (N, N), stats, sv)
     for mtype, role in (("M_gate", "ffn_gate"), ("M_in", "ffn_in"), ("M_out", "ffn_out")):
         if role in W:
             M = W[role].T
-            # the SVD of Dᵀ is that of D (svdvals works on the tall orientation either way)
-            parts = matrix_parts(M, svs[role], None if W0 is None else W0[role].T,
-                                 dist_svs.get(role))
-            pending.append((mtype, None, f"{ents[role].label}^T", tuple(M.shape), parts))
-    host = to_host([p for *_, p in pending])
-    for (mtype, head, name, shape, _), parts in zip(pending, host):
-        stats, sv = finish(parts)
-        add(mtype, head, name, shape, stats, sv if mtype not in RAW_TYPES else None)
+            stats, sv = matrix_stats(M, svs[role], None if W0 is None else W0[role].T)
+            add(mtype, None, f"{ents[role].label}^T", tuple(M.shape), stats, sv)
     return out
 
 

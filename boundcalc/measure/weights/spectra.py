@@ -11,8 +11,7 @@ Numerical rank follows spectrum_adaptive.md §4.3:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -68,9 +67,6 @@ def _norms(W: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return col_sq.sum(-1).sqrt(), col_sq.sqrt().sum(-1), W.abs().sum((-2, -1))
 
 
-Parts = dict[str, Any]  # device tensors of one matrix's statistics, finished on the host
-
-
 def _from_sv(sv: torch.Tensor, fro: torch.Tensor, n21: torch.Tensor, n11: torch.Tensor,
              k: int) -> dict[str, float]:
     s = sv.double().cpu().numpy()
@@ -78,31 +74,6 @@ def _from_sv(sv: torch.Tensor, fro: torch.Tensor, n21: torch.Tensor, n11: torch.
     return {"spectral": spectral, "frobenius": float(fro), "nuclear": float(s.sum()),
             "norm_21": float(n21), "norm_11": float(n11), "rank": float(numerical_rank(s, k)),
             "stable_rank": float(fro) ** 2 / spectral**2 if spectral > 0 else 0.0}
-
-
-def finish(parts: Parts) -> tuple[dict[str, float], torch.Tensor]:
-    """Statistics (floats) and singular values of one matrix from its (host) parts."""
-    stats = _from_sv(parts["sv"], parts["fro"], parts["n21"], parts["n11"], parts["k"])
-    if "dist_fro" in parts:
-        stats["dist_init_fro"] = float(parts["dist_fro"])
-        stats["dist_init_spectral"] = float(parts["dist_spectral"])
-        stats["dist_init_21"] = float(parts["dist_21"])
-    return stats, parts["sv"]
-
-
-def to_host(parts: list[Parts]) -> list[Parts]:
-    """The tensors of many parts on the CPU with ONE device→host copy (a CUDA synchronisation
-    per matrix made the GPU slower than the CPU); CPU parts are returned as they are."""
-    keys = [(i, k) for i, p in enumerate(parts) for k, v in p.items()
-            if isinstance(v, torch.Tensor) and v.device.type != "cpu"]
-    if not keys:
-        return parts
-    ts = [parts[i][k] for i, k in keys]
-    flat = torch.cat([t.detach().reshape(-1).to(torch.float64) for t in ts]).cpu()
-    out = [dict(p) for p in parts]
-    for (i, k), t, h in zip(keys, ts, flat.split([t.numel() for t in ts])):
-        out[i][k] = h.reshape(t.shape)
-    return out
 
 
 def svdvals(W: torch.Tensor) -> torch.Tensor:
@@ -127,49 +98,6 @@ def _svdvals(T: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(T)
 
 
-def svdvals_many(mats: Sequence[torch.Tensor | Callable[[], torch.Tensor]],
-                 stack: bool | None = None) -> list[torch.Tensor]:
-    """:func:`svdvals` of many matrices (tensors, or closures making them). With ``stack`` (the
-    default on CUDA) matrices whose tall orientation has the same shape go through one batched
-    call each, with no host synchronisation between them; otherwise one matrix at a time, each
-    made only when needed (on a CPU there is nothing to gain and stacking would copy)."""
-    get = [m if callable(m) else (lambda m=m: m) for m in mats]
-    if not get:
-        return []
-    first = get[0]()
-    if stack is None:
-        stack = first.is_cuda
-    if not stack:
-        return [svdvals(first if i == 0 else g()) for i, g in enumerate(get)]
-    tall: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
-    for i, g in enumerate(get):
-        W = first if i == 0 else g()
-        T = W if W.shape[-2] >= W.shape[-1] else W.transpose(-2, -1)
-        tall.setdefault(tuple(T.shape), []).append((i, T))
-    out: list[torch.Tensor] = [torch.empty(0)] * len(get)
-    for group in tall.values():
-        sv = svdvals(torch.stack([T for _, T in group]))
-        for (i, _), row in zip(group, sv):
-            out[i] = row
-    return out
-
-
-def matrix_parts(W: torch.Tensor, sv: torch.Tensor | None = None,
-                 W0: torch.Tensor | None = None, dist_sv: torch.Tensor | None = None) -> Parts:
-    """The device tensors of :func:`matrix_stats` (no host synchronisation)."""
-    W = W.double()
-    if sv is None:
-        sv = svdvals(W)
-    fro, n21, n11 = _norms(W)
-    parts: Parts = {"sv": sv, "fro": fro, "n21": n21, "n11": n11, "k": min(W.shape)}
-    if W0 is not None:
-        D = W - W0.double()
-        parts["dist_fro"] = torch.linalg.matrix_norm(D, "fro")
-        parts["dist_spectral"] = (svdvals(D) if dist_sv is None else dist_sv)[0]
-        parts["dist_21"] = torch.linalg.vector_norm(D, dim=-2).sum()
-    return parts
-
-
 def matrix_stats(W: torch.Tensor, sv: torch.Tensor | None = None,
                  W0: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
     """Statistics of one matrix in its stored orientation, plus its singular values.
@@ -177,7 +105,17 @@ def matrix_stats(W: torch.Tensor, sv: torch.Tensor | None = None,
     ``sv`` may be supplied when already known (e.g. M_in = ffn_inᵀ shares ffn_in's values).
     With ``W0`` (the initial matrix) the ``dist_init_*`` statistics are added.
     """
-    return finish(to_host([matrix_parts(W, sv, W0)])[0])
+    W = W.double()
+    if sv is None:
+        sv = svdvals(W)
+    fro, n21, n11 = _norms(W)
+    stats = _from_sv(sv, fro, n21, n11, min(W.shape))
+    if W0 is not None:
+        D = W - W0.double()
+        stats["dist_init_fro"] = float(torch.linalg.matrix_norm(D, "fro"))
+        stats["dist_init_spectral"] = float(svdvals(D)[0])
+        stats["dist_init_21"] = float(torch.linalg.vector_norm(D, dim=-2).sum())
+    return stats, sv
 
 
 def core_singular_values(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -199,18 +137,12 @@ def product_stats(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = No
     With ``A0, B0`` (initial weights) the distance statistics are added; the spectral norm of the
     difference uses the rank-2d_h core of ``[A; −A0]ᵀ [B; B0]``.
     """
-    return [finish(p) for p in to_host(product_parts(A, B, A0, B0))]
-
-
-def product_parts(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = None,
-                  B0: torch.Tensor | None = None) -> list[Parts]:
-    """The device tensors of :func:`product_stats`, one parts dict per head."""
     H, _, N = A.shape
     sv = core_singular_values(A, B)
     dist_sv = None
     if A0 is not None:
         dist_sv = core_singular_values(torch.cat([A, -A0], 1), torch.cat([B, B0], 1))[:, 0]
-    out: list[Parts] = []
+    out: list[tuple[dict[str, float], torch.Tensor]] = []
     step = max(1, _CHUNK_BYTES // (N * N * 8 * (2 if A0 is not None else 1)))
     for lo in range(0, H, step):
         hi = min(H, lo + step)
@@ -221,8 +153,10 @@ def product_parts(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = No
             dfro, d21, _ = _norms(D)
         for i in range(hi - lo):
             h = lo + i
-            parts: Parts = {"sv": sv[h], "fro": fro[i], "n21": n21[i], "n11": n11[i], "k": N}
+            stats = _from_sv(sv[h], fro[i], n21[i], n11[i], N)
             if dist_sv is not None:
-                parts.update(dist_fro=dfro[i], dist_spectral=dist_sv[h], dist_21=d21[i])
-            out.append(parts)
+                stats["dist_init_fro"] = float(dfro[i])
+                stats["dist_init_spectral"] = float(dist_sv[h])
+                stats["dist_init_21"] = float(d21[i])
+            out.append((stats, sv[h]))
     return out
