@@ -303,14 +303,18 @@ def _accumulate_autograd(out: torch.Tensor, params: list[torch.Tensor], term: Cl
                 batched = False  # some op lacks a vmap rule: one probe at a time
                 hv = _hvp_batch(*args, batched)
         except RuntimeError as exc:
-            msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
-            raise BoundcalcError(f"hutchinson_trace: no second derivatives through this model "
-                                 f"({msg}); use eager attention, e.g. "
-                                 "attn_implementation='eager'") from None
+            raise _no_second_derivatives(exc) from None
         for j, i in enumerate(live):
             out[i, lo:hi] += (vs[j] * hv[j]).reshape(hi - lo, -1).sum(1, dtype=torch.float64)
         lo = hi
     del grads, loss
+
+
+def _no_second_derivatives(exc: RuntimeError) -> BoundcalcError:
+    """The one-line error for a model autograd cannot differentiate twice (e.g. SDPA)."""
+    msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
+    return BoundcalcError(f"hutchinson_trace: no second derivatives through this model ({msg}); "
+                          "use eager attention, e.g. attn_implementation='eager'")
 
 
 class SeededProbes:
@@ -347,10 +351,7 @@ def _one_probe(out: torch.Tensor, col: int, live: list[int],
         hv = torch.autograd.grad(grads, params, grad_outputs=[v[0] for v in vs],
                                  retain_graph=True, allow_unused=True)
     except RuntimeError as exc:
-        msg = (str(exc).strip().splitlines() or ["RuntimeError"])[0][:140]
-        raise BoundcalcError(f"hutchinson_trace: no second derivatives through this model "
-                             f"({msg}); use eager attention, e.g. "
-                             "attn_implementation='eager'") from None
+        raise _no_second_derivatives(exc) from None
     for j, h in enumerate(hv):
         if h is not None:
             out[live[j], col] += torch.dot(vs[j][0].reshape(-1), h.reshape(-1)).double()
