@@ -309,6 +309,43 @@ def test_auto_mode_falls_back_where_row_draws_would_not_be_exact(trained):
             m(torch.zeros(2, 3))
 
 
+def test_replayed_module_runs_stacked_only_where_that_equals_one_row_at_a_time():
+    """A raw parameter with a leading axis of 1 is stacked per row only when a noisy check
+    shows the one call equals R single-row calls; a forward that would mix the stacked draws
+    (here a sum over the parameter) runs row by row, and either way each row sees its own
+    draw: the row outputs follow the law of explicit weight draws."""
+
+    class Add(torch.nn.Module):  # x + b: stacking b to (R, 3) is exact
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.zeros(1, 3))
+
+        def forward(self, x):
+            return x + self.b
+
+    class Total(torch.nn.Module):  # x · Σ b: stacking would sum every row's draw together
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.ones(1, 3))
+
+        def forward(self, x):
+            return x * self.b.sum()
+
+    R = 4000
+    for mod, stacked, var in ((Add(), {""}, 0.25), (Total(), set(), 3 * 0.25)):
+        with torch.no_grad(), RowNoise(mod, {"b": 0.5}, torch.Generator().manual_seed(3)) as h:
+            h.start_pass(R)
+            out = mod(torch.ones(R, 3)).double()
+        assert h._stacked == stacked
+        assert "forward" not in mod.__dict__
+        # rows independent with the law of one draw each: per-coordinate variance σ² (Add),
+        # 3σ² (Total: x · (3 + Σu)), and rows uncorrelated
+        v = out.var(0)
+        assert ((v - var).abs() < 5 * var * math.sqrt(2 / R)).all(), v
+        r = torch.corrcoef(torch.stack([out[:-1, 0], out[1:, 0]]))[0, 1]
+        assert abs(float(r)) < 5 / math.sqrt(R)
+
+
 # ---- N reaches the formulas ----------------------------------------------------------------
 
 def test_n_losses_reach_the_curve_and_the_certified_entry(trained):
@@ -436,6 +473,7 @@ def test_vit_rows_replay_the_embeddings_and_match_explicit_weight_draws():
             h.start_pass(R)
             a = model(pixel_values=x.expand(R, 1, 8, 8)).logits.double()
         assert "forward" not in model.vit.embeddings.__dict__  # the replay is undone
+        assert h._stacked == {"vit.embeddings"}  # one call with the R draws stacked
         g = torch.Generator().manual_seed(2)
         base = {n: p.detach().clone() for n, p in model.named_parameters()}
         ref = []

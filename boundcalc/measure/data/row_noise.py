@@ -14,8 +14,10 @@ Welling 2015, written for a whole sequence):
 * ``nn.LayerNorm`` y = x̂(γ + ε_γ) + (β + ε_β) = y + x̂ε_γ + ε_β, ε per row;
 * ``nn.Conv2d`` (no groups, zero padding): a Linear map of the row's unfolded patches;
 * any other module holding parameters directly (a ViT's ``cls_token`` and position table) is
-  run one row at a time with its own parameters set to θ + u for that row (restored after),
-  once it has been checked, without noise, to give the batched result row by row.
+  run with its own parameters set to θ + u_r for row r: in one call with the draws stacked
+  along the parameters' leading axis of 1 where a noisy check shows this equals running the
+  rows one at a time, else one row at a time (restored after); in both cases once it has
+  been checked, without noise, to give the batched result row by row.
 
 The weights of hooked modules are never modified. Exactness needs every trainable parameter to
 be owned by exactly one module (no tied weights) and every owning module to run at most once
@@ -92,6 +94,21 @@ def unsupported_reason(model: nn.Module, names: list[str]) -> str | None:
     return plan(model, {n: 1.0 for n in names})[2]
 
 
+def _split(x: Any, b: int, lead: int) -> Any:
+    """Row ``b`` of a tensor argument with ``lead`` rows (anything else unchanged)."""
+    if isinstance(x, torch.Tensor) and x.ndim > 0 and x.shape[0] == lead and lead > 1:
+        return x[b:b + 1]
+    return x
+
+
+def _same_rows(whole: Any, rows: list[Any], R: int) -> bool:
+    """Whether a batched output equals its R one-row outputs, to float tolerance."""
+    return (isinstance(whole, torch.Tensor) and whole.shape[0] == R
+            and all(isinstance(r, torch.Tensor) and r.shape[0] == 1 for r in rows)
+            and torch.allclose(torch.cat(rows), whole, rtol=1e-4,
+                               atol=1e-5 * float(whole.abs().max()) + 1e-12))
+
+
 class RowNoise:
     """Forward hooks giving each of ``rows`` rows its own draw u ∼ N(0, diag σ²) (see module
     docstring). Use as a context manager; call :meth:`start_pass` before each forward pass."""
@@ -108,6 +125,7 @@ class RowNoise:
         self._replay = replayed
         self._quiet = False
         self._checked: set[str] = set()
+        self._stacked: set[str] = set()
         self._handles: list[Any] = []
         self._forwards: list[tuple[nn.Module, Any]] = []
 
@@ -159,15 +177,13 @@ class RowNoise:
 
     def _replayer(self, mod: nn.Module, path: str, sig: dict[str, float],
                   forward: Callable) -> Callable:
-        """``mod.forward`` run one row at a time, its own parameters drawn for each row (the
-        hooks inside it see one row); refused unless its rows are independent (checked once,
-        without noise, against the batched call)."""
+        """``mod.forward`` with its own parameters drawn for each row (the hooks inside it see
+        its rows as usual). Refused unless its rows are independent (checked once, without
+        noise, against the batched call). Where every noisy parameter has a leading axis of 1
+        (a ViT's ``cls_token`` and position table), the R draws are stacked along that axis
+        and the rows run in one call, once a noisy check has shown that this equals running
+        the rows one at a time with their own draws; otherwise the rows run one at a time."""
         params = {a: mod._parameters[a] for a, s in sig.items() if s > 0}
-
-        def split(x: Any, b: int, lead: int) -> Any:
-            if isinstance(x, torch.Tensor) and x.ndim > 0 and x.shape[0] == lead and lead > 1:
-                return x[b:b + 1]
-            return x
 
         def replay(*args: Any, **kwargs: Any) -> torch.Tensor:
             if self._quiet:
@@ -180,49 +196,96 @@ class RowNoise:
                 raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' saw {lead} rows, "
                                      f"expected {R}; use --gibbs-mode whole")
             if path not in self._checked:
-                self._check_rows(path, forward, args, kwargs, R, lead, split)
-            saved = {a: p.detach().clone() for a, p in params.items()}
-            outs = []
-            calls = dict(self.calls)  # the modules inside run once per row
-            try:
-                self.rows = 1
-                for b in range(R):
-                    self.calls.clear()
-                    self.calls.update(calls)
-                    for a, p in params.items():
-                        p.normal_(0.0, sig[a], generator=self.gen).add_(saved[a])
-                    out = forward(*(split(x, b, lead) for x in args),
-                                  **{k: split(v, b, lead) for k, v in kwargs.items()})
-                    if not isinstance(out, torch.Tensor):
-                        raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' returns "
-                                             f"{type(out).__name__}, not a tensor; use "
-                                             "--gibbs-mode whole")
-                    outs.append(out)
-            finally:
-                self.rows = R
-                for a, p in params.items():
-                    p.copy_(saved[a])
-            return torch.cat(outs)
+                self._check_rows(path, forward, args, kwargs, R, lead)
+                if R > 1 and all(p.ndim > 0 and p.shape[0] == 1 for p in params.values()):
+                    self._check_stacked(mod, path, sig, params, forward, args, kwargs, R, lead)
+            if path in self._stacked:
+                return self._run_stacked(mod, sig, params, forward, args, kwargs, R)
+            return self._run_rows(path, sig, params, forward, args, kwargs, R, lead)
         return replay
 
+    def _draw_rows(self, params: dict[str, torch.Tensor], sig: dict[str, float],
+                   R: int) -> dict[str, torch.Tensor]:
+        """θ + u_r for r < R, stacked along each parameter's leading axis of 1."""
+        return {a: p.detach() + self._randn((R, *p.shape[1:]), p) * sig[a]
+                for a, p in params.items()}
+
+    @staticmethod
+    def _with_params(mod: nn.Module, values: dict[str, torch.Tensor], fn: Callable) -> Any:
+        """``fn()`` with ``mod``'s parameters replaced by the given tensors (restored after)."""
+        before = {a: mod._parameters[a] for a in values}
+        try:
+            mod._parameters.update(values)
+            return fn()
+        finally:
+            mod._parameters.update(before)
+
+    def _run_stacked(self, mod: nn.Module, sig: dict[str, float], params: dict, forward: Callable,
+                     args: tuple, kwargs: dict, R: int) -> torch.Tensor:
+        draws = self._draw_rows(params, sig, R)
+        return self._with_params(mod, draws, lambda: forward(*args, **kwargs))
+
+    def _run_rows(self, path: str, sig: dict[str, float], params: dict, forward: Callable,
+                  args: tuple, kwargs: dict, R: int, lead: int) -> torch.Tensor:
+        saved = {a: p.detach().clone() for a, p in params.items()}
+        outs = []
+        calls = dict(self.calls)  # the modules inside run once per row
+        try:
+            self.rows = 1
+            for b in range(R):
+                self.calls.clear()
+                self.calls.update(calls)
+                for a, p in params.items():
+                    p.normal_(0.0, sig[a], generator=self.gen).add_(saved[a])
+                out = forward(*(_split(x, b, lead) for x in args),
+                              **{k: _split(v, b, lead) for k, v in kwargs.items()})
+                if not isinstance(out, torch.Tensor):
+                    raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' returns "
+                                         f"{type(out).__name__}, not a tensor; use "
+                                         "--gibbs-mode whole")
+                outs.append(out)
+        finally:
+            self.rows = R
+            for a, p in params.items():
+                p.copy_(saved[a])
+        return torch.cat(outs)
+
     def _check_rows(self, path: str, forward: Callable, args: tuple, kwargs: dict, R: int,
-                    lead: int, split: Callable) -> None:
+                    lead: int) -> None:
         self._quiet = True
         try:
             whole = forward(*args, **kwargs)
-            rows = [forward(*(split(x, b, lead) for x in args),
-                            **{k: split(v, b, lead) for k, v in kwargs.items()})
+            rows = [forward(*(_split(x, b, lead) for x in args),
+                            **{k: _split(v, b, lead) for k, v in kwargs.items()})
                     for b in range(R)]
         finally:
             self._quiet = False
-        ok = (isinstance(whole, torch.Tensor) and whole.shape[0] == R
-              and all(isinstance(r, torch.Tensor) and r.shape[0] == 1 for r in rows)
-              and torch.allclose(torch.cat(rows), whole, rtol=1e-4,
-                                 atol=1e-5 * float(whole.abs().max()) + 1e-12))
-        if not ok:
+        if not _same_rows(whole, rows, R):
             raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' does not treat its "
                                  "rows independently; use --gibbs-mode whole")
         self._checked.add(path)
+
+    def _check_stacked(self, mod: nn.Module, path: str, sig: dict[str, float], params: dict,
+                       forward: Callable, args: tuple, kwargs: dict, R: int, lead: int) -> None:
+        """Mark ``path`` stackable if one call with the R draws stacked gives, row by row, what
+        R calls with one draw each give (the hooks inside kept quiet, so only the draws of
+        ``mod``'s own parameters differ between rows)."""
+        self._quiet = True
+        try:
+            draws = self._draw_rows(params, sig, R)
+            try:
+                whole = self._with_params(mod, draws, lambda: forward(*args, **kwargs))
+            except RuntimeError:  # shapes that do not broadcast: one row at a time
+                return
+            rows = [self._with_params(
+                mod, {a: d[b:b + 1] for a, d in draws.items()},
+                lambda b=b: forward(*(_split(x, b, lead) for x in args),
+                                    **{k: _split(v, b, lead) for k, v in kwargs.items()}))
+                for b in range(R)]
+        finally:
+            self._quiet = False
+        if _same_rows(whole, rows, R):
+            self._stacked.add(path)
 
     def _randn(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         return torch.randn(shape, generator=self.gen, device=like.device, dtype=like.dtype)
