@@ -55,15 +55,18 @@ def main(argv: list[str] | None = None) -> int:
                          "N = group-draws·700 losses")
     ap.add_argument("--sigma", type=float, action="append",
                     help="posterior σ (repeatable; default 0.005 0.01 0.015 0.02 0.03)")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="the shuffle of the splits and the training (seeds 0-2 are in the "
+                         "README)")
     args = ap.parse_args(argv)
     from typer.testing import CliRunner
 
     from boundcalc.cli import app
-    from boundcalc.experiments.digits_vit import build
+    from boundcalc.experiments.digits_vit import DigitsConfig, build
 
     t0 = time.monotonic()
     _stage(t0, "training the prior on the prior split, then the posterior on S")
-    info = build(args.out)
+    info = build(args.out, DigitsConfig(seed=args.seed))
     _stage(t0, f"held-out test error {info['test_error']:.4f} ± {info['test_error_stderr']:.4f} "
                f"(n_test = {info['n_test']}); error on the bound sample "
                f"{info['bound_error']:.4f}")

@@ -453,6 +453,36 @@ def test_cli_flags_and_one_line_errors(trained, tmp_path):
     assert len(res.output.strip().splitlines()) == 1
 
 
+def test_data_side_threads_one_for_a_small_model_else_as_asked(trained, tmp_path):
+    """The data side runs on one torch thread for a model no wider than 512 on a CPU, on
+    ``--threads N`` when given, and records which; the caller's thread count is restored."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from boundcalc.measure.threads import data_threads, widest_layer
+
+    out, tm, *_ = trained
+    assert widest_layer(tm.model) == 32  # intermediate 32; the 16-wide embeddings count 16
+    assert data_threads(tm.model, CPU) == 1
+    assert data_threads(tm.model, CPU, 3) == 3
+    wide = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=64,
+                                                    num_hidden_layers=1, num_attention_heads=2,
+                                                    intermediate_size=600))
+    assert widest_layer(wide) == 600 and data_threads(wide, CPU) is None
+    assert data_threads(tm.model, torch.device("meta")) is None  # not a CPU: left alone
+    base = ["measure", str(out / "model"), "--init", str(out / "init"), "--data",
+            str(out / "data.csv"), "--sigma", "0.1", "--draws", "1", "--hessian-probes", "0",
+            "--json"]
+    before = torch.get_num_threads()
+    for flags, want in (([], 1), (["--threads", "2"], 2)):
+        res = runner.invoke(app, [*base, *flags, "-o", str(tmp_path / "t.json")])
+        assert res.exit_code == 0, res.output[-1500:]
+        doc = json.loads((tmp_path / "t.json").read_text())
+        assert doc["provenance"]["threads"]["data_side"] == want
+        assert torch.get_num_threads() == before
+    res = runner.invoke(app, [*base, "--threads", "0"])
+    assert res.exit_code != 0 and "--threads" in res.output
+
+
 @pytest.mark.slow  # hundreds of explicit weight draws: 10-30 s on a busy 2-core machine
 def test_vit_rows_replay_the_embeddings_and_match_explicit_weight_draws():
     """A ViT: Conv2d patches by hook, the raw cls_token / position table replayed per row."""

@@ -217,6 +217,11 @@ def measure_cmd(
     prior_data_dependent: bool = typer.Option(False, "--prior-data-dependent", help="say that "
                                               "--init was fit on DATA itself (refused)"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads for "
+                                          "the data side with --data (default: one for a "
+                                          "model no wider than 512 on a CPU, where a thread "
+                                          "pool costs more than it gives, else torch's "
+                                          "default); sums may differ in the last bits with it"),
     n_heads: Optional[int] = typer.Option(None, "--n-heads", min=1,
                                           help="attention heads, when no config.json says so"),
     output: Path = typer.Option(Path("stats.json"), "-o", "--output", help="stats file to write"),
@@ -288,7 +293,7 @@ def measure_cmd(
                                  gibbs_samples=gibbs_samples,
                                  tune_data=tune_data, sigma_groups=sigma_groups,
                                  tune_draws=tune_draws, tune_slack=tune_slack,
-                                 group_draws=group_draws)
+                                 group_draws=group_draws, threads=threads)
         else:
             if tune_data is not None or sigma_groups:
                 raise BoundcalcError("--tune-data / --sigma-groups need --data and a Hugging "

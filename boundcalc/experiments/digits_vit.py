@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..measure.threads import blas_threads
+
 
 @dataclass
 class DigitsConfig:
@@ -126,10 +128,11 @@ def _build(out: str | Path, cfg: DigitsConfig, vit: type) -> dict[str, object]:
     torch.manual_seed(cfg.seed)
     model = vit(_config(cfg))
     model.save_pretrained(out / "random_init")
-    _train(model, *data["prior"], cfg.prior_epochs, cfg.prior_lr, cfg.batch, cfg.seed)
-    model.save_pretrained(out / "prior")
-    _train(model, *data["bound"], cfg.post_epochs, cfg.post_lr, cfg.batch, cfg.seed + 1,
-           cfg.post_l2, cfg.post_l2_embeddings)
+    with blas_threads(1):  # a width-32 model: a thread pool costs more than it gives (5×)
+        _train(model, *data["prior"], cfg.prior_epochs, cfg.prior_lr, cfg.batch, cfg.seed)
+        model.save_pretrained(out / "prior")
+        _train(model, *data["bound"], cfg.post_epochs, cfg.post_lr, cfg.batch, cfg.seed + 1,
+               cfg.post_l2, cfg.post_l2_embeddings)
     model.save_pretrained(out / "model")
     test_err = error(model, *data["test"])
     n_test = len(data["test"][1])

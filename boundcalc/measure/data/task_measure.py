@@ -35,6 +35,7 @@ from .dataset_io import read_batches
 from .gibbs import gibbs_estimate
 from ... import plan
 from ..device import device_name, resolve_device
+from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
 
 DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid of pac_bayes.toml: σ_j² = c·e^{−j/b}
@@ -81,7 +82,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  gibbs_samples: int | None = None,
                  tune_data: str | None = None, sigma_groups: bool = False,
                  tune_draws: int = 4, tune_slack: float = 0.05,
-                 group_draws: int | None = None) -> Stats:
+                 group_draws: int | None = None, threads: int | None = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
@@ -89,7 +90,9 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     ``init`` was trained on: free) or, without it, on DATA (charged), then the Gibbs risk on
     DATA at the chosen vector with ``group_draws`` passes (default ``draws``) in ``gibbs_mode``
     (auto: a draw per sample where exact, N = passes·n; curve ``gibbs_risk_groups``,
-    ``provenance.gibbs_groups``).
+    ``provenance.gibbs_groups``). ``threads``: torch threads for the data side (default
+    :func:`~boundcalc.measure.threads.data_threads`; recorded in ``provenance.threads``, as
+    sums may differ in the last bits with the thread count).
     """
     from ..weights.pipeline import measure
 
@@ -129,32 +132,39 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         report, stop = _rich_progress()
     else:
         report, stop = (progress if callable(progress) else None), (lambda: None)
+    n_threads = data_threads(tm.model, dev, threads)
+    stats.provenance["threads"] = {"data_side": n_threads or torch.get_num_threads(),
+                                   "rule": "requested (--threads)" if threads is not None else
+                                   "one for a model no wider than "
+                                   f"{SMALL_DATA_WIDTH} on a CPU, else torch's default"}
     try:
-        _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
-                   hessian_probes, hessian_samples, alpha, seed, report, gibbs_mode,
-                   gibbs_samples)
-        if groups_wanted:
-            from .tune import measure_groups
+        with blas_threads(n_threads):
+            _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
+                       hessian_probes, hessian_samples, alpha, seed, report, gibbs_mode,
+                       gibbs_samples)
+            if groups_wanted:
+                from .tune import measure_groups
 
-            prior = load_task_model(init, dev)
-            tune = (read_batches(tune_data, tm, text_column=text_column,
-                                 label_column=label_column, max_length=max_length,
-                                 batch_size=batch_size) if tune_data is not None else None)
-            measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
-                           prior_source=init, draws=group_draws, tune_draws=tune_draws,
-                           slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
-                           progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples)
-        if perturbation_draws > 0:
-            probes = max(hessian_probes, 2)
-            values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
-                                       hessian_samples, seed, report)
-            stats.curves["perturbation_term"] = Curve(
-                "sigma", np.array(LS_MESH), values, estimated=True,
-                n_samples=perturbation_draws,
-                method=(f"P̂(σ) = 90th percentile over {perturbation_draws} draws u ~ N(0, σ²I) "
-                        f"of |tr H(θ+u) − tr H(θ)|, Hutchinson with {probes} common probes on "
-                        f"the first {min(hessian_samples, batched.n)} samples; σ is the std, on "
-                        "the Lintilhac–Shaikh mesh linspace(0.01, 1e-5, 20)"))
+                prior = load_task_model(init, dev)
+                tune = (read_batches(tune_data, tm, text_column=text_column,
+                                     label_column=label_column, max_length=max_length,
+                                     batch_size=batch_size) if tune_data is not None else None)
+                measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
+                               prior_source=init, draws=group_draws, tune_draws=tune_draws,
+                               slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
+                               progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples)
+            if perturbation_draws > 0:
+                probes = max(hessian_probes, 2)
+                values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
+                                           hessian_samples, seed, report)
+                stats.curves["perturbation_term"] = Curve(
+                    "sigma", np.array(LS_MESH), values, estimated=True,
+                    n_samples=perturbation_draws,
+                    method=(f"P̂(σ) = 90th percentile over {perturbation_draws} draws u ~ "
+                            f"N(0, σ²I) of |tr H(θ+u) − tr H(θ)|, Hutchinson with {probes} "
+                            f"common probes on the first {min(hessian_samples, batched.n)} "
+                            "samples; σ is the std, on the Lintilhac–Shaikh mesh "
+                            "linspace(0.01, 1e-5, 20)"))
     finally:
         stop()
     stats.provenance["sigma_snapped"] = snaps
