@@ -12,8 +12,10 @@ Records (``run(quick, device)``, group ``data_side`` of ``benchmarks/run``):
 * ``data_side_minilm_cli``: the same case as one ``boundcalc measure MODEL --data CSV`` command
   in a child process: wall time and peak RSS (target ≤ 1.5 GB).
 * ``weights_cuda_vs_cpu`` (CUDA only): ``measure`` of a BERT-base checkpoint (synthetic, from
-  ``BertConfig()``) on CUDA against the CPU (all cores); target CUDA ≥ 2× faster; statistics
-  agree (largest relative difference recorded).
+  ``BertConfig()``) on CUDA against the CPU (all cores), called as ``boundcalc measure`` calls
+  it; target CUDA ≥ 2× faster; statistics agree (largest relative difference recorded). CUDA
+  takes the batched, one-readback-per-layer weights path, the CPU the per-matrix one: the
+  readbacks per layer counted in the CUDA warm-up are recorded.
 * ``data_side_bert_base`` (CUDA only): BERT-base classifier, 2048 × 128 random ids, 5 σ × 20
   draws + 20 Hessian probes: data side ≤ 30 s; Monte Carlo throughput (samples × draws / s)
   ≥ 70 % of the plain loop's.
@@ -290,7 +292,8 @@ def record_weights(dev: torch.device, tmp: str) -> Record:
         measure(folder, device="cpu", progress=False, raw=False)  # warm-up: page cache
         t_cpu, a = _timed(torch.device("cpu"), lambda: measure(folder, device="cpu",
                                                                progress=False), wall=True)
-        measure(folder, device=str(dev), progress=False, raw=False)  # warm-up: CUDA context
+        readbacks = _count_readbacks(lambda: measure(folder, device=str(dev), progress=False,
+                                                     raw=False))  # warm-up: CUDA context
         t_gpu, b = _timed(dev, lambda: measure(folder, device=str(dev), progress=False),
                           wall=True)
     finally:
@@ -307,7 +310,22 @@ def record_weights(dev: torch.device, tmp: str) -> Record:
                   f"({os.cpu_count()} threads)", ">= 2x faster", t_gpu, t_cpu, "same on CPU",
                   speed, bool(speed >= 2 and worst < 1e-9), str(dev),
                   metric="wall-clock time (after a warm-up)",
-                  details={"max_relative_difference": worst, "matrices": len(a.matrices)})
+                  details={"max_relative_difference": worst, "matrices": len(a.matrices),
+                           "cuda_readbacks_per_layer": readbacks / a.model["n_layers"]})
+
+
+def _count_readbacks(fn: Any) -> int:
+    """Calls of the weights pipeline's one-per-layer host readback while ``fn`` runs (0: the
+    per-matrix path ran)."""
+    from boundcalc.measure.weights import pipeline
+
+    real, calls = pipeline.to_host, []
+    pipeline.to_host = lambda parts: calls.append(1) or real(parts)
+    try:
+        fn()
+    finally:
+        pipeline.to_host = real
+    return len(calls)
 
 
 def record_bert_base(quick: bool, dev: torch.device) -> Record:

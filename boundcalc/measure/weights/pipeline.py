@@ -23,7 +23,8 @@ from ..samples import (FeatureFn, LossFn, feature_sigma_min, input_stats, load_d
 from ..device import DTYPE, device_name, resolve_device
 from ..io import TensorSource, open_source
 from ..prior import PriorCentre, open_centre
-from .spectra import matrix_stats, product_stats, schatten_grid, svdvals
+from .spectra import (Parts, finish, matrix_parts, matrix_stats, product_parts, product_stats,
+                      schatten_grid, svdvals, svdvals_many, to_host)
 from ..threads import blas_threads, layer_workers
 
 Progress = Callable[[int, int, str], None]
@@ -72,35 +73,35 @@ def _heads(W: torch.Tensor, n: int, d: int) -> torch.Tensor:
     return W.reshape(n, d, W.shape[-1])
 
 
-def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
-                    W0: dict[str, torch.Tensor] | None, raw: bool,
-                    grid: Sequence[float] | None) -> list[MatrixStats]:
-    ents = lmap.layer_entries(layer)
-    H, Hkv, dh, N = lmap.n_heads, lmap.n_kv_heads, lmap.head_dim, lmap.hidden
-    out: list[MatrixStats] = []
-    svs: dict[str, torch.Tensor] = {}
+def _batched(W: torch.Tensor) -> bool:
+    """Whether a layer takes the batched, one-readback path (:func:`_layer_matrices_batched`):
+    on CUDA only. The CPU keeps the per-matrix path (there a readback costs nothing, and LAPACK
+    loops over a batch anyway). Tests patch this to run the CUDA layout on the CPU."""
+    return W.is_cuda
 
-    def add(mtype: str, head: int | None, name: str, shape: tuple[int, int],
-            stats: dict[str, float], sv: torch.Tensor | None) -> None:
-        arr = None if sv is None else sv.detach().double().cpu().numpy().copy()
-        if grid is not None and arr is not None:
-            k = min(shape)
-            for p, s in zip(grid, schatten_grid(arr, grid, rank=int(stats["rank"]), k=k)):
-                stats[f"schatten_{float(p):.6g}"] = float(s)
-        out.append(MatrixStats(mtype, layer, head, name, shape, stats, arr))
 
-    ffn_roles = [r for r in ("ffn_gate", "ffn_in", "ffn_out") if r in W]
-    for role in [r for r in RAW_TYPES if r in W]:
-        if not raw:  # only the FFN spectra are needed (shared with M_gate/M_in/M_out)
-            if role in ffn_roles:
-                svs[role] = svdvals(W[role])
-            continue
-        stats, sv = matrix_stats(W[role], W0=W0[role] if W0 is not None else None)
-        svs[role] = sv
-        add(role, None, ents[role].label, tuple(W[role].shape), stats, None)
-    # per-head products, heads batched: QK = q_hᵀ k_{h//g},  Ṽ = v_{h//g}ᵀ (oᵀ)_h
-    group = H // Hkv
-    kv_index = torch.arange(H, device=W["q"].device) // group
+def _matrix_entry(layer: int, grid: Sequence[float] | None, mtype: str, head: int | None,
+                  name: str, shape: tuple[int, int], stats: dict[str, float],
+                  sv: torch.Tensor | None) -> MatrixStats:
+    """One output row; the Schatten sums of ``grid`` are added when the values are kept."""
+    arr = None if sv is None else sv.detach().double().cpu().numpy().copy()
+    if grid is not None and arr is not None:
+        k = min(shape)
+        for p, s in zip(grid, schatten_grid(arr, grid, rank=int(stats["rank"]), k=k)):
+            stats[f"schatten_{float(p):.6g}"] = float(s)
+    return MatrixStats(mtype, layer, head, name, shape, stats, arr)
+
+
+HeadPair = tuple[str, torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None,
+                 str, str]
+
+
+def _head_pairs(lmap: LayerMap, W: dict[str, torch.Tensor],
+                W0: dict[str, torch.Tensor] | None) -> list[HeadPair]:
+    """Per-head factors, heads batched: QK = q_hᵀ k_{h//g},  Ṽ = v_{h//g}ᵀ (oᵀ)_h, as
+    (type, A, B, A0, B0, role of A, role of B)."""
+    H, Hkv, dh = lmap.n_heads, lmap.n_kv_heads, lmap.head_dim
+    kv_index = torch.arange(H, device=W["q"].device) // (H // Hkv)
     q, k = _heads(W["q"], H, dh), _heads(W["k"], Hkv, dh)[kv_index]
     v = _heads(W["v"], Hkv, dh)[kv_index]
     ot = _heads(W["o"].T, H, dh)
@@ -109,18 +110,87 @@ def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
         v0, ot0 = _heads(W0["v"], Hkv, dh)[kv_index], _heads(W0["o"].T, H, dh)
     else:
         q0 = k0 = v0 = ot0 = None
-    for mtype, A, B, A0, B0, an, bn in (("QK", q, k, q0, k0, "q", "k"),
-                                        ("V", v, ot, v0, ot0, "v", "o")):
+    return [("QK", q, k, q0, k0, "q", "k"), ("V", v, ot, v0, ot0, "v", "o")]
+
+
+def _head_name(ents: Mapping[str, Entry], an: str, bn: str, h: int, group: int) -> str:
+    kv = h // group
+    return (f"{ents[an].label}[head {h if an == 'q' else kv}]^T "
+            f"{ents[bn].label}[head {kv if bn == 'k' else h}]")
+
+
+FFN_TYPES = (("M_gate", "ffn_gate"), ("M_in", "ffn_in"), ("M_out", "ffn_out"))
+
+
+def _layer_matrices(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
+                    W0: dict[str, torch.Tensor] | None, raw: bool,
+                    grid: Sequence[float] | None) -> list[MatrixStats]:
+    """A layer's matrices: per matrix, each statistic a float at once (the CPU path), or on
+    CUDA the batched path with one host readback (:func:`_batched`)."""
+    if _batched(W["q"]):
+        return _layer_matrices_batched(lmap, layer, W, W0, raw, grid)
+    ents = lmap.layer_entries(layer)
+    group, N = lmap.n_heads // lmap.n_kv_heads, lmap.hidden
+    out: list[MatrixStats] = []
+    svs: dict[str, torch.Tensor] = {}
+    ffn_roles = [r for r in ("ffn_gate", "ffn_in", "ffn_out") if r in W]
+    for role in [r for r in RAW_TYPES if r in W]:
+        if not raw:  # only the FFN spectra are needed (shared with M_gate/M_in/M_out)
+            if role in ffn_roles:
+                svs[role] = svdvals(W[role])
+            continue
+        stats, sv = matrix_stats(W[role], W0=W0[role] if W0 is not None else None)
+        svs[role] = sv
+        out.append(_matrix_entry(layer, grid, role, None, ents[role].label,
+                                 tuple(W[role].shape), stats, None))
+    for mtype, A, B, A0, B0, an, bn in _head_pairs(lmap, W, W0):
         for h, (stats, sv) in enumerate(product_stats(A, B, A0, B0)):
-            kv = h // group
-            name = (f"{ents[an].label}[head {h if an == 'q' else kv}]^T "
-                    f"{ents[bn].label}[head {kv if bn == 'k' else h}]")
-            add(mtype, h, name, (N, N), stats, sv)
-    for mtype, role in (("M_gate", "ffn_gate"), ("M_in", "ffn_in"), ("M_out", "ffn_out")):
+            out.append(_matrix_entry(layer, grid, mtype, h, _head_name(ents, an, bn, h, group),
+                                     (N, N), stats, sv))
+    for mtype, role in FFN_TYPES:
         if role in W:
             M = W[role].T
             stats, sv = matrix_stats(M, svs[role], None if W0 is None else W0[role].T)
-            add(mtype, None, f"{ents[role].label}^T", tuple(M.shape), stats, sv)
+            out.append(_matrix_entry(layer, grid, mtype, None, f"{ents[role].label}^T",
+                                     tuple(M.shape), stats, sv))
+    return out
+
+
+def _layer_matrices_batched(lmap: LayerMap, layer: int, W: dict[str, torch.Tensor],
+                            W0: dict[str, torch.Tensor] | None, raw: bool,
+                            grid: Sequence[float] | None) -> list[MatrixStats]:
+    """:func:`_layer_matrices` laid out for CUDA: same-shaped SVDs share one batched call
+    (those of W − W0 too), every statistic stays on the device, and the layer's parts come back
+    in one :func:`to_host` copy. Same statistics as the per-matrix path up to rounding (the
+    batched SVDs); same rows in the same order."""
+    ents = lmap.layer_entries(layer)
+    group, N = lmap.n_heads // lmap.n_kv_heads, lmap.hidden
+    roles = [r for r in RAW_TYPES if r in W]
+    sv_roles = roles if raw else [r for r in ("ffn_gate", "ffn_in", "ffn_out") if r in W]
+    svs = dict(zip(sv_roles, svdvals_many([W[r] for r in sv_roles])))
+    dist_svs: dict[str, torch.Tensor] = {}
+    if W0 is not None:  # the SVD of Dᵀ is that of D: the M_* distances reuse the raw ones
+        dist_svs = dict(zip(sv_roles, svdvals_many([W[r].double() - W0[r].double()
+                                                    for r in sv_roles])))
+    rows: list[tuple[str, int | None, str, tuple[int, int], Parts]] = []
+    for role in roles if raw else ():
+        rows.append((role, None, ents[role].label, tuple(W[role].shape),
+                     matrix_parts(W[role], svs[role], None if W0 is None else W0[role],
+                                  dist_svs.get(role))))
+    for mtype, A, B, A0, B0, an, bn in _head_pairs(lmap, W, W0):
+        for h, parts in enumerate(product_parts(A, B, A0, B0)):
+            rows.append((mtype, h, _head_name(ents, an, bn, h, group), (N, N), parts))
+    for mtype, role in FFN_TYPES:
+        if role in W:
+            M = W[role].T
+            rows.append((mtype, None, f"{ents[role].label}^T", tuple(M.shape),
+                         matrix_parts(M, svs[role], None if W0 is None else W0[role].T,
+                                      dist_svs.get(role))))
+    out: list[MatrixStats] = []
+    for (mtype, head, name, shape, _), parts in zip(rows, to_host([p for *_, p in rows])):
+        stats, sv = finish(parts)
+        out.append(_matrix_entry(layer, grid, mtype, head, name, shape, stats,
+                                 None if mtype in RAW_TYPES else sv))
     return out
 
 

@@ -7,11 +7,18 @@ batched. Only these ≤ d_h values are stored; the other N − d_h singular valu
 
 Numerical rank follows spectrum_adaptive.md §4.3:
 ``#{σ_i > 1e-10 · min(rows, cols) · max(σ_1, 1)}`` with min(rows, cols) of the full matrix.
+
+Each statistic is first a tensor on the matrix's device (:func:`matrix_parts`,
+:func:`product_parts`) and becomes a float in :func:`finish`. The per-matrix functions
+(:func:`matrix_stats`, :func:`product_stats`) finish at once; the CUDA layer path collects a
+whole layer's parts and reads them back with one copy (:func:`to_host`), since every
+``float(cuda_tensor)`` synchronises with the host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +27,10 @@ RANK_TOL = 1e-10
 _CHUNK_BYTES = 64 * 2**20  # per-head products are formed in chunks of at most this size
 # (each chunk has two same-size temporaries in _norms: 64 MiB keeps a layer of N = 1024
 # under ~0.2 GB of transients; a 12-head N = 384 layer still fits in one chunk)
+_STACK_BYTES = 256 * 2**20  # svdvals_many stacks at most this much per call (the stack is a
+# copy; a matrix this large is long enough per SVD that its one host synchronisation is cheap)
+
+Parts = dict[str, Any]  # one matrix's statistics as tensors (on its device) before finish()
 
 
 def numerical_rank(sv: np.ndarray | torch.Tensor, k: int | None = None) -> int:
@@ -98,6 +109,69 @@ def _svdvals(T: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(T)
 
 
+def svdvals_many(mats: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """:func:`svdvals` of many matrices; those whose tall orientation has the same shape go
+    through one batched call (up to ``_STACK_BYTES`` per call), so on CUDA a group costs one
+    host synchronisation instead of one per matrix."""
+    groups: dict[tuple[int, ...], list[tuple[int, torch.Tensor]]] = {}
+    for i, W in enumerate(mats):
+        T = W if W.shape[-2] >= W.shape[-1] else W.transpose(-2, -1)
+        groups.setdefault(tuple(T.shape), []).append((i, T))
+    out: list[torch.Tensor] = [torch.empty(0)] * len(mats)
+    for group in groups.values():
+        T0 = group[0][1]
+        step = max(1, _STACK_BYTES // max(1, T0.numel() * T0.element_size()))
+        for lo in range(0, len(group), step):
+            chunk = group[lo:lo + step]
+            for (i, _), sv in zip(chunk, svdvals(torch.stack([T for _, T in chunk]))):
+                out[i] = sv
+    return out
+
+
+def matrix_parts(W: torch.Tensor, sv: torch.Tensor | None = None,
+                 W0: torch.Tensor | None = None, dist_sv: torch.Tensor | None = None) -> Parts:
+    """The tensors of :func:`matrix_stats` on W's device (no host synchronisation beyond the
+    SVDs'); ``dist_sv``: the singular values of ``W − W0`` when already known."""
+    W = W.double()
+    if sv is None:
+        sv = svdvals(W)
+    fro, n21, n11 = _norms(W)
+    parts: Parts = {"sv": sv, "fro": fro, "n21": n21, "n11": n11, "k": min(W.shape)}
+    if W0 is not None:
+        D = W - W0.double()
+        parts["dist_fro"] = torch.linalg.matrix_norm(D, "fro")
+        parts["dist_spectral"] = (svdvals(D) if dist_sv is None else dist_sv)[0]
+        parts["dist_21"] = torch.linalg.vector_norm(D, dim=-2).sum()
+    return parts
+
+
+def to_host(parts: list[Parts]) -> list[Parts]:
+    """Copies of the parts with every tensor on the CPU, read back in ONE device→host copy (a
+    synchronisation per statistic made CUDA slower than the CPU). The copy is float64 →
+    float64, so the values are exactly the device's. CPU tensors go through the same packing
+    (a cheap copy; the CPU layer path does not call this)."""
+    keys = [(i, k) for i, p in enumerate(parts) for k, v in p.items()
+            if isinstance(v, torch.Tensor)]
+    out = [dict(p) for p in parts]
+    if not keys:
+        return out
+    ts = [parts[i][k].detach() for i, k in keys]
+    flat = torch.cat([t.reshape(-1).to(torch.float64) for t in ts]).cpu()
+    for (i, k), t, h in zip(keys, ts, flat.split([t.numel() for t in ts])):
+        out[i][k] = h.reshape(t.shape)
+    return out
+
+
+def finish(parts: Parts) -> tuple[dict[str, float], torch.Tensor]:
+    """Statistics (floats) and singular values of one matrix from its parts."""
+    stats = _from_sv(parts["sv"], parts["fro"], parts["n21"], parts["n11"], parts["k"])
+    if "dist_fro" in parts:
+        stats["dist_init_fro"] = float(parts["dist_fro"])
+        stats["dist_init_spectral"] = float(parts["dist_spectral"])
+        stats["dist_init_21"] = float(parts["dist_21"])
+    return stats, parts["sv"]
+
+
 def matrix_stats(W: torch.Tensor, sv: torch.Tensor | None = None,
                  W0: torch.Tensor | None = None) -> tuple[dict[str, float], torch.Tensor]:
     """Statistics of one matrix in its stored orientation, plus its singular values.
@@ -105,17 +179,7 @@ def matrix_stats(W: torch.Tensor, sv: torch.Tensor | None = None,
     ``sv`` may be supplied when already known (e.g. M_in = ffn_inᵀ shares ffn_in's values).
     With ``W0`` (the initial matrix) the ``dist_init_*`` statistics are added.
     """
-    W = W.double()
-    if sv is None:
-        sv = svdvals(W)
-    fro, n21, n11 = _norms(W)
-    stats = _from_sv(sv, fro, n21, n11, min(W.shape))
-    if W0 is not None:
-        D = W - W0.double()
-        stats["dist_init_fro"] = float(torch.linalg.matrix_norm(D, "fro"))
-        stats["dist_init_spectral"] = float(svdvals(D)[0])
-        stats["dist_init_21"] = float(torch.linalg.vector_norm(D, dim=-2).sum())
-    return stats, sv
+    return finish(matrix_parts(W, sv, W0))
 
 
 def core_singular_values(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -137,12 +201,18 @@ def product_stats(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = No
     With ``A0, B0`` (initial weights) the distance statistics are added; the spectral norm of the
     difference uses the rank-2d_h core of ``[A; −A0]ᵀ [B; B0]``.
     """
+    return [finish(p) for p in product_parts(A, B, A0, B0)]
+
+
+def product_parts(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = None,
+                  B0: torch.Tensor | None = None) -> list[Parts]:
+    """The tensors of :func:`product_stats`, one parts dict per head, on A's device."""
     H, _, N = A.shape
     sv = core_singular_values(A, B)
     dist_sv = None
     if A0 is not None:
         dist_sv = core_singular_values(torch.cat([A, -A0], 1), torch.cat([B, B0], 1))[:, 0]
-    out: list[tuple[dict[str, float], torch.Tensor]] = []
+    out: list[Parts] = []
     step = max(1, _CHUNK_BYTES // (N * N * 8 * (2 if A0 is not None else 1)))
     for lo in range(0, H, step):
         hi = min(H, lo + step)
@@ -153,10 +223,8 @@ def product_stats(A: torch.Tensor, B: torch.Tensor, A0: torch.Tensor | None = No
             dfro, d21, _ = _norms(D)
         for i in range(hi - lo):
             h = lo + i
-            stats = _from_sv(sv[h], fro[i], n21[i], n11[i], N)
+            parts: Parts = {"sv": sv[h], "fro": fro[i], "n21": n21[i], "n11": n11[i], "k": N}
             if dist_sv is not None:
-                stats["dist_init_fro"] = float(dfro[i])
-                stats["dist_init_spectral"] = float(dist_sv[h])
-                stats["dist_init_21"] = float(d21[i])
-            out.append((stats, sv[h]))
+                parts.update(dist_fro=dfro[i], dist_spectral=dist_sv[h], dist_21=d21[i])
+            out.append(parts)
     return out
