@@ -341,7 +341,11 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    # torch's thread count is per thread: a pool thread would otherwise run LAPACK on all
+    # cores (unless OMP_NUM_THREADS says otherwise, as under Ray), oversubscribing them and
+    # making the last bits depend on the environment
+    pool = (ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
+            if workers > 1 else None)
     pending: list = []
     names = lmap.group_names()
     groups: dict[str, dict[str, float]] = {"n_params": dict.fromkeys(names, 0.0),
