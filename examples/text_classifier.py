@@ -9,12 +9,12 @@ packages, split by file into prior / bound pool / held-out; S drawn i.i.d. from 
 trains the prior centre on the prior split and fine-tunes on S, then runs what a user runs:
 
     boundcalc measure OUT/model --init OUT/prior --data OUT/S.jsonl --max-length 32 \\
-        --sigma 0.01 --draws 1 --hessian-probes 0 \\
-        --tune-data OUT/tune.jsonl --tune-draws 2 --group-draws 4 \\
+        --sigma 0.01 --draws 4 --hessian-probes 0 \\
+        --tune-data OUT/tune.jsonl --tune-draws 2 --group-draws 8 \\
         --compress auto --quantizer kmeans --levels 1,16 -o OUT/stats.json
     boundcalc compare --stats OUT/stats.json
 
-(per-sample Monte Carlo draws, measure's default: N = 1·600 losses; OUT/tune.jsonl is 128
+(per-sample Monte Carlo draws, measure's default: N = 4·600 losses; OUT/tune.jsonl is 128
 docstrings of the prior split, where the per-group σ_g shape is searched for free) and prints
 every certified value beside the held-out error, with the model it certifies: the quantized
 model (flagged when it decodes to exactly the prior model), the Gibbs posterior around the
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/text_classifier"))
     ap.add_argument("--full", action="store_true",
-                    help="larger S, 64 tokens, 4 passes × 2 σ, 20 per-group passes")
+                    help="larger S, 64 tokens, 10 passes × 2 σ, 20 per-group passes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--reuse", action="store_true",
                     help="keep the models of an earlier run in OUT with the same settings; "

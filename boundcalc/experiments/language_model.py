@@ -53,7 +53,7 @@ class LMConfig:
     n_embd: int = 128
     n_layer: int = 4
     n_head: int = 4
-    train_steps: int = 300
+    train_steps: int = 1200
     batch: int = 32
     lr: float = 3e-3
     post_steps: int = 10
