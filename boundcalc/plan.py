@@ -80,7 +80,10 @@ def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_sample
         hvps = float(hessian_probes) + 1
         items.append(Item(
             f"--hessian-probes {hessian_probes} (on {hs:,} samples)",
-            8.0 * groups * hessian_probes + 8.0 * min(hessian_probes, 16) * n_params,
+            # quadratic forms, and one probe's four float32 copies (probe, tangent, gradient,
+            # product): probes are drawn from seeds where used, and a batch of several (CUDA)
+            # is sized to the memory budget by curvature.probe_batch
+            8.0 * groups * hessian_probes + 16.0 * n_params,
             _seconds(hvps * HVP_FORWARDS * hs, hvps * hs_batches, n_params, positions, device)))
     if perturbation_draws > 0:
         probes = max(hessian_probes, 2)

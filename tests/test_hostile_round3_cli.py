@@ -80,13 +80,26 @@ def test_plan_by_hand():
     assert by["DATA"].seconds == pytest.approx(5 * f / 1e12 + 3 * 1e-5)
     assert by["--draws"].nbytes == 8 * 70 + 12 * 1000
     assert by["--draws"].seconds == pytest.approx(70 * 5 * f / 1e12 + 70 * 3 * 1e-5)
-    assert by["--hessian-probes"].nbytes == 8 * 4 + 8 * 4 * 1000
+    assert by["--hessian-probes"].nbytes == 8 * 4 + 16 * 1000
     assert by["--hessian-probes"].seconds == pytest.approx(5 * 4 * 3 * f / 1e12 + 5 * 2 * 1e-5)
     traces = 20 * 2 + 1
     assert by["--perturbation-draws"].seconds == pytest.approx(
         traces * 5 * 4 * 3 * f / 1e12 + traces * 5 * 2 * 1e-5)
     [boot] = plan.bootstrap_plan(1000, 3, 2e-4)
     assert boot.nbytes == 16 * 1000 and boot.seconds == pytest.approx(0.6)
+
+
+def test_plan_accepts_measure_defaults_on_minilm_within_the_default_budget():
+    """MiniLM-L6 with a head (22.7 M parameters), 96 rows of 128 tokens, the defaults (7 σ ×
+    20 draws, 20 Hessian probes on 256 samples): its Hessian item is one probe's working set
+    (16 bytes per parameter, 0.36 GB), under the default 1 GiB budget; 20 stored probes
+    (8 bytes × 16 × parameters = 2.9 GB) were once counted and refused it."""
+    items = plan.measure_plan(sigmas=7, draws=20, hessian_probes=20, hessian_samples=256,
+                              perturbation_draws=0, rows=96, positions=128,
+                              n_params=22_714_370, groups=8, batch_size=32, device="cpu")
+    hess = next(it for it in items if it.option.startswith("--hessian-probes"))
+    assert hess.nbytes == 8 * 8 * 20 + 16 * 22_714_370
+    plan.check(items)  # no ResourceError
 
 
 @pytest.mark.parametrize("option,value", [("draws", 10**9), ("hessian_probes", 10**9),
