@@ -568,6 +568,22 @@ def test_token_id_files_work_alike_for_data_and_compress(models, tmp_path):
     assert res.exit_code == 0, res.output[-1500:]
     sc = json.loads((tmp_path / "s.json").read_text())["scalars"]
     assert sc["loss_mean"]["value"] == pytest.approx(_direct_lm_nll(model, ids[:, :8]), rel=1e-6)
+    assert "no attention_mask" not in sc["n"]["method"]
+    # without a mask, ids equal to the config's pad id are scored like any token, and said so
+    pid = 0  # a valid id of this model's vocabulary, declared the pad id in its config
+    cfg = json.loads((lm / "config.json").read_text())
+    cfg["pad_token_id"] = pid
+    (lm / "config.json").write_text(json.dumps(cfg))
+    padded = ids.clone()
+    padded[:, 10:] = pid
+    torch.save({"input_ids": padded}, tmp_path / "lm_pad.pt")
+    res = _measure(str(lm), "--data", str(tmp_path / "lm_pad.pt"), "-o", str(tmp_path / "s.json"))
+    assert res.exit_code == 0, res.output[-1500:]
+    sc = json.loads((tmp_path / "s.json").read_text())["scalars"]
+    assert sc["loss_mean"]["value"] == pytest.approx(_direct_lm_nll(model, padded), rel=1e-6)
+    hits = int((padded == pid).sum())
+    assert (f"no attention_mask: every position is attended and scored, including the {hits} "
+            f"positions holding the config's pad id {pid}") in sc["n"]["method"]
 
 
 # ---- fuzz: any bytes or table under any data suffix end in a result or one BoundcalcError ----

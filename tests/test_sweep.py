@@ -60,6 +60,18 @@ def test_bad_manifest_one_line_before_any_work(zoo, tmp_path, text, extra, needl
     assert not out.exists()  # nothing was started
 
 
+def test_out_that_is_a_file_is_an_output_error(zoo, tmp_path):
+    """--out naming an existing file: one line, exit 9 (OutputError), the file untouched."""
+    m = _write(zoo.parent, "path\nw32_s0\n")
+    f = tmp_path / "a_file"
+    f.write_text("keep")
+    code, output = invoke_cli(["sweep", str(m), "--out", str(f)])
+    assert code == 9, output
+    lines = [l for l in output.splitlines() if l.strip()]
+    assert len(lines) == 1 and "exists and is not a folder" in lines[0], output
+    assert f.read_text() == "keep"
+
+
 def test_glob_manifest(zoo):
     m = read_manifest(str(zoo.parent / "w48_s*"))
     assert [Path(r.path).name for r in m.rows] == [f"w48_s{s}" for s in range(6)]

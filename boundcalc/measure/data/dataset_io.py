@@ -273,6 +273,13 @@ def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
             raise DataError(f"{source}: token ids range over {int(ids.min())}..{int(ids.max())}, "
                             f"outside the vocabulary 0..{vocab - 1}")
         mask = torch.ones_like(ids)
+        pid = getattr(tm.model.config, "pad_token_id", None)
+        if "attention_mask" not in cols and isinstance(pid, int) and not isinstance(pid, bool):
+            hits = int((ids == pid).sum())
+            if hits:  # padding or a real token (GPT-2's pad is often its end-of-text): not guessed
+                note = (f"; no attention_mask: every position is attended and scored, including "
+                        f"the {hits} positions holding the config's pad id {pid} (pass an "
+                        "attention_mask to leave padding out)")
         if "attention_mask" in cols:
             mask = _int_matrix(cols["attention_mask"], source, "attention_mask")
             if mask.shape != ids.shape or bool(((mask != 0) & (mask != 1)).any()):
