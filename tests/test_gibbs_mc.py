@@ -312,7 +312,7 @@ def test_auto_mode_falls_back_where_row_draws_would_not_be_exact(trained):
 def test_replayed_module_runs_stacked_only_where_that_equals_one_row_at_a_time():
     """A raw parameter with a leading axis of 1 is stacked per row only when a noisy check
     shows the one call equals R single-row calls; a forward that would mix the stacked draws
-    (here a sum over the parameter) runs row by row, and either way each row sees its own
+    (a sum over the parameter, an index into it) or fails on them runs row by row, and either way each row sees its own
     draw: the row outputs follow the law of explicit weight draws."""
 
     class Add(torch.nn.Module):  # x + b: stacking b to (R, 3) is exact
@@ -331,8 +331,27 @@ def test_replayed_module_runs_stacked_only_where_that_equals_one_row_at_a_time()
         def forward(self, x):
             return x * self.b.sum()
 
+    class Index(torch.nn.Module):  # x + b[0]: stacked b makes b[0] row 0's draw for all
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.zeros(1, 3))
+
+        def forward(self, x):
+            return x + self.b[0].view(1, 3).expand(x.shape[0], 3).contiguous().view(-1, 3)
+
+    class Raises(torch.nn.Module):  # a forward that fails outright on stacked parameters
+        def __init__(self):
+            super().__init__()
+            self.b = torch.nn.Parameter(torch.zeros(1, 3))
+
+        def forward(self, x):
+            if self.b.shape[0] != 1:
+                raise ValueError("expects one row of b")
+            return x + self.b
+
     R = 4000
-    for mod, stacked, var in ((Add(), {""}, 0.25), (Total(), set(), 3 * 0.25)):
+    for mod, stacked, var in ((Add(), {""}, 0.25), (Total(), set(), 3 * 0.25),
+                              (Index(), set(), 0.25), (Raises(), set(), 0.25)):
         with torch.no_grad(), RowNoise(mod, {"b": 0.5}, torch.Generator().manual_seed(3)) as h:
             h.start_pass(R)
             out = mod(torch.ones(R, 3)).double()

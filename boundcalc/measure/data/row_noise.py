@@ -275,13 +275,13 @@ class RowNoise:
             draws = self._draw_rows(params, sig, R)
             try:
                 whole = self._with_params(mod, draws, lambda: forward(*args, **kwargs))
-            except RuntimeError:  # shapes that do not broadcast: one row at a time
+                rows = [self._with_params(
+                    mod, {a: d[b:b + 1] for a, d in draws.items()},
+                    lambda b=b: forward(*(_split(x, b, lead) for x in args),
+                                        **{k: _split(v, b, lead) for k, v in kwargs.items()}))
+                    for b in range(R)]
+            except Exception:  # noqa: BLE001 - stacked draws do not fit its code: row by row
                 return
-            rows = [self._with_params(
-                mod, {a: d[b:b + 1] for a, d in draws.items()},
-                lambda b=b: forward(*(_split(x, b, lead) for x in args),
-                                    **{k: _split(v, b, lead) for k, v in kwargs.items()}))
-                for b in range(R)]
         finally:
             self._quiet = False
         if _same_rows(whole, rows, R):
