@@ -30,19 +30,22 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from boundcalc.errors import BoundcalcError
+    from boundcalc.experiments.language_model import FULL, LMConfig, run
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("out/language_model"))
     ap.add_argument("--full", action="store_true",
                     help="256-byte chunks, 6 layers of width 384, n = 20000 (for a GPU)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--train-steps", type=int, help="prior training steps (default 300)")
-    ap.add_argument("--draws", type=int, help="Monte Carlo draws per σ (default 4)")
+    ap.add_argument("--train-steps", type=int,
+                    help=f"prior training steps (default {LMConfig.train_steps})")
+    ap.add_argument("--draws", type=int,
+                    help=f"Monte Carlo draws per σ (default {LMConfig.draws})")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the models of an earlier run in OUT with the same settings; "
                          "only measure and compare again")
     args = ap.parse_args(argv)
-    from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.language_model import FULL, LMConfig, run
 
     over = {k: v for k, v in (("train_steps", args.train_steps), ("draws", args.draws))
             if v is not None}

@@ -101,6 +101,12 @@ def _split(x: Any, b: int, lead: int) -> Any:
     return x
 
 
+def _row_call(forward: Callable, args: tuple, kwargs: dict, b: int, lead: int) -> Any:
+    """``forward`` on row ``b`` of its tensor arguments."""
+    return forward(*(_split(x, b, lead) for x in args),
+                   **{k: _split(v, b, lead) for k, v in kwargs.items()})
+
+
 def _same_rows(whole: Any, rows: list[Any], R: int) -> bool:
     """Whether a batched output equals its R one-row outputs, to float tolerance."""
     return (isinstance(whole, torch.Tensor) and whole.shape[0] == R
@@ -237,8 +243,7 @@ class RowNoise:
                 self.calls.update(calls)
                 for a, p in params.items():
                     p.normal_(0.0, sig[a], generator=self.gen).add_(saved[a])
-                out = forward(*(_split(x, b, lead) for x in args),
-                              **{k: _split(v, b, lead) for k, v in kwargs.items()})
+                out = _row_call(forward, args, kwargs, b, lead)
                 if not isinstance(out, torch.Tensor):
                     raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' returns "
                                          f"{type(out).__name__}, not a tensor; use "
@@ -255,9 +260,7 @@ class RowNoise:
         self._quiet = True
         try:
             whole = forward(*args, **kwargs)
-            rows = [forward(*(_split(x, b, lead) for x in args),
-                            **{k: _split(v, b, lead) for k, v in kwargs.items()})
-                    for b in range(R)]
+            rows = [_row_call(forward, args, kwargs, b, lead) for b in range(R)]
         finally:
             self._quiet = False
         if not _same_rows(whole, rows, R):
@@ -275,11 +278,9 @@ class RowNoise:
             draws = self._draw_rows(params, sig, R)
             try:
                 whole = self._with_params(mod, draws, lambda: forward(*args, **kwargs))
-                rows = [self._with_params(
-                    mod, {a: d[b:b + 1] for a, d in draws.items()},
-                    lambda b=b: forward(*(_split(x, b, lead) for x in args),
-                                        **{k: _split(v, b, lead) for k, v in kwargs.items()}))
-                    for b in range(R)]
+                rows = [self._with_params(mod, {a: d[b:b + 1] for a, d in draws.items()},
+                                          lambda b=b: _row_call(forward, args, kwargs, b, lead))
+                        for b in range(R)]
             except Exception:  # noqa: BLE001 - stacked draws do not fit its code: row by row
                 return
         finally:
