@@ -56,6 +56,26 @@ def test_hybrid_arithmetic_is_plain_numpy_float_arithmetic(x, y):
     assert bool(ls.less(X, Y)) == (x < y)
 
 
+def test_product_underflowing_to_zero_is_float64s_zero():
+    # Hypothesis' own counterexample (issue 34): 0.5 · 5e-324 lies exactly halfway between 0 and
+    # the smallest subnormal, so IEEE rounds it to even, 0; the log form alone would give 5e-324
+    X, Y = ls.from_float(0.5), ls.from_float(5e-324)
+    assert 0.5 * 5e-324 == 0.0
+    assert ls.mul(X, Y).to_float() == 0.0
+    assert ls.mul(ls.from_float(1.5), Y).to_float() == 1.5 * 5e-324 == 1e-323   # tie, to even
+    assert ls.mul(ls.from_float(1e-200), ls.from_float(1e-200)).to_float() == 0.0
+
+
+def test_underflowed_value_is_carried_by_its_log_into_a_later_product():
+    # float64 loses (0.5 · 5e-324) · 1e300 entirely; the hybrid keeps 2.47e-24 from the log form
+    tiny = ls.mul(ls.from_float(0.5), ls.from_float(5e-324))
+    back = ls.mul(tiny, ls.from_float(1e300)).to_float()
+    assert (0.5 * 5e-324) * 1e300 == 0.0
+    assert back == pytest.approx(0.5 * 4.9406564584124654e-24, rel=1e-12, abs=0)
+    chain = ls.mul(ls.mul(ls.from_float(1e-200), ls.from_float(1e-200)), ls.from_float(1e300))
+    assert chain.to_float() == pytest.approx(1e-100, rel=1e-12, abs=0)
+
+
 def test_overflowing_products_keep_their_logarithm():
     big = ls.from_float(np.full(100, 1e300))
     prod = ls.reduce_mul(big, axis=0)

@@ -5,6 +5,17 @@ is representable it is exact float arithmetic (the same digits as a direct numpy
 where it overflows or underflows, the log form takes over. Products over many layers
 (spectral norms multiplied across 96 layers, say) therefore stay finite in ``a`` long after
 float64 gives up. Everything is element-wise and broadcasts like numpy.
+
+Contract with float64 (tested in ``tests/test_engine.py``):
+
+* One operation on plain floats (``from_float``) gives, through ``to_float()``, numpy's float64
+  result bit for bit wherever that result is finite: normal, subnormal, or zero, including a
+  product that underflows to 0 (``0.5 * 5e-324 == 0.0``, a tie rounded to even).
+* A value whose float underflowed to 0 is never used as 0 by a later operation: its log form
+  carries it, so ``(0.5 * 5e-324) * 1e300`` is 2.47e-24, where float64 gives 0. Its float is
+  replaced by ``s · exp(a)`` as soon as that is a normal number.
+* A nonzero subnormal float is used as float64 would use it (with its reduced relative
+  precision); overflow gives ``±inf`` from ``to_float()`` while ``a`` stays finite.
 """
 
 from __future__ import annotations
@@ -14,6 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 
 _ERR = dict(over="ignore", under="ignore", invalid="ignore", divide="ignore")
+# log of the smallest normal float64: below it, exp(a) is no better than float's own underflow
+_LOG_TINY = float(np.log(np.finfo(np.float64).tiny))
+
+
+def _shown(s: np.ndarray, a: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Where the float ``v`` is the value to show: finite, and 0 only for a true zero or for a
+    value below the normal range (where float64's own rounding of it is 0)."""
+    return np.isfinite(v) & ((v != 0) | (s == 0) | (a < _LOG_TINY))
 
 
 @dataclass(frozen=True)
@@ -30,7 +49,7 @@ class LV:
 
     def to_float(self) -> np.ndarray:
         with np.errstate(**_ERR):
-            return np.where(self.valid(), self.v, self.s * np.exp(self.a))
+            return np.where(_shown(self.s, self.a, self.v), self.v, self.s * np.exp(self.a))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -44,10 +63,9 @@ def from_float(x) -> LV:
 
 
 def _fix(s: np.ndarray, a: np.ndarray, v: np.ndarray) -> LV:
-    """Make ``v`` agree with (s, a) where ``v`` is not representable."""
+    """Make ``v`` agree with (s, a) where ``v`` is not representable (see ``_shown``)."""
     with np.errstate(**_ERR):
-        ok = np.isfinite(v) & ((v != 0) | (s == 0))
-        v = np.where(ok, v, s * np.exp(a))
+        v = np.where(_shown(s, a, v), v, s * np.exp(a))
     return LV(s, a, v)
 
 
