@@ -177,6 +177,7 @@ class GibbsEstimate:
     losses_per_pass: int
     subsampled: bool
     engine: str
+    note: str | None = None  # why the per-sample hooks were not used (they fail closed)
 
     @property
     def passes(self) -> int:
@@ -197,6 +198,8 @@ class GibbsEstimate:
         """How the draws were made (for the stats file's method text)."""
         rows = (f"{self.rows_per_pass} rows drawn uniformly with replacement from S"
                 if self.subsampled else f"all {self.rows_per_pass} rows of S")
+        if self.note:
+            rows += f" ({self.note})"
         if self.mode == "sample":
             how = ("every row its own draw u ∼ N(0, σ²I)"
                    + (" (forward hooks: exact law of each module's output, weights untouched)"
@@ -306,9 +309,18 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
         raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
     if samples is not None and samples < 1:
         raise BoundcalcError(f"--gibbs-samples must be >= 1, got {samples}")
+    requested = mode
     mode, engine = resolve_mode(tm, mode)
     model = tm.model
     names = [n for n, _ in _params(model)]
+    note = None
+    if engine == "hooks":  # fail closed: hooks only where provably exact on this forward
+        note = _hooks_unproven(tm, data, device, names, alpha)
+        if note is not None:
+            mode, engine = ("sample", "loop") if requested == "sample" else ("whole", "weights")
+            note = f"per-sample hooks not used ({note}): {engine} draws in {mode} mode"
+            if progress:
+                progress(0, len(sigmas) * passes, note)
     per_row = mode == "sample"
     chunk = rows_per_chunk(tm, data.seq_len, max(next(iter(b[0].values())).shape[0]
                                                   for b in data.batches)) \
@@ -353,7 +365,25 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
         if pert is not None:
             pert.restore()
     return GibbsEstimate(means, mode, rows, rows if per_row else 1, samples is not None,
-                         engine)
+                         engine, note)
+
+
+def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: list[str],
+                    alpha: float) -> str | None:
+    """Why the row-wise hooks are not provably exact on this model's forward, checked on
+    the first rows of the first batch without noise (:func:`.row_audit.audit`); None: they are."""
+    from .row_audit import audit
+
+    batch = data.batches[0]
+    inputs, y = _to(batch[0], device), batch[1]
+    y = None if y is None else y.to(device)
+    rows = next(iter(inputs.values())).shape[0]
+
+    def run(k: int) -> None:
+        part, yk = _take((inputs, y), torch.arange(k, device=device))
+        _bounded_rows(tm, part, yk, alpha)
+
+    return audit(tm.model, {n: 1.0 for n in names}, run, rows)
 
 
 @contextmanager

@@ -152,6 +152,7 @@ class RowNoise:
         self._plan = hooked
         self._replay = replayed
         self._quiet = False
+        self.leads: dict[str, list[int]] | None = None  # recorded while quiet (row_audit)
         self._checked: set[str] = set()
         self._stacked: set[str] = set()
         self._handles: list[Any] = []
@@ -190,10 +191,18 @@ class RowNoise:
     def _wrap(self, path: str, sig: dict[str, float], fn: Callable) -> Callable:
         def hook(mod: nn.Module, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
             if self._quiet:
+                self._lead(path, (*args, *kwargs.values()))
                 return out
             self._count(path)
             return fn(mod, args[0] if args else kwargs["input"], out, sig)
         return hook
+
+    def _lead(self, path: str, values: tuple) -> None:
+        """Record the leading axis of a call's first tensor argument (0: none) when auditing."""
+        if self.leads is not None:
+            lead = next((int(x.shape[0]) if x.ndim > 0 else 0 for x in values
+                         if isinstance(x, torch.Tensor)), 0)
+            self.leads.setdefault(path, []).append(lead)
 
     def _count(self, path: str) -> None:
         n = self.calls.get(path, 0) + 1
@@ -215,6 +224,7 @@ class RowNoise:
 
         def replay(*args: Any, **kwargs: Any) -> torch.Tensor:
             if self._quiet:
+                self._lead(path, (*args, *kwargs.values()))
                 return forward(*args, **kwargs)
             self._count(path)
             R = self.rows

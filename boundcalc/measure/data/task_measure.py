@@ -264,6 +264,8 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
         sc["gibbs_passes"] = Quantity(float(est.passes), method=(
             "passes over the data per σ" if est.mode == "sample" else "posterior draws per σ"))
         stats.provenance["gibbs_mode"] = est.mode
+        if est.note:
+            stats.provenance["gibbs_mode_note"] = est.note
     if hessian_probes >= 2:
         _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed, report)
     stats.provenance.update({
