@@ -39,3 +39,14 @@ def device_name(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     return device.type
+
+
+def work_budget_for(device: torch.device) -> int:
+    """The memory budget for work boundcalc sizes itself on ``device``
+    (:func:`boundcalc.limits.work_budget`): from the card's free memory
+    (``torch.cuda.mem_get_info``) for a CUDA device, from the available RAM otherwise."""
+    from ..limits import work_budget
+
+    if device.type == "cuda":
+        return work_budget(int(torch.cuda.mem_get_info(device)[0]))
+    return work_budget()

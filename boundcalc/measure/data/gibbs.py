@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError, DomainError
-from ...limits import check_allocation, memory_budget
+from ...limits import check_allocation
 from ...stats import Quantity
 from .curvature import Closure, _params
 from .data_pass import Progress, _lm_targets, _to
@@ -241,12 +241,11 @@ def rows_per_chunk(tm: TaskModel, seq_len: int, batch_rows: int) -> int:
     their activations and noise (the weights themselves are not counted, as everywhere in
     :mod:`boundcalc.limits`), at most a data batch; a one-line error when not even one row
     fits."""
+    from ..device import work_budget_for
+
     per_row = _row_bytes(tm, seq_len)
-    check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws")
-    room = memory_budget()
-    dev = _device_of(tm.model)
-    if dev.type == "cuda":  # and no more than half of what the card has free
-        room = min(room, torch.cuda.mem_get_info(dev)[0] // 2)
+    room = work_budget_for(_device_of(tm.model))  # the machine's free memory unless set
+    check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws", room)
     return max(1, min(batch_rows, room // per_row))
 
 

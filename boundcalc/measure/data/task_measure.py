@@ -34,7 +34,7 @@ from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, r
 from .dataset_io import read_batches
 from .gibbs import gibbs_estimate
 from ... import plan
-from ..device import device_name, resolve_device
+from ..device import device_name, resolve_device, work_budget_for
 from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
 
@@ -111,19 +111,20 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                   hessian_samples=hessian_samples, perturbation_draws=perturbation_draws,
                   gibbs_samples=gibbs_samples,
                   batch_size=batch_size)
-    plan.check(plan.measure_plan(**counts, device="cuda"))  # lower bounds, before loading
+    dev = resolve_device(device)
+    budget = work_budget_for(dev)  # follows the machine's free memory unless set
+    plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
     groups_wanted = sigma_groups or tune_data is not None
     if groups_wanted:
         group_draws = draws if group_draws is None else group_draws
         _check_tune(data, init, tune_data, group_draws)
-    dev = resolve_device(device)
     tm = load_task_model(model, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
-    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type))
+    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
     batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
                            max_length=max_length, batch_size=batch_size)
     plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
-                                 positions=batched.seq_len, device=dev.type))
+                                 positions=batched.seq_len, device=dev.type), budget)
     stats = measure(model, init=init, device=device, progress=progress or False,
                     head_init=head_init)
     if progress is True:
