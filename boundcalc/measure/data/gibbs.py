@@ -340,7 +340,8 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
             with torch.no_grad(), (hooks if hooks is not None else _null()):
                 for j in range(passes):
                     if progress:
-                        progress(i * passes + j, total, f"Gibbs risk σ={label}")
+                        progress(i * passes + j, total,
+                                 f"Gibbs risk σ={label}, {rows} samples per step")
                     acc = torch.zeros((), dtype=torch.float64, device=device)
                     bad = torch.zeros((), dtype=torch.int64, device=device)
                     if engine == "weights":
