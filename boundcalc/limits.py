@@ -6,6 +6,14 @@ The budget is 1 GiB plus the largest tensor of the model being measured; set it 
 global option ``--memory-budget`` or the environment variable ``BOUNDCALC_MEMORY_BUDGET``
 (bytes, or a number with a K/M/G/T suffix).
 
+Work that boundcalc sizes itself (Monte Carlo draws and their row chunks, Hessian probe
+stacks) is held to :func:`work_budget` instead: the budget the user set, else the larger of
+the default budget and a share of what the machine has free: half of the card's free memory
+(``torch.cuda.mem_get_info``) for work on a card, a quarter of the available RAM for work on
+the host (which also holds the model, the data and, on a shared machine, other processes).
+Sizes declared by input files keep the fixed default, so what a file declares beyond it is
+still refused before anything is allocated.
+
 Work that can be counted before it starts (Monte Carlo draws, Hessian probes, bootstrap
 resamples; see :mod:`boundcalc.plan`) is also held to a *time budget*: refused up front
 when even an optimistic estimate exceeds it. Default one hour; set it with the global option
@@ -136,14 +144,50 @@ def explicit_memory_budget() -> int | None:
     return parse_size(env) if env else None
 
 
+DEVICE_SHARE = 0.5  # of a card's free memory, for work on the card
+HOST_SHARE = 0.25  # of the available RAM, for work on the host
+
+
+def available_ram() -> int | None:
+    """Bytes of RAM available to new work (``MemAvailable`` of /proc/meminfo, else the
+    physical pages free by ``sysconf``); None where neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def work_budget(device_free: int | None = None) -> int:
+    """The memory budget for work boundcalc sizes itself (see the module docstring): the
+    explicit budget when set; else the larger of :func:`memory_budget` and
+    ``DEVICE_SHARE × device_free`` (bytes free on the card doing the work) or, for host work
+    (``device_free`` None), ``HOST_SHARE ×`` :func:`available_ram`."""
+    explicit = explicit_memory_budget()
+    if explicit is not None:
+        return explicit
+    base = memory_budget()
+    if device_free is not None:
+        return max(base, int(device_free * DEVICE_SHARE))
+    ram = available_ram()
+    return max(base, int(ram * HOST_SHARE)) if ram else base
+
+
 def _gb(n: float) -> str:
     return f"{n / 2 ** 30:.3g} GiB" if n < 2 ** 80 else f"about 2^{math.log2(n):.0f} bytes"
 
 
-def check_allocation(nbytes: float, what: str) -> None:
+def check_allocation(nbytes: float, what: str, budget: int | None = None) -> None:
     """Refuse an allocation of ``nbytes`` (a declared size, before allocating) above the
-    budget, with a one-line :class:`ResourceError` naming ``what``."""
-    budget = memory_budget()
+    budget (default :func:`memory_budget`), with a one-line :class:`ResourceError` naming
+    ``what``."""
+    budget = memory_budget() if budget is None else budget
     if not (nbytes <= budget):  # also catches NaN
         raise ResourceError(f"{what} would need {_gb(nbytes)}, more than the memory budget of "
                             f"{_gb(budget)} (raise it with --memory-budget or {ENV_BUDGET})")

@@ -5,7 +5,8 @@ Every option that multiplies work (``--draws`` per σ, ``--hessian-probes``,
 estimate of the memory it needs and the time it takes *before* any of it starts. A plan item is
 refused with one :class:`~boundcalc.errors.ResourceError` line naming its option when
 
-* its memory exceeds the memory budget (:func:`boundcalc.limits.memory_budget`), or
+* its memory exceeds the memory budget (:func:`boundcalc.limits.memory_budget`, or the
+  work budget that follows the machine's free memory, :func:`boundcalc.limits.work_budget`), or
 * its time, estimated at an optimistic speed, exceeds the time budget
   (:func:`boundcalc.limits.time_budget`, default one hour, ``--time-budget``).
 
@@ -104,11 +105,13 @@ def bootstrap_plan(resamples: int, entries: int, seconds_per_resample: float) ->
                  float(resamples) * entries * seconds_per_resample)]
 
 
-def check(items: list[Item]) -> None:
-    """Refuse the first item over the memory or the time budget (one line naming its option);
+def check(items: list[Item], budget: int | None = None) -> None:
+    """Refuse the first item over the memory budget (``budget``, else
+    :func:`boundcalc.limits.memory_budget`; measure passes the work budget of its device,
+    :func:`boundcalc.limits.work_budget`) or the time budget (one line naming its option);
     then the whole plan against the time budget."""
     for it in items:
-        check_allocation(it.nbytes, it.option)
+        check_allocation(it.nbytes, it.option, budget)
         check_time(it.seconds, it.option)
     total = sum(it.seconds for it in items)
     if items:

@@ -55,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
                          "N = group-draws·700 losses")
     ap.add_argument("--sigma", type=float, action="append",
                     help="posterior σ (repeatable; default 0.005 0.01 0.015 0.02 0.03)")
+    ap.add_argument("--device", default="auto",
+                    help="where the ViT trains and is measured: auto (CUDA when present), cpu, "
+                         "cuda")
     ap.add_argument("--seed", type=int, default=0,
                     help="the shuffle of the splits and the training (seeds 0-2 are in the "
                          "README)")
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     _stage(t0, "training the prior on the prior split, then the posterior on S")
-    info = build(args.out, DigitsConfig(seed=args.seed))
+    info = build(args.out, DigitsConfig(seed=args.seed, device=args.device))
     _stage(t0, f"held-out test error {info['test_error']:.4f} ± {info['test_error_stderr']:.4f} "
                f"(n_test = {info['n_test']}); error on the bound sample "
                f"{info['bound_error']:.4f}")
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                               *sig, "--draws", str(args.draws),
                               "--group-draws", str(args.group_draws), "--batch-size", "700",
                               "--hessian-probes", "10", "--hessian-samples", "128",
-                              "-o", str(stats), "--json"])
+                              "--device", args.device, "-o", str(stats), "--json"])
     if res.exit_code:
         print(res.output, file=sys.stderr)
         return res.exit_code

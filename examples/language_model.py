@@ -38,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true",
                     help="256-byte chunks, 6 layers of width 384, n = 20000 (for a GPU)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="auto",
+                    help="where the model trains and is measured: auto (CUDA when present), "
+                         "cpu, cuda")
     ap.add_argument("--train-steps", type=int,
                     help=f"prior training steps (default {LMConfig.train_steps})")
     ap.add_argument("--draws", type=int,
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     over = {k: v for k, v in (("train_steps", args.train_steps), ("draws", args.draws))
             if v is not None}
-    cfg = LMConfig(seed=args.seed, **{**(FULL if args.full else {}), **over})
+    cfg = LMConfig(seed=args.seed, device=args.device, **{**(FULL if args.full else {}), **over})
     try:
         rep = run(args.out, cfg, reuse=args.reuse)
     except BoundcalcError as exc:

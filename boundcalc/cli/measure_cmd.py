@@ -113,7 +113,9 @@ def _print_data(stats, output: Path) -> None:
     c = stats.curves.get("gibbs_risk_mean")
     if c is not None:
         mode = stats.provenance.get("gibbs_mode", "whole")
-        t = Table(title=f"Monte Carlo Gibbs risk (N = {c.n_samples} losses per σ, {mode} mode)")
+        prec = (pv.get("precision") or {}).get("data_side", "fp32")
+        t = Table(title=f"Monte Carlo Gibbs risk (N = {c.n_samples} losses per σ, {mode} mode, "
+                        f"{prec} arithmetic)")
         t.add_column("σ", justify="right")
         t.add_column("mean", justify="right")
         t.add_column(f"kl upper ({c.confidence:.0%})", justify="right")
@@ -184,6 +186,10 @@ def measure_cmd(
     gibbs_mode: str = typer.Option("auto", "--gibbs-mode", help="auto | sample | whole: a fresh "
                                    "posterior draw per sample (N = draws·n losses in the kl "
                                    "term; auto where exact) or one draw per pass (N = draws)"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 | tf32 | bf16: the "
+                                            "arithmetic of the data pass and the Monte Carlo "
+                                            "passes (default fp32 on a CPU, tf32 on CUDA; "
+                                            "recorded in the stats file)"),
     gibbs_samples: Optional[int] = typer.Option(None, "--gibbs-samples", min=1, help="evaluate "
                                                 "each pass on m samples drawn uniformly with "
                                                 "replacement from DATA"),
@@ -293,8 +299,12 @@ def measure_cmd(
                                  gibbs_samples=gibbs_samples,
                                  tune_data=tune_data, sigma_groups=sigma_groups,
                                  tune_draws=tune_draws, tune_slack=tune_slack,
-                                 group_draws=group_draws, threads=threads)
+                                 group_draws=group_draws, threads=threads,
+                                 precision=precision)
         else:
+            if precision is not None:
+                raise BoundcalcError("--precision sets the data side's arithmetic: it needs "
+                                     "--data and a Hugging Face folder with a task head")
             if tune_data is not None or sigma_groups:
                 raise BoundcalcError("--tune-data / --sigma-groups need --data and a Hugging "
                                      "Face folder with a task head")

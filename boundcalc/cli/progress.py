@@ -17,6 +17,7 @@ from ..errors import CheckpointError, StatsError, one_line
 from .app import _state, err_console
 
 T = TypeVar("T")
+PROGRESS_EVERY_S = 10.0  # the longest silence of a long stage's progress messages
 
 
 def require_paths(**paths: Any) -> None:
@@ -83,19 +84,26 @@ class Stages:
         if self.terminal:
             return True
         marks: set[int] = set()
-        last = {"done": -1, "total": None}
+        last = {"done": -1, "total": None, "start": time.monotonic(), "said": 0.0}
 
         def report(done: int, total: int, description: str) -> None:
             if not total:
                 return
+            now = time.monotonic()
             if total != last["total"] or done < last["done"]:  # a new stage: its own quarters
                 marks.clear()
+                last.update(start=now, said=now)
             last.update(done=done, total=total)
             quarter = min(4, int(4 * done / total))
-            if quarter in marks or self.elapsed() < self.after:
+            due = now - last["said"] >= PROGRESS_EVERY_S  # at least every 10 s in a long stage
+            if (quarter in marks and not due) or self.elapsed() < self.after:
                 return
             marks.add(quarter)
-            self.say(f"measuring {what}: {done}/{total} steps ({description})")
+            last["said"] = now
+            rate = done / max(now - last["start"], 1e-9)
+            speed = (f", {rate:.3g} steps/s, ETA {(total - done) / rate:.0f} s"
+                     if done and rate > 0 else "")
+            self.say(f"measuring {what}: {done}/{total} steps ({description}{speed})")
         return report
 
     def track(self, items: Iterable[T], total: int, description: str) -> Iterator[T]:

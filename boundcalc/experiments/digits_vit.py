@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..measure.device import resolve_device
 from ..measure.threads import blas_threads
 
 
@@ -45,6 +46,7 @@ class DigitsConfig:
     post_l2: float = 5.0  # fine-tuning loss + post_l2·‖w − w_prior‖²: a pull toward the prior
     post_l2_embeddings: float = 100.0  # the same pull on the embeddings (most noise-sensitive)
     batch: int = 64
+    device: str = "auto"  # where it trains: CUDA when present
 
 
 def _config(cfg: DigitsConfig):
@@ -82,7 +84,8 @@ def _train(model, x: np.ndarray, y: np.ndarray, epochs: int, lr: float, batch: i
     pull = [(p, p.detach().clone(), emb if "embeddings" in n else l2)
             for n, p in model.named_parameters()] if l2 > 0 or emb > 0 else []
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    X, Y = torch.from_numpy(x), torch.from_numpy(y)
+    dev = next(model.parameters()).device  # batches go where the model is
+    X, Y = torch.from_numpy(x).to(dev), torch.from_numpy(y).to(dev)
     model.train()
     for _ in range(epochs):
         perm = torch.randperm(len(Y), generator=gen)
@@ -100,7 +103,8 @@ def _train(model, x: np.ndarray, y: np.ndarray, epochs: int, lr: float, batch: i
 def error(model, x: np.ndarray, y: np.ndarray) -> float:
     """0-1 error of ``model`` on (x, y)."""
     with torch.no_grad():
-        pred = model(pixel_values=torch.from_numpy(x)).logits.argmax(-1).numpy()
+        dev = next(model.parameters()).device
+        pred = model(pixel_values=torch.from_numpy(x).to(dev)).logits.argmax(-1).cpu().numpy()
     return float(np.mean(pred != y))
 
 
@@ -128,6 +132,7 @@ def _build(out: str | Path, cfg: DigitsConfig, vit: type) -> dict[str, object]:
     torch.manual_seed(cfg.seed)
     model = vit(_config(cfg))
     model.save_pretrained(out / "random_init")
+    model.to(resolve_device(cfg.device))  # trains on CUDA when present
     with blas_threads(1):  # a width-32 model: a thread pool costs more than it gives (5×)
         _train(model, *data["prior"], cfg.prior_epochs, cfg.prior_lr, cfg.batch, cfg.seed)
         model.save_pretrained(out / "prior")

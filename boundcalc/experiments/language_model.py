@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import numpy as np
 import torch
 
 from ..errors import BoundcalcError
+from ..measure.device import resolve_device
 from .stdlib_text import (SPLITS, iid_draws, package_of, run_cli, split_by_file, stage,
                           stdlib_files, stdlib_root, write_json)
 
@@ -58,6 +60,7 @@ class LMConfig:
     lr: float = 3e-3
     post_steps: int = 10
     post_lr: float = 1e-4
+    device: str = "auto"  # where it trains and is measured: CUDA when present (--device)
     # what boundcalc measure is run with (fixed before S is drawn)
     smoothing: float = 0.01
     sigmas: tuple[float, ...] = (0.002,)
@@ -172,36 +175,44 @@ def byte_tokenizer():
 
 
 def _train(model, batches, steps: int, lr: float, warm: bool) -> None:
+    """AdamW on the model's device (batches moved there); with ``warm``, a cosine schedule
+    with warm-up and a progress line at least every 10 s (steps/s, ETA) and every fifth."""
+    dev = next(model.parameters()).device
+    t0 = last = time.monotonic()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / 50) * (0.5 * (1 + math.cos(math.pi * i / steps)))
         if warm else 1.0)
     model.train()
     for i in range(steps):
-        x, m = batches(i)
+        x, m = (t.to(dev) for t in batches(i))
         loss = model(input_ids=x, attention_mask=m, labels=x.masked_fill(m == 0, -100)).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if warm and (i + 1) % max(steps // 5, 1) == 0:
+        now = time.monotonic()
+        if warm and ((i + 1) % max(steps // 5, 1) == 0 or now - last >= 10):
+            last = now
+            rate = (i + 1) / max(now - t0, 1e-9)
             stage(f"  step {i + 1}/{steps}: training loss {loss.item() / math.log(2):.3f} "
-                  "bits/byte")
+                  f"bits/byte ({rate:.1f} steps/s, ETA {(steps - i - 1) / rate:.0f} s)")
     model.eval()
 
 
 def chunk_bits(model, units: list[bytes], batch: int = 64) -> np.ndarray:
     """Per unit: mean over its next-byte predictions of −log2 p (the float model, unsmoothed)."""
     out = []
+    dev = next(model.parameters()).device
     with torch.no_grad():
         for lo in range(0, len(units), batch):
-            x, m = encode(units[lo:lo + batch])
+            x, m = (t.to(dev) for t in encode(units[lo:lo + batch]))
             lp = torch.log_softmax(model(input_ids=x, attention_mask=m).logits[:, :-1].double(),
                                    -1)
             nll = -lp.gather(-1, x[:, 1:, None]).squeeze(-1)
             w = m[:, 1:].double()
-            out.append(((nll * w).sum(1) / w.sum(1).clamp(min=1) / math.log(2)).numpy())
+            out.append(((nll * w).sum(1) / w.sum(1).clamp(min=1) / math.log(2)).cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)
 
 
@@ -246,7 +257,7 @@ def build(out: str | Path, cfg: LMConfig | None = None,
           + f"; prior {len(prior) / 1e6:.2f} MB, pool {len(pool)} chunks of {cfg.chunk} bytes "
           f"(S = {cfg.n_bound} draws), held-out {len(held)} chunks ({len(test_idx)} evaluated)")
     torch.manual_seed(cfg.seed)
-    model = _gpt2(cfg)
+    model = _gpt2(cfg).to(resolve_device(cfg.device))  # trains where it is measured
     n_params = sum(p.numel() for p in model.parameters())
     tok = byte_tokenizer()
     gen = np.random.default_rng(cfg.seed + 5)
@@ -295,6 +306,8 @@ def measure_args(out: Path, cfg: LMConfig) -> list[str]:
             "--data", str(out / "S.jsonl"), "--max-length", str(cfg.chunk),
             "--batch-size", "64", "--draws", str(cfg.draws),
             "--hessian-probes", "0", "--smoothing", str(cfg.smoothing)]
+    if cfg.device != "auto":
+        args += ["--device", cfg.device]
     for s in cfg.sigmas:
         args += ["--sigma", str(s)]
     if cfg.compress:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from ..errors import BoundcalcError
@@ -39,3 +42,61 @@ def device_name(device: torch.device) -> str:
         index = device.index if device.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     return device.type
+
+
+def work_budget_for(device: torch.device) -> int:
+    """The memory budget for work boundcalc sizes itself on ``device``
+    (:func:`boundcalc.limits.work_budget`): from the card's free memory
+    (``torch.cuda.mem_get_info``) for a CUDA device, from the available RAM otherwise."""
+    from ..limits import work_budget
+
+    if device.type == "cuda":
+        return work_budget(int(torch.cuda.mem_get_info(device)[0]))
+    return work_budget()
+
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def default_precision(device: torch.device) -> str:
+    """``fp32`` on a CPU (today's numbers), ``tf32`` on CUDA: TF32 matmuls keep fp32's range
+    and round products to a 10-bit mantissa (relative error about 1e-3 per product, far below
+    the posterior noise the Monte Carlo averages over), about 4× fp32's speed on an H100; bf16
+    (8-bit mantissa) is offered but not the default. See docs/sources/monte_carlo.md."""
+    return "tf32" if device.type == "cuda" else "fp32"
+
+
+def check_precision(name: str) -> str:
+    """``name`` if it is one of :data:`PRECISIONS`, else a one-line error."""
+    if name not in PRECISIONS:
+        raise BoundcalcError(f"precision {str(name)[:20]!r}: expected one of "
+                             f"{', '.join(PRECISIONS)}")
+    return name
+
+
+def precision_record(name: str, device: torch.device) -> dict[str, str]:
+    """What the arithmetic of the data side was, for the stats file's provenance."""
+    how = {"fp32": "float32 matmuls (TF32 off)",
+           "tf32": ("TF32 matmuls and convolutions (10-bit mantissa products, float32 "
+                    "accumulation)" if device.type == "cuda"
+                    else "float32 matmuls (a CPU has no TF32: the same arithmetic as fp32)"),
+           "bf16": f"bfloat16 autocast on {device.type} (8-bit mantissa matmuls; layer norms, "
+                   "softmax and the loss in float32)"}[name]
+    return {"data_side": name, "arithmetic": how,
+            "hessian": "fp32 (the Hessian trace and P̂ ignore --precision)"}
+
+
+@contextmanager
+def precision(name: str, device: torch.device) -> Iterator[None]:
+    """The data side's arithmetic for ``name`` (see :func:`precision_record`); the TF32
+    switches of torch are restored on exit."""
+    check_precision(name)
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    tf32 = name == "tf32"
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=name == "bf16"):
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before

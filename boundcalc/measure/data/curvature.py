@@ -148,15 +148,12 @@ def probe_batch(n_probes: int, n_params: int, itemsize: int, device: torch.devic
     least half the device's free memory (the default budget is a host figure); a vmapped call
     that still runs out of memory is retried with half the probes.
     """
-    from ...limits import explicit_memory_budget, memory_budget
+    from ..device import work_budget_for
 
     if device.type != "cuda":
         return 1
     if budget is None:
-        budget = memory_budget()
-        if explicit_memory_budget() is None:
-            free, _ = torch.cuda.mem_get_info(device)
-            budget = max(budget, free // 2)
+        budget = work_budget_for(device)
     return max(1, min(n_probes, 32, budget // 4 // max(1, 4 * n_params * itemsize)))
 
 

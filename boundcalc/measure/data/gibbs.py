@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError, DomainError
-from ...limits import check_allocation, memory_budget
+from ...limits import check_allocation
 from ...stats import Quantity
 from .curvature import Closure, _params
 from .data_pass import Progress, _lm_targets, _to
@@ -177,6 +177,7 @@ class GibbsEstimate:
     losses_per_pass: int
     subsampled: bool
     engine: str
+    note: str | None = None  # why the per-sample hooks were not used (they fail closed)
 
     @property
     def passes(self) -> int:
@@ -197,6 +198,8 @@ class GibbsEstimate:
         """How the draws were made (for the stats file's method text)."""
         rows = (f"{self.rows_per_pass} rows drawn uniformly with replacement from S"
                 if self.subsampled else f"all {self.rows_per_pass} rows of S")
+        if self.note:
+            rows += f" ({self.note})"
         if self.mode == "sample":
             how = ("every row its own draw u ∼ N(0, σ²I)"
                    + (" (forward hooks: exact law of each module's output, weights untouched)"
@@ -238,12 +241,11 @@ def rows_per_chunk(tm: TaskModel, seq_len: int, batch_rows: int) -> int:
     their activations and noise (the weights themselves are not counted, as everywhere in
     :mod:`boundcalc.limits`), at most a data batch; a one-line error when not even one row
     fits."""
+    from ..device import work_budget_for
+
     per_row = _row_bytes(tm, seq_len)
-    check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws")
-    room = memory_budget()
-    dev = _device_of(tm.model)
-    if dev.type == "cuda":  # and no more than half of what the card has free
-        room = min(room, torch.cuda.mem_get_info(dev)[0] // 2)
+    room = work_budget_for(_device_of(tm.model))  # the machine's free memory unless set
+    check_allocation(per_row, "one row of a forward pass with per-sample Gibbs draws", room)
     return max(1, min(batch_rows, room // per_row))
 
 
@@ -306,9 +308,18 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
         raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
     if samples is not None and samples < 1:
         raise BoundcalcError(f"--gibbs-samples must be >= 1, got {samples}")
+    requested = mode
     mode, engine = resolve_mode(tm, mode)
     model = tm.model
     names = [n for n, _ in _params(model)]
+    note = None
+    if engine == "hooks":  # fail closed: hooks only where provably exact on this forward
+        note = _hooks_unproven(tm, data, device, names, alpha)
+        if note is not None:
+            mode, engine = ("sample", "loop") if requested == "sample" else ("whole", "weights")
+            note = f"per-sample hooks not used ({note}): {engine} draws in {mode} mode"
+            if progress:
+                progress(0, len(sigmas) * passes, note)
     per_row = mode == "sample"
     chunk = rows_per_chunk(tm, data.seq_len, max(next(iter(b[0].values())).shape[0]
                                                   for b in data.batches)) \
@@ -329,7 +340,8 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
             with torch.no_grad(), (hooks if hooks is not None else _null()):
                 for j in range(passes):
                     if progress:
-                        progress(i * passes + j, total, f"Gibbs risk σ={label}")
+                        progress(i * passes + j, total,
+                                 f"Gibbs risk σ={label}, {rows} samples per step")
                     acc = torch.zeros((), dtype=torch.float64, device=device)
                     bad = torch.zeros((), dtype=torch.int64, device=device)
                     if engine == "weights":
@@ -353,7 +365,25 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
         if pert is not None:
             pert.restore()
     return GibbsEstimate(means, mode, rows, rows if per_row else 1, samples is not None,
-                         engine)
+                         engine, note)
+
+
+def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: list[str],
+                    alpha: float) -> str | None:
+    """Why the row-wise hooks are not provably exact on this model's forward, checked on
+    the first rows of the first batch without noise (:func:`.row_audit.audit`); None: they are."""
+    from .row_audit import audit
+
+    batch = data.batches[0]
+    inputs, y = _to(batch[0], device), batch[1]
+    y = None if y is None else y.to(device)
+    rows = next(iter(inputs.values())).shape[0]
+
+    def run(k: int) -> None:
+        part, yk = _take((inputs, y), torch.arange(k, device=device))
+        _bounded_rows(tm, part, yk, alpha)
+
+    return audit(tm.model, {n: 1.0 for n in names}, run, rows)
 
 
 @contextmanager

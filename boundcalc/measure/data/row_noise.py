@@ -6,9 +6,10 @@ noise term to the unperturbed output (the local reparameterisation of Kingma, Sa
 Welling 2015, written for a whole sequence):
 
 * ``nn.Linear`` y = x(W + E)ᵀ + (b + e): for the row's T × in input X, the columns of XEᵀ are
-  independent N(0, σ²XXᵀ); with Xᵀ = QR (QR of the in × T matrix) XXᵀ = RᵀR, so XEᵀ has the
-  law of σ·Rᵀξ with ξ a T × out standard normal matrix: T·out normals instead of in·out (when
-  T ≥ in, X·σEᵀ with E drawn directly);
+  independent N(0, σ²XXᵀ); with L the Cholesky factor of the T × T Gram (LLᵀ = XXᵀ), XEᵀ has
+  the law of σ·Lξ with ξ a T × out standard normal matrix: T·out normals instead of in·out,
+  and T²·(in + out) multiply-adds instead of a QR (when T ≥ in, or for a row whose Gram is
+  singular, X·σEᵀ with E drawn directly); no QR, SVD, eigen- or linear solve runs per batch;
 * ``nn.Embedding``: one noise vector per *distinct* id of the row (repeated tokens share it);
   rows of the table the row does not use do not change its output, so they are not drawn;
 * ``nn.LayerNorm`` y = x̂(γ + ε_γ) + (β + ε_β) = y + x̂ε_γ + ε_β, ε per row;
@@ -115,6 +116,27 @@ def _same_rows(whole: Any, rows: list[Any], R: int) -> bool:
                                atol=1e-5 * float(whole.abs().max()) + 1e-12))
 
 
+def _gram_factor(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(L, bad)``: L (R, T, T) lower triangular with LLᵀ = XXᵀ row by row (zero for the
+    rows in ``bad``), and the indices of the rows whose Gram has no Cholesky factor even in
+    float64 (None when every row has one; the only host synchronisation is reading that
+    count). The Gram is formed in float32 (float64 for float64 inputs)."""
+    work = X if X.dtype in (torch.float32, torch.float64) else X.float()
+    L, info = torch.linalg.cholesky_ex(torch.bmm(work, work.transpose(1, 2)))
+    failed = info.nonzero().flatten()
+    if failed.numel() == 0:
+        return L, None
+    if work.dtype != torch.float64:
+        X64 = X.index_select(0, failed).double()
+        L64, info64 = torch.linalg.cholesky_ex(torch.bmm(X64, X64.transpose(1, 2)))
+        ok = info64 == 0
+        L = L.index_copy(0, failed, torch.where(ok[:, None, None], L64, 0).to(L.dtype))
+        failed = failed[~ok]
+    else:
+        L = L.index_fill(0, failed, 0.0)
+    return L, failed if failed.numel() else None
+
+
 class RowNoise:
     """Forward hooks giving each of ``rows`` rows its own draw u ∼ N(0, diag σ²) (see module
     docstring). Use as a context manager; call :meth:`start_pass` before each forward pass."""
@@ -130,6 +152,7 @@ class RowNoise:
         self._plan = hooked
         self._replay = replayed
         self._quiet = False
+        self.leads: dict[str, list[int]] | None = None  # recorded while quiet (row_audit)
         self._checked: set[str] = set()
         self._stacked: set[str] = set()
         self._handles: list[Any] = []
@@ -168,10 +191,18 @@ class RowNoise:
     def _wrap(self, path: str, sig: dict[str, float], fn: Callable) -> Callable:
         def hook(mod: nn.Module, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
             if self._quiet:
+                self._lead(path, (*args, *kwargs.values()))
                 return out
             self._count(path)
             return fn(mod, args[0] if args else kwargs["input"], out, sig)
         return hook
+
+    def _lead(self, path: str, values: tuple) -> None:
+        """Record the leading axis of a call's first tensor argument (0: none) when auditing."""
+        if self.leads is not None:
+            lead = next((int(x.shape[0]) if x.ndim > 0 else 0 for x in values
+                         if isinstance(x, torch.Tensor)), 0)
+            self.leads.setdefault(path, []).append(lead)
 
     def _count(self, path: str) -> None:
         n = self.calls.get(path, 0) + 1
@@ -193,6 +224,7 @@ class RowNoise:
 
         def replay(*args: Any, **kwargs: Any) -> torch.Tensor:
             if self._quiet:
+                self._lead(path, (*args, *kwargs.values()))
                 return forward(*args, **kwargs)
             self._count(path)
             R = self.rows
@@ -302,23 +334,34 @@ class RowNoise:
                              f"expected {R}; use --gibbs-mode whole")
 
     def _affine(self, X: torch.Tensor, y3: torch.Tensor, sw: float, sb: float) -> torch.Tensor:
-        """y3 + X·Eᵀ + 1·eᵀ for one draw (E, e) per row: X (R, T, d_in), y3 (R, T, d_out)."""
+        """y3 + X·Eᵀ + 1·eᵀ for one draw (E, e) per row: X (R, T, d_in), y3 (R, T, d_out).
+
+        The columns of X·Eᵀ are N(0, σ_w²·XXᵀ), so X·Eᵀ has the law of σ_w·L·ξ for any L with
+        LLᵀ = XXᵀ and ξ a T × d_out standard normal matrix. L is the Cholesky factor of the
+        T × T Gram when T < d_in (no QR, SVD or solve: one batched ``cholesky_ex``), else X
+        itself with ξ d_in × d_out. A row whose Gram is not numerically positive definite in
+        the working precision is retried in float64, and one still refused (repeated rows of
+        X: rank < T) gets its noise as X·Ξ directly, Ξ a d_in × d_out draw: exact either way.
+        The bias noise is a last column σ_b of L, shared by the row's positions."""
         R, T, d_in = X.shape
-        # noise = L·ξ with ξ standard normal: L = σ_w·Rᵀ (XXᵀ = RᵀR) or σ_w·X, and a last
-        # column σ_b for the bias noise shared by the row's positions; one fused baddbmm
         cols = []
+        bad = None
         if sw > 0:
             if T < d_in:
-                work = X if X.dtype in (torch.float32, torch.float64) else X.float()
-                r = torch.linalg.qr(work.transpose(1, 2), mode="r").R  # (R, T, T)
-                cols.append(r.transpose(1, 2).to(y3.dtype) * sw)
+                L, bad = _gram_factor(X)
+                cols.append(L.to(y3.dtype) * sw)
             else:
                 cols.append(X.to(y3.dtype) * sw)
         if sb > 0:
             cols.append(torch.full((R, T, 1), sb, dtype=y3.dtype, device=y3.device))
         L = cols[0] if len(cols) == 1 else torch.cat(cols, dim=2)
         xi = self._randn((R, L.shape[2], y3.shape[2]), y3)
-        return torch.baddbmm(y3, L, xi)
+        out = torch.baddbmm(y3, L, xi)
+        if bad is not None and bad.numel():  # rank-deficient rows: their Cholesky part is 0
+            Xb = X.index_select(0, bad).to(y3.dtype)
+            direct = torch.bmm(Xb, self._randn((bad.shape[0], d_in, y3.shape[2]), y3)) * sw
+            out = out.index_add(0, bad, direct)
+        return out
 
     def _linear(self, mod: nn.Linear, x: torch.Tensor, y: torch.Tensor,
                 sig: dict[str, float]) -> torch.Tensor:

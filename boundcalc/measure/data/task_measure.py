@@ -34,7 +34,9 @@ from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, r
 from .dataset_io import read_batches
 from .gibbs import gibbs_estimate
 from ... import plan
-from ..device import device_name, resolve_device
+from ..device import (check_precision, default_precision, device_name,
+                      precision as data_precision, precision_record, resolve_device,
+                      work_budget_for)
 from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
 
@@ -82,7 +84,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  gibbs_samples: int | None = None,
                  tune_data: str | None = None, sigma_groups: bool = False,
                  tune_draws: int = 4, tune_slack: float = 0.05,
-                 group_draws: int | None = None, threads: int | None = None) -> Stats:
+                 group_draws: int | None = None, threads: int | None = None,
+                 precision: str | None = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
@@ -92,10 +95,15 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     (auto: a draw per sample where exact, N = passes·n; curve ``gibbs_risk_groups``,
     ``provenance.gibbs_groups``). ``threads``: torch threads for the data side (default
     :func:`~boundcalc.measure.threads.data_threads`; recorded in ``provenance.threads``, as
-    sums may differ in the last bits with the thread count).
+    sums may differ in the last bits with the thread count). ``precision``: the arithmetic of
+    the data pass and the Monte Carlo passes (``fp32``, ``tf32``, ``bf16``; default
+    :func:`~boundcalc.measure.device.default_precision`: fp32 on a CPU, tf32 on CUDA; the
+    Hessian trace is fp32 whatever it is), recorded in ``provenance.precision``.
     """
     from ..weights.pipeline import measure
 
+    if precision is not None:
+        check_precision(precision)
     if draws < 0 or hessian_probes < 0 or hessian_probes == 1:
         raise BoundcalcError("--draws must be >= 0 and --hessian-probes 0 or >= 2")
     if gibbs_mode not in ("auto", "sample", "whole"):
@@ -111,19 +119,20 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                   hessian_samples=hessian_samples, perturbation_draws=perturbation_draws,
                   gibbs_samples=gibbs_samples,
                   batch_size=batch_size)
-    plan.check(plan.measure_plan(**counts, device="cuda"))  # lower bounds, before loading
+    dev = resolve_device(device)
+    budget = work_budget_for(dev)  # follows the machine's free memory unless set
+    plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
     groups_wanted = sigma_groups or tune_data is not None
     if groups_wanted:
         group_draws = draws if group_draws is None else group_draws
         _check_tune(data, init, tune_data, group_draws)
-    dev = resolve_device(device)
     tm = load_task_model(model, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
-    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type))
+    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
     batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
                            max_length=max_length, batch_size=batch_size)
     plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
-                                 positions=batched.seq_len, device=dev.type))
+                                 positions=batched.seq_len, device=dev.type), budget)
     stats = measure(model, init=init, device=device, progress=progress or False,
                     head_init=head_init)
     if progress is True:
@@ -137,8 +146,10 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                                    "rule": "requested (--threads)" if threads is not None else
                                    "one for a model no wider than "
                                    f"{SMALL_DATA_WIDTH} on a CPU, else torch's default"}
+    prec = precision or default_precision(dev)
+    stats.provenance["precision"] = precision_record(prec, dev)
     try:
-        with blas_threads(n_threads):
+        with blas_threads(n_threads), data_precision(prec, dev):
             _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
                        hessian_probes, hessian_samples, alpha, seed, report, gibbs_mode,
                        gibbs_samples)
@@ -153,6 +164,7 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                                prior_source=init, draws=group_draws, tune_draws=tune_draws,
                                slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
                                progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples)
+        with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever --precision
             if perturbation_draws > 0:
                 probes = max(hessian_probes, 2)
                 values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
@@ -264,8 +276,11 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
         sc["gibbs_passes"] = Quantity(float(est.passes), method=(
             "passes over the data per σ" if est.mode == "sample" else "posterior draws per σ"))
         stats.provenance["gibbs_mode"] = est.mode
+        if est.note:
+            stats.provenance["gibbs_mode_note"] = est.note
     if hessian_probes >= 2:
-        _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed, report)
+        with data_precision("fp32", dev):  # curvature ignores --precision
+            _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed, report)
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
