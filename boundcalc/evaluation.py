@@ -16,7 +16,8 @@ from .engine.compile import Compiled, Context, axes_for
 from .engine.tree import RELATIONS, Node, as_tree, limits
 from .errors import BoundcalcError, DomainError, MissingValueError, one_line
 from .limits import check_allocation
-from .registry.schema import Entry, ParameterSpec, PriorSpec
+from .floor import zero_complexity_floor
+from .registry.schema import Entry, ParameterSpec, PriorSpec, confidence_symbol
 from .result import Result
 
 LN10 = math.log(10.0)
@@ -45,14 +46,6 @@ def compiled_for(entry: Entry) -> Compiled:
                         set(gridmin_params(entry)))
         entry._compiled = comp  # type: ignore[attr-defined]
     return comp
-
-
-def confidence_symbol(entry: Entry) -> str | None:
-    """The δ to which union-bound costs are charged: ``delta`` if declared, else the first."""
-    conf = [s.name for s in entry.symbols.values() if s.role == "confidence"]
-    if "delta" in conf:
-        return "delta"
-    return conf[0] if conf else None
 
 
 # ---- preparation -----------------------------------------------------------------------------
@@ -560,8 +553,6 @@ class Prepared:
                 values, costs, value, log10, ctx.selected)
         floor = None
         if rigorous and e.kind == "certified":
-            from .floor import zero_complexity_floor
-
             floor = zero_complexity_floor(self, values, costs)
         terms = {}
         for t in e.terms:

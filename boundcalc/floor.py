@@ -22,16 +22,33 @@ what dominates. Floors and effects are float computations for reading a number, 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .engine.kernels import kl_inv_upper
 from .engine.tree import Node, as_tree
+from .registry.schema import confidence_symbol
 
 if TYPE_CHECKING:
-    from .evaluation import Prepared
+    from .engine.compile import Context
     from .registry.schema import Entry
     from .result import Result
     from .stats import Stats
+
+
+class Evaluator(Protocol):
+    """What the floor needs of an entry with validated values (``evaluation.Prepared`` is one):
+    its entry and scalar inputs, an evaluation context at a point and δ, a scalar evaluator, and
+    δ_eff for the union-bound costs. The floor is drawn below the evaluation, which calls it."""
+
+    entry: Entry
+    scalars: dict[str, float]
+
+    def context(self, params: Mapping[str, float] | None = None,
+                delta_eff: float | None = None) -> Context: ...
+
+    def eval_scalar(self, expr: Any, ctx: Context | None = None) -> float: ...
+
+    def delta_effective(self, costs: Mapping[str, float]) -> float | None: ...
 
 # stats paths whose values are 0-1 risks (or a ramp risk ≥ the 0-1 risk): the entries bound a
 # 0-1 risk, so the trivial predictor is the reference
@@ -89,8 +106,6 @@ def kl_shape(entry: Entry) -> dict[str, Any] | None:
     """The parts of a kl-inverse entry: the risk symbol ê, the Monte Carlo step (or None), the
     sample-size symbol n, the confidence addends and the complexity addends of its budget. None
     for an entry of another shape."""
-    from .evaluation import confidence_symbol
-
     root = as_tree(entry.expression)
     if root.op != "kl_inv":
         return None
@@ -129,7 +144,7 @@ def kl_shape(entry: Entry) -> dict[str, Any] | None:
             "complexity_names": [names.get(a, "complexity") for a in complexity]}
 
 
-def zero_complexity_floor(prep: Prepared, values: Mapping[str, float],
+def zero_complexity_floor(prep: Evaluator, values: Mapping[str, float],
                           costs: Mapping[str, float]) -> dict[str, Any] | None:
     """The floor and breakdown of a certified risk entry at its resolved point (see the module
     docstring), or None where the entry has no kl-inverse shape."""

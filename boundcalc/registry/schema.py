@@ -252,3 +252,12 @@ class Entry:
             "source": self.source, "provenance": self.provenance, "variant": self.variant,
             "output": self.output, "file": self.file, "conditions": list(self.conditions),
         }
+
+
+def confidence_symbol(entry: Entry) -> str | None:
+    """The δ to which union-bound costs are charged: ``delta`` if declared, else the first
+    symbol of role ``confidence``; None for an entry without one."""
+    conf = [s.name for s in entry.symbols.values() if s.role == "confidence"]
+    if "delta" in conf:
+        return "delta"
+    return conf[0] if conf else None

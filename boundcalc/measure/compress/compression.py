@@ -302,7 +302,7 @@ def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
     model, its losses averaged over the positions that count (causal: every next token; masked:
     the masked positions). ``tm`` is the loaded task model (its task and tokenizer); ``model``
     is evaluated in its place (the quantized copy)."""
-    from ..data.data_pass import _lm_targets
+    from ..data.inputs import lm_targets
 
     errs, preds, units = [], [], []
     smooth: dict[float, list[np.ndarray]] = {float(a): [] for a in alphas}
@@ -313,7 +313,7 @@ def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
         for inputs, y in batched.batches:
             keep = None
             if tm.is_lm:
-                inputs, y, keep = _lm_targets(tm, inputs)
+                inputs, y, keep = lm_targets(tm, inputs)
             logits = model(**inputs).logits.double()
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]
