@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from .errors import StatsError, one_line
-from .limits import check_allocation, check_regular_file, read_json
+from .limits import check_allocation
+from .files import check_regular_file, read_json
 
 SCHEMA = "boundcalc.stats"
 VERSION = 1
@@ -190,7 +191,7 @@ class Stats:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Serialize ``obj`` as JSON to ``path`` without ever leaving a half-written file."""
-    from .report.io import write_text_atomic
+    from .files import write_text_atomic
 
     try:
         text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)

@@ -36,7 +36,8 @@ from typer.testing import CliRunner
 
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, CheckpointError, FormulaError, ResourceError
-from boundcalc.limits import input_files, set_memory_budget
+from boundcalc.limits import set_memory_budget
+from boundcalc.files import input_files
 from boundcalc.measure.data import hf
 from boundcalc.measure.data.dataset_io import DataError, read_batches
 from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints
