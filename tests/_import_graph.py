@@ -118,6 +118,13 @@ def imports(module: str, path: Path, modules: dict[str, Path]) -> list[tuple[int
     return found
 
 
+def outside_imports(graph, rooms=None) -> list[str]:
+    """Library modules importing a module OUTSIDE the rooms (the studies are clients only)."""
+    return [f"{module}:{line} imports {target}" for module, targets in sorted(graph.items())
+            if room_of(module, rooms) is not None
+            for line, target in targets if room_of(target, rooms) is None]
+
+
 def module_graph(root: Path = PACKAGE) -> dict[str, list[tuple[int, str]]]:
     """Module → [(line, imported module)], for every module of the package."""
     modules = module_files(root)
@@ -193,15 +200,15 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def module_cycles(graph) -> list[list[str]]:
+def module_cycles(graph, rooms=None) -> list[list[str]]:
     """Import cycles between modules (package ``__init__`` re-exports excluded: a package
     importing its own submodules is how a package names its public API)."""
     edges: dict[str, set[str]] = defaultdict(set)
     for module, targets in graph.items():
-        if room_of(module) is None:
+        if room_of(module, rooms) is None:
             continue
         for _, target in targets:
-            if room_of(target) is None:
+            if room_of(target, rooms) is None:
                 continue
             if target.startswith(module + "."):
                 continue  # a package importing its own submodule
