@@ -34,7 +34,8 @@ ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (4, "measure.base", tuple(f"boundcalc.measure.{m}" for m in (
         "io", "architectures", "samples", "safety", "device", "threads", "subgaussian",
         "fourier", "offline", "prior"))),
-    (5, "evaluate", ("boundcalc.evaluation", "boundcalc.evaluate.*")),
+    (4, "stages", ("boundcalc.stages.*",)),
+    (5, "evaluation", ("boundcalc.evaluation",)),
     (5, "measure.weights", ("boundcalc.measure.weights.*",)),
     (6, "api", ("boundcalc.api", "boundcalc.measured")),
     (6, "measure.data", ("boundcalc.measure.data.*",)),

@@ -133,3 +133,13 @@ def test_the_checker_sees_deferred_upward_sideways_and_cyclic_imports(tmp_path):
                                               "boundcalc.side"]]
     clean = _fake_package(tmp_path / "clean", {"low.py": "", "high.py": "from .low import x\n"})
     assert graph.upward(graph.module_graph(clean), ROOMS) == []
+
+
+def test_no_submodule_shadows_a_name_of_the_public_api():
+    """``boundcalc.evaluate`` is a function: a subpackage of that name, once imported, would
+    replace it (``bind`` is the one name kept by a hook in ``boundcalc/__init__.py``)."""
+    import boundcalc
+
+    shadowing = sorted(name for name in boundcalc._EXPORTS if name != "bind"
+                       and f"boundcalc.{name}" in graph.module_files())
+    assert not shadowing, shadowing

@@ -1,13 +1,13 @@
 """Reading a table a user names (CSV, TSV, JSON Lines, Parquet) within the memory budget.
 
 One reader for every table boundcalc takes from a user (``measure --data``, sweep manifests,
-results tables), whole (:func:`read_arrow`, :func:`read_pandas`) or streamed a row or a batch at
-a time (:func:`stream_rows`, for sweep manifests: CSV cells stay text). The path is checked with ``stat`` and read with a size cap
-(:func:`~boundcalc.files.safe_read.read_limited`, the memory budget), and a Parquet file's row count
-and uncompressed size are read from its footer *before* any row is decoded, so a small file
-that inflates to millions of rows (a decompression bomb) is refused in milliseconds instead of
-exhausting memory. Every table is then checked once more after parsing, counting the Python
-objects its cells become.
+results tables), whole (:func:`read_arrow`, :func:`read_pandas`) or streamed a row or a batch
+at a time (:func:`stream_rows`, for sweep manifests: CSV cells stay text). The path is checked
+with ``stat`` and read with a size cap (:func:`~boundcalc.files.safe_read.read_limited`, the
+memory budget), and a Parquet file's row count and uncompressed size are read from its footer
+*before* any row is decoded, so a small file that inflates to millions of rows (a
+decompression bomb) is refused in milliseconds instead of exhausting memory. Every table is
+then checked once more after parsing, counting the Python objects its cells become.
 """
 
 from __future__ import annotations
