@@ -25,7 +25,7 @@ import math
 from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .engine.kernels import kl_inv_upper
-from .engine.tree import Node, as_tree
+from .engine.tree import Node, as_tree, sympy_text
 from .registry.schema import confidence_symbol
 
 if TYPE_CHECKING:
@@ -65,43 +65,6 @@ def _symbols(node: Node) -> set[str]:
     return out
 
 
-def _pretty(node: Node) -> str:
-    """A budget term as SymPy would print it (``log(2*sqrt(n)/delta)``), from the plain tree,
-    so that reading a floor never needs SymPy; other shapes fall back to the tree's text."""
-    op, args = node.op, node.args
-    if op == "Symbol":
-        return node.value
-    if op == "Integer":
-        return str(node.value)
-    if op == "Rational":
-        return f"{node.value[0]}/{node.value[1]}"
-    if op == "log" and len(args) == 1:
-        return f"log({_pretty(args[0])})"
-    if op == "Pow" and args[1].op == "Rational" and args[1].value == (1, 2):
-        return f"sqrt({_pretty(args[0])})"
-    if op == "Add":
-        return " + ".join(_pretty(a) for a in args)
-    if op == "Pow" and args[1].op == "Integer" and args[1].value == -1:
-        return f"1/{_pretty(args[0])}" if args[0].op in ("Symbol", "Integer") \
-            else f"1/({_pretty(args[0])})"
-    if op == "Mul":
-        inv = [a.args[0] for a in args if a.op == "Pow" and a.args[1].op == "Integer"
-               and a.args[1].value == -1]
-        num = [a for a in args if not (a.op == "Pow" and a.args[0] in inv
-                                       and a.args[1].op == "Integer")]
-
-        def factor(a: Node) -> str:
-            text = _pretty(a)
-            return f"({text})" if a.op == "Add" else text
-
-        top = "*".join(factor(a) for a in num) or "1"
-        if not inv:
-            return top
-        bottom = "*".join(factor(a) for a in inv)
-        return f"{top}/{bottom if len(inv) == 1 else '(' + bottom + ')'}"
-    return str(node)
-
-
 def kl_shape(entry: Entry) -> dict[str, Any] | None:
     """The parts of a kl-inverse entry: the risk symbol ê, the Monte Carlo step (or None), the
     sample-size symbol n, the confidence addends and the complexity addends of its budget. None
@@ -138,7 +101,7 @@ def kl_shape(entry: Entry) -> dict[str, Any] | None:
         if d is not None:
             tree = as_tree(d.expr)
             names.update({a: t for a in complexity if tree == a})
-    conf_text = " + ".join(_pretty(a) for a in conf_parts)
+    conf_text = " + ".join(sympy_text(a) for a in conf_parts)
     return {"risk": risk.value, "mc": mc, "n": inv_n[0].args[0].value, "delta": conf,
             "confidence": conf_parts, "confidence_text": conf_text, "complexity": complexity,
             "complexity_names": [names.get(a, "complexity") for a in complexity]}

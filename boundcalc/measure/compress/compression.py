@@ -518,17 +518,6 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
 # from a checkpoint on disk (the CLI)
 # ---------------------------------------------------------------------------------------------
 
-def load_task_model(path: str) -> tuple[torch.nn.Module, bool]:
-    """A Hugging Face folder with a task head → (module in eval mode, causal?), loaded exactly
-    as ``measure --data`` loads it (:func:`..data.hf.load_task_model`: local files only, no
-    checkpoint code). Only a model whose predictions can be evaluated can have its quantized
-    risk measured."""
-    from ..data import hf
-
-    tm = hf.load_task_model(path)
-    return tm.model.float().eval(), tm.task == "causal_lm"
-
-
 def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> tuple[
         dict[str, torch.Tensor], Any]:
     """The prior centre under the names of ``module``'s float tensors (``init``: a
