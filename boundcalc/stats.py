@@ -51,7 +51,7 @@ import numpy as np
 
 from .errors import StatsError, one_line
 from .limits import check_allocation
-from .files import check_regular_file, read_json
+from .files import check_regular_file, finite_number, read_json
 
 SCHEMA = "boundcalc.stats"
 VERSION = 1
@@ -203,17 +203,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
 # ---- loading and validation ---------------------------------------------------------------
 
 def _finite(value: Any, what: str, nonneg: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StatsError(f"{what}: expected a number, got {type(value).__name__} {value!r:.40}")
-    try:
-        x = float(value)
-    except OverflowError:
-        raise StatsError(f"{what}: number too large for double precision") from None
-    if not math.isfinite(x):
-        raise StatsError(f"{what}: expected a finite number, got {x}")
-    if nonneg and x < 0:
-        raise StatsError(f"{what}: expected a non-negative number, got {x}")
-    return x
+    return finite_number(value, what, StatsError, nonneg)
 
 
 def _quantity(obj: Any, what: str) -> Quantity:

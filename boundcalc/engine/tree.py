@@ -240,12 +240,8 @@ def sympy_text(node: Node) -> str:
     quotients written out), from the plain tree, so that printing never needs SymPy; shapes
     other than symbols, numbers, logs, sums, products and powers fall back to :func:`to_text`."""
     op, args = node.op, node.args
-    if op == "Symbol":
-        return node.value
-    if op == "Integer":
-        return str(node.value)
-    if op == "Rational":
-        return f"{node.value[0]}/{node.value[1]}"
+    if op in ("Symbol", "Integer", "Rational"):
+        return to_text(node)
     if op == "log" and len(args) == 1:
         return f"log({sympy_text(args[0])})"
     if op == "Pow" and args[1].op == "Rational" and args[1].value == (1, 2):

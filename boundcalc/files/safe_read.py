@@ -9,6 +9,7 @@ helper raises the caller's error class (``err``) so the message lands in the cal
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -140,6 +141,23 @@ def _unique_keys(where: str, err: type[BoundcalcError]) -> Callable[[list], dict
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"non-finite constant {name} is not allowed")
+
+
+def finite_number(value: Any, what: str, err: type[BoundcalcError], nonneg: bool = False) -> float:
+    """``value`` (an int or float, never a bool or a string) as a finite float, else one line of
+    ``err`` naming ``what``; with ``nonneg`` also refused below 0. The one check of a number
+    read from a file or a command line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise err(f"{what}: expected a number, got {type(value).__name__} {value!r:.40}")
+    try:
+        x = float(value)
+    except OverflowError:
+        raise err(f"{what}: number too large for double precision") from None
+    if not math.isfinite(x):
+        raise err(f"{what}: expected a finite number, got {x}")
+    if nonneg and x < 0:
+        raise err(f"{what}: expected a non-negative number, got {x}")
+    return x
 
 
 def loads_json(text: str | bytes, where: str, err: type[BoundcalcError]) -> Any:
