@@ -1,8 +1,9 @@
-"""The rooms of boundcalc.measure import downward only: base < weights < data < compress.
+"""Rooms import downward only: inside boundcalc.measure (base < weights < data < compress), and
+for the whole package, with the rooms and floors of docs/architecture.md.
 
 A lower room importing an upper one (at module level or inside a function) is what turns the
-data side back into one tangle; this reads every import statement with ``ast`` and fails on the
-first upward one, naming the file and the line.
+package back into one tangle; this reads every import statement with ``ast`` (the whole-package
+graph: tests/_import_graph.py) and fails on every upward one, naming the file and the line.
 """
 
 from __future__ import annotations
