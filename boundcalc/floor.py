@@ -22,16 +22,33 @@ what dominates. Floors and effects are float computations for reading a number, 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 from .engine.kernels import kl_inv_upper
-from .engine.tree import Node, as_tree
+from .engine.tree import Node, as_tree, sympy_text
+from .registry.schema import confidence_symbol
 
 if TYPE_CHECKING:
-    from .evaluation import Prepared
+    from .engine.compile import Context
     from .registry.schema import Entry
     from .result import Result
     from .stats import Stats
+
+
+class Evaluator(Protocol):
+    """What the floor needs of an entry with validated values (``evaluation.Prepared`` is one):
+    its entry and scalar inputs, an evaluation context at a point and δ, a scalar evaluator, and
+    δ_eff for the union-bound costs. The floor is drawn below the evaluation, which calls it."""
+
+    entry: Entry
+    scalars: dict[str, float]
+
+    def context(self, params: Mapping[str, float] | None = None,
+                delta_eff: float | None = None) -> Context: ...
+
+    def eval_scalar(self, expr: Any, ctx: Context | None = None) -> float: ...
+
+    def delta_effective(self, costs: Mapping[str, float]) -> float | None: ...
 
 # stats paths whose values are 0-1 risks (or a ramp risk ≥ the 0-1 risk): the entries bound a
 # 0-1 risk, so the trivial predictor is the reference
@@ -48,49 +65,10 @@ def _symbols(node: Node) -> set[str]:
     return out
 
 
-def _pretty(node: Node) -> str:
-    """A budget term as SymPy would print it (``log(2*sqrt(n)/delta)``), from the plain tree,
-    so that reading a floor never needs SymPy; other shapes fall back to the tree's text."""
-    op, args = node.op, node.args
-    if op == "Symbol":
-        return node.value
-    if op == "Integer":
-        return str(node.value)
-    if op == "Rational":
-        return f"{node.value[0]}/{node.value[1]}"
-    if op == "log" and len(args) == 1:
-        return f"log({_pretty(args[0])})"
-    if op == "Pow" and args[1].op == "Rational" and args[1].value == (1, 2):
-        return f"sqrt({_pretty(args[0])})"
-    if op == "Add":
-        return " + ".join(_pretty(a) for a in args)
-    if op == "Pow" and args[1].op == "Integer" and args[1].value == -1:
-        return f"1/{_pretty(args[0])}" if args[0].op in ("Symbol", "Integer") \
-            else f"1/({_pretty(args[0])})"
-    if op == "Mul":
-        inv = [a.args[0] for a in args if a.op == "Pow" and a.args[1].op == "Integer"
-               and a.args[1].value == -1]
-        num = [a for a in args if not (a.op == "Pow" and a.args[0] in inv
-                                       and a.args[1].op == "Integer")]
-
-        def factor(a: Node) -> str:
-            text = _pretty(a)
-            return f"({text})" if a.op == "Add" else text
-
-        top = "*".join(factor(a) for a in num) or "1"
-        if not inv:
-            return top
-        bottom = "*".join(factor(a) for a in inv)
-        return f"{top}/{bottom if len(inv) == 1 else '(' + bottom + ')'}"
-    return str(node)
-
-
 def kl_shape(entry: Entry) -> dict[str, Any] | None:
     """The parts of a kl-inverse entry: the risk symbol ê, the Monte Carlo step (or None), the
     sample-size symbol n, the confidence addends and the complexity addends of its budget. None
     for an entry of another shape."""
-    from .evaluation import confidence_symbol
-
     root = as_tree(entry.expression)
     if root.op != "kl_inv":
         return None
@@ -123,13 +101,13 @@ def kl_shape(entry: Entry) -> dict[str, Any] | None:
         if d is not None:
             tree = as_tree(d.expr)
             names.update({a: t for a in complexity if tree == a})
-    conf_text = " + ".join(_pretty(a) for a in conf_parts)
+    conf_text = " + ".join(sympy_text(a) for a in conf_parts)
     return {"risk": risk.value, "mc": mc, "n": inv_n[0].args[0].value, "delta": conf,
             "confidence": conf_parts, "confidence_text": conf_text, "complexity": complexity,
             "complexity_names": [names.get(a, "complexity") for a in complexity]}
 
 
-def zero_complexity_floor(prep: Prepared, values: Mapping[str, float],
+def zero_complexity_floor(prep: Evaluator, values: Mapping[str, float],
                           costs: Mapping[str, float]) -> dict[str, Any] | None:
     """The floor and breakdown of a certified risk entry at its resolved point (see the module
     docstring), or None where the entry has no kl-inverse shape."""

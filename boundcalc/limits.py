@@ -1,4 +1,4 @@
-"""Resource limits: the memory budget, time limits and bounded, safe reading of input files.
+"""Resource limits: the memory budget and the time budget.
 
 Every input whose *declared* size (a tensor's shape, a grid's length, an index range) would
 make boundcalc allocate more than the memory budget is refused before anything is allocated.
@@ -19,34 +19,24 @@ resamples; see :mod:`boundcalc.plan`) is also held to a *time budget*: refused u
 when even an optimistic estimate exceeds it. Default one hour; set it with the global option
 ``--time-budget`` or ``BOUNDCALC_TIME_BUDGET`` (seconds, or a number with s/m/h/d).
 
-The file helpers (:func:`input_files`, :func:`check_regular_file`, :func:`open_regular`,
-:func:`read_limited`, :func:`loads_json`) are meant for every loader: every path a user names
-is checked with ``stat`` (a regular file, or a folder of them) before anything opens it; they
-refuse FIFOs, devices and symlink loops, never read past a size limit, and turn duplicate JSON
-keys and absurd nesting into one-line errors.
+Reading files safely (``stat`` first, size caps, strict JSON) lives in :mod:`boundcalc.files`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import re
 import signal
-import stat
 import threading
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .errors import BoundcalcError, ResourceError, one_line
 
 ENV_BUDGET = "BOUNDCALC_MEMORY_BUDGET"
 ENV_TIME = "BOUNDCALC_TIME_BUDGET"
 BASE_BUDGET = 1 << 30
-MAX_FOLDER_ENTRIES = 10_000  # files + folders below one folder a user names
-MAX_FOLDER_DEPTH = 8
-MAX_FORMULA_FILE_BYTES = 2_000_000  # one formula (.toml) file
 DEFAULT_TIME_BUDGET = 3600.0
 _state: dict[str, int | float | None] = {"override": None, "largest_tensor": 0, "time": None}
 _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)\s*([smhd]?)\s*$", re.IGNORECASE)
@@ -218,148 +208,3 @@ def time_limit(seconds: float, what: str,
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-
-
-# ---- files -------------------------------------------------------------------------------
-
-def check_regular_file(path: str | os.PathLike, err: type[BoundcalcError],
-                       what: str = "file") -> os.stat_result:
-    """``os.stat`` of ``path``, which must be a regular file (not a FIFO, device, socket or
-    folder); symlink loops and unreadable paths become ``err`` with one line."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise err(f"{path}: cannot read {what} ({exc.strerror or exc.__class__.__name__})") \
-            from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                else "not a regular file")
-        raise err(f"{path}: {what} is {kind}; a regular file is required")
-    return st
-
-
-def input_files(path: str | os.PathLike, err: type[BoundcalcError], what: str = "file", *,
-                folder: bool = True, recursive: bool = True,
-                max_entries: int = MAX_FOLDER_ENTRIES,
-                max_depth: int = MAX_FOLDER_DEPTH) -> list[Path]:
-    """The files behind a path a user named, each checked with ``stat`` before anything opens
-    it: ``[path]`` for a regular file; for a folder (when ``folder``), every file below it,
-    sorted, hidden names (``.*``) skipped (with ``recursive=False`` only the folder's own
-    files; its subfolders are skipped). A FIFO, device, socket, dangling
-    link or symlink loop anywhere, a folder nested deeper than ``max_depth`` or holding more
-    than ``max_entries`` entries is refused with one line of ``err`` naming it."""
-    p = Path(path)
-    try:
-        st = os.stat(p)
-    except OSError as exc:
-        raise err(f"{p}: cannot read {what} ({exc.strerror or exc.__class__.__name__})") from None
-    if not stat.S_ISDIR(st.st_mode) or not folder:
-        check_regular_file(p, err, what)
-        return [p]
-    out: list[Path] = []
-    count = 0
-    stack = [(p, 0)]
-    while stack:
-        d, depth = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as exc:
-            raise err(f"{d}: cannot read {what} folder ({exc.strerror or exc.__class__.__name__})") \
-                from None
-        for e in entries:
-            if e.name.startswith("."):
-                continue
-            count += 1
-            if count > max_entries:
-                raise err(f"{p}: {what} folder holds more than {max_entries} entries; refused")
-            q = Path(e.path)
-            try:
-                est = os.stat(q)
-            except OSError as exc:
-                raise err(f"{q}: cannot read {what} ({exc.strerror or exc.__class__.__name__})") \
-                    from None
-            if stat.S_ISDIR(est.st_mode):
-                if not recursive:
-                    continue
-                if depth + 1 >= max_depth:
-                    raise err(f"{q}: {what} folder nested deeper than {max_depth} levels (a "
-                              "symlink loop?); refused")
-                stack.append((q, depth + 1))
-            else:
-                check_regular_file(q, err, what)
-                out.append(q)
-    return sorted(out)
-
-
-def open_regular(path: str | os.PathLike, err: type[BoundcalcError], what: str = "file"):
-    """``path`` opened for binary reading, refused with ``err`` unless it is a regular file.
-
-    Opened without blocking (a FIFO would wait for a writer) and checked again on the open
-    descriptor, so a file swapped for a FIFO or device after a ``stat`` is still refused."""
-    check_regular_file(path, err, what)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise err(f"{path}: cannot read {what} ({exc.strerror})") from None
-    fh = os.fdopen(fd, "rb")
-    if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped since the stat above
-        fh.close()
-        raise err(f"{path}: {what} is not a regular file")
-    return fh
-
-
-def read_limited(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcError],
-                 what: str = "file") -> bytes:
-    """The bytes of the regular file ``path``, refused with ``err`` if it is larger than
-    ``max_bytes`` (checked before reading and while reading, so a file that grows or lies
-    about its size is still cut off)."""
-    st = check_regular_file(path, err, what)
-    if st.st_size > max_bytes:
-        raise err(f"{path}: {what} is {st.st_size} bytes, more than the limit of {max_bytes}")
-    with open_regular(path, err, what) as fh:
-        try:
-            data = fh.read(max_bytes + 1)
-        except OSError as exc:
-            raise err(f"{path}: cannot read {what} ({exc.strerror})") from None
-    if len(data) > max_bytes:
-        raise err(f"{path}: {what} is larger than the limit of {max_bytes} bytes")
-    return data
-
-
-def _unique_keys(where: str, err: type[BoundcalcError]) -> Callable[[list], dict]:
-    def hook(pairs: list[tuple[str, Any]]) -> dict:
-        out: dict[str, Any] = {}
-        for k, v in pairs:
-            if k in out:
-                raise err(f"{where}: key {k!r:.60} appears twice in one JSON object")
-            out[k] = v
-        return out
-    return hook
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"non-finite constant {name} is not allowed")
-
-
-def loads_json(text: str | bytes, where: str, err: type[BoundcalcError]) -> Any:
-    """``json.loads`` that refuses duplicate keys, NaN/Infinity and absurd nesting with one
-    line of ``err`` naming ``where``."""
-    try:
-        return json.loads(text, object_pairs_hook=_unique_keys(where, err),
-                          parse_constant=_no_constant)
-    except BoundcalcError:
-        raise
-    except RecursionError:
-        raise err(f"{where}: not valid JSON (nested too deeply)") from None
-    except MemoryError:
-        raise err(f"{where}: JSON document too large for memory") from None
-    except (ValueError, TypeError) as exc:  # JSONDecodeError, bad UTF-8, int-string limit
-        raise err(f"{where}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
-
-
-def read_json(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcError],
-              what: str = "JSON file") -> Any:
-    """:func:`read_limited` then :func:`loads_json`."""
-    return loads_json(read_limited(path, max_bytes, err, what), str(Path(path)), err)

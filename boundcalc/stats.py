@@ -50,7 +50,8 @@ from typing import Any
 import numpy as np
 
 from .errors import StatsError, one_line
-from .limits import check_allocation, check_regular_file, read_json
+from .limits import check_allocation
+from .files import check_regular_file, finite_number, read_json
 
 SCHEMA = "boundcalc.stats"
 VERSION = 1
@@ -190,7 +191,7 @@ class Stats:
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     """Serialize ``obj`` as JSON to ``path`` without ever leaving a half-written file."""
-    from .report.io import write_text_atomic
+    from .files import write_text_atomic
 
     try:
         text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False)
@@ -202,17 +203,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
 # ---- loading and validation ---------------------------------------------------------------
 
 def _finite(value: Any, what: str, nonneg: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StatsError(f"{what}: expected a number, got {type(value).__name__} {value!r:.40}")
-    try:
-        x = float(value)
-    except OverflowError:
-        raise StatsError(f"{what}: number too large for double precision") from None
-    if not math.isfinite(x):
-        raise StatsError(f"{what}: expected a finite number, got {x}")
-    if nonneg and x < 0:
-        raise StatsError(f"{what}: expected a non-negative number, got {x}")
-    return x
+    return finite_number(value, what, StatsError, nonneg)
 
 
 def _quantity(obj: Any, what: str) -> Quantity:

@@ -30,7 +30,8 @@ from boundcalc.cli import app
 from boundcalc.errors import (BoundcalcError, CheckpointError, DomainError, FormulaError, OutputError,
                               ResourceError, StatsError)
 from boundcalc.evaluation import Prepared
-from boundcalc.limits import check_allocation, loads_json, read_limited, set_memory_budget
+from boundcalc.limits import check_allocation, set_memory_budget
+from boundcalc.files import loads_json, read_limited
 from boundcalc.measure.io import open_source
 from boundcalc.registry.loader import load_file
 from boundcalc.report.io import write_text_atomic

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ..errors import BoundcalcError
+from ..files import finite_number
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -57,14 +58,13 @@ def _value(name: str, text: str) -> Any:
         x = float(text)
     except ValueError:
         raise BoundcalcError(f"--set {name}: {text[:40]!r} is not a number") from None
-    if not math.isfinite(x):
-        raise BoundcalcError(f"--set {name}: {text!r} is not a finite number")
-    return x
+    return finite_number(x, f"--set {name}", BoundcalcError)
 
 
 def _check_numbers(name: str, value: Any) -> None:
+    """Every leaf of a JSON array is a finite number (a bool, a string or 1e400 is refused)."""
     if isinstance(value, list):
         for v in value:
             _check_numbers(name, v)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BoundcalcError(f"--set {name}: arrays may contain only numbers")
+    else:
+        finite_number(value, f"--set {name}", BoundcalcError)

@@ -233,3 +233,37 @@ def to_text(e: Node) -> str:
 def _wrapped(e: Node) -> str:
     text = to_text(e)
     return f"({text})" if e.op in ("Add", "Mul", "Pow") or text.startswith("-") else text
+
+
+def sympy_text(node: Node) -> str:
+    """A term as SymPy would print it (``log(2*sqrt(n)/delta)``: square roots, reciprocals and
+    quotients written out), from the plain tree, so that printing never needs SymPy; shapes
+    other than symbols, numbers, logs, sums, products and powers fall back to :func:`to_text`."""
+    op, args = node.op, node.args
+    if op in ("Symbol", "Integer", "Rational"):
+        return to_text(node)
+    if op == "log" and len(args) == 1:
+        return f"log({sympy_text(args[0])})"
+    if op == "Pow" and args[1].op == "Rational" and args[1].value == (1, 2):
+        return f"sqrt({sympy_text(args[0])})"
+    if op == "Add":
+        return " + ".join(sympy_text(a) for a in args)
+    if op == "Pow" and args[1].op == "Integer" and args[1].value == -1:
+        return f"1/{sympy_text(args[0])}" if args[0].op in ("Symbol", "Integer") \
+            else f"1/({sympy_text(args[0])})"
+    if op == "Mul":
+        inv = [a.args[0] for a in args if a.op == "Pow" and a.args[1].op == "Integer"
+               and a.args[1].value == -1]
+        num = [a for a in args if not (a.op == "Pow" and a.args[0] in inv
+                                       and a.args[1].op == "Integer")]
+
+        def factor(a: Node) -> str:
+            text = sympy_text(a)
+            return f"({text})" if a.op == "Add" else text
+
+        top = "*".join(factor(a) for a in num) or "1"
+        if not inv:
+            return top
+        bottom = "*".join(factor(a) for a in inv)
+        return f"{top}/{bottom if len(inv) == 1 else '(' + bottom + ')'}"
+    return to_text(node)

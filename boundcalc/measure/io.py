@@ -28,7 +28,8 @@ import torch
 from safetensors import safe_open
 
 from ..errors import CheckpointError
-from ..limits import check_allocation, check_regular_file, note_tensor_bytes
+from ..limits import check_allocation, note_tensor_bytes
+from ..files import check_regular_file
 from .safety import check_archive, checked_tensor, read_small_json, tensor_bytes
 
 _FLOAT_ST = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}

@@ -3,7 +3,7 @@
 The one gate every ``from_pretrained`` of boundcalc goes through (:func:`from_pretrained`):
 
 * the folder is checked before transformers sees it: every file in it is a regular file
-  (:func:`~boundcalc.limits.input_files`; a FIFO would hang a loader), and no config file
+  (:func:`~boundcalc.files.input_files`; a FIFO would hang a loader), and no config file
   carries an ``auto_map`` — the key by which a checkpoint asks transformers to import its own
   ``modeling_*.py`` / ``tokenization_*.py`` or a Hub repository's code — refused in one line
   naming the file and the key;
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import BoundcalcError, CheckpointError
-from ..limits import input_files
+from ..files import input_files
 from .safety import read_small_json
 
 # Files transformers reads from a folder that may name code to import (``auto_map``).

@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from ..errors import BoundcalcError, CheckpointError
-from ..limits import check_allocation, read_json
+from ..limits import check_allocation
+from ..files import read_json
 
 MAX_JSON_BYTES = 64 << 20
 MAX_ZIP_RATIO = 1000  # stored tensors are not compressed; this is a bomb, not a checkpoint

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import BoundcalcError
-from ..limits import check_allocation, check_regular_file
+from ..limits import check_allocation
+from ..files import check_regular_file
 from .safety import MAX_ABS_WEIGHT, check_archive
 from ..stats import Quantity
 

@@ -6,8 +6,8 @@ Public API::
     r = optimize("mcallester", values={...})          # or optimize(entry, stats_file)
     r.method, r.extra["certified_optimum"], r.extra["sensitivity"]
 
-Modules: :mod:`.core` (closed forms, grids, priors, SciPy, GP cross-checks), :mod:`.gp`
-(SymPy → CVXPY), :mod:`.per_instance` (per-group σ_g on the Dziugaite–Roy grid),
+Modules: :mod:`.entry_points` (``optimize``, ``what_it_takes``, ...), :mod:`.core` (closed
+forms, grids, priors, SciPy, GP cross-checks), :mod:`.gp` (SymPy → CVXPY), :mod:`.per_instance` (per-group σ_g on the Dziugaite–Roy grid),
 :mod:`.derivatives` and :mod:`.sensitivity` (envelope-theorem sensitivities, contributions),
 :mod:`.whatif` (smallest n, shrink factors, bound against n and δ), :mod:`.batch`
 (vectorised evaluation along a batch axis).
@@ -15,7 +15,8 @@ Modules: :mod:`.core` (closed forms, grids, priors, SciPy, GP cross-checks), :mo
 
 from __future__ import annotations
 
-from .api import applicable, optimize, optimize_prepared, prepare_entry, quick_value, what_it_takes
+from .entry_points import (applicable, optimize, optimize_prepared, prepare_entry, quick_value,
+                           what_it_takes)
 from .core import Choice, Options, choose
 from .derivatives import derivative
 from .gp import GPOutcome, Translator, solve_gp

@@ -11,7 +11,7 @@ from ..errors import BoundcalcError, one_line
 from ..evaluation import Result
 from ..registry import Entry, Registry
 from ..stats import Stats
-from .api import applicable, optimize
+from .entry_points import applicable, optimize
 from .per_instance import per_instance_symbols
 
 

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import DomainError, MissingValueError, OptimizationError
+from ..stages.choose import discrete_start
+from ..stages.validate import nearest_index
 from ..evaluation import Prepared, Result, confidence_symbol
 from ..registry.schema import ParameterSpec, PriorSpec
 from .batch import BatchEvaluator
@@ -176,7 +178,7 @@ class ScalarProblem:
                     state[spec.name] = cf
         for spec in self.grid:
             grid = self.p.grids[spec.name]
-            state[spec.name] = float(grid[_nearest(grid, state[spec.name], spec.log_scale)])
+            state[spec.name] = float(grid[nearest_index(grid, state[spec.name], spec.log_scale)])
         for spec in self.prior:
             v = state[spec.name]
             j = spec.prior.index_of(v) if v > 0 else 1
@@ -189,11 +191,11 @@ class ScalarProblem:
         return state, prior_j
 
     def _middle(self, spec: ParameterSpec) -> float:
-        if spec.choice == "grid":
-            grid = self.p.grids[spec.name]
-            return float(grid[len(grid) // 2])
-        if spec.choice == "prior":
-            return float(spec.prior.value(1))
+        """A placeholder while closed forms are evaluated: the shared discrete start, else the
+        middle of the search axis."""
+        start = discrete_start(spec, self.p.grids)
+        if start is not None:
+            return start
         ax = self.axis(spec, None)
         return float(ax.to_value((ax.lo + ax.hi) / 2))
 
@@ -220,7 +222,7 @@ class ScalarProblem:
         base = self.delta_eff(others)
 
         def best_of(j: np.ndarray) -> tuple[int, float]:
-            costs = 2.0 * np.log(j) + math.log(math.pi ** 2 / 6.0)
+            costs = PriorSpec.cost(j)
             delta = None if base is None else base * np.exp(-costs)
             vals = self.evaluate({**state, spec.name: spec.prior.value(j)}, delta)
             i = argmin_batch(vals)
@@ -338,7 +340,7 @@ class ScalarProblem:
             cap, stride = self.prior_cap(spec), self.prior_stride(spec)
             scan = "every j" if stride == 1 else f"every {stride}th j, then every j near the best"
             how[spec.name] = (f"prior grid search (j = 1..{cap}, {scan}; chose "
-                              f"j = {prior_j[spec.name]}, cost 2 ln j + ln(π²/6))")
+                              f"j = {prior_j[spec.name]}, cost {PriorSpec.COST_TEXT})")
             parts.append(f"prior grid search ({spec.name}: j ≤ {cap})")
         if self.cont and found is not None:
             names = ", ".join(s.name for s in self.cont)
@@ -394,7 +396,7 @@ class ScalarProblem:
                 for s, dlt in zip(specs, delta):
                     if s.choice == "grid":
                         grid = self.p.grids[s.name]
-                        k = int(_nearest(grid, state[s.name], False)) + dlt - 2
+                        k = int(nearest_index(grid, state[s.name], False)) + dlt - 2
                         ok = ok and 0 <= k < len(grid)
                         trial_state[s.name] = float(grid[min(max(k, 0), len(grid) - 1)])
                     else:
@@ -427,7 +429,7 @@ class ScalarProblem:
             trial, tj = dict(state), dict(prior_j)
             if spec.choice == "grid":
                 grid = self.p.grids[spec.name]
-                trial[spec.name] = float(grid[_nearest(grid, cf, spec.log_scale)])
+                trial[spec.name] = float(grid[nearest_index(grid, cf, spec.log_scale)])
             else:
                 j = spec.prior.index_of(cf) if cf > 0 else 1
                 tj[spec.name] = j
@@ -517,13 +519,6 @@ class ScalarProblem:
         if gap > 1e-6:
             return value, False, f"GP and SciPy disagree ({gap:.1e} relative)"
         return value, True, "geometric program (log-log convex), SciPy agrees"
-
-
-def _nearest(grid: np.ndarray, v: float, log_scale: bool) -> int:
-    """Index of the grid point nearest to v (in log space for positive log-scale grids)."""
-    if log_scale and v > 0 and np.all(grid > 0):
-        return int(np.argmin(np.abs(np.log(grid) - math.log(v))))
-    return int(np.argmin(np.abs(grid - v)))
 
 
 def _rel(a: float, b: float) -> float:

@@ -29,12 +29,11 @@ import numpy as np
 from ..errors import OptimizationError
 from ..evaluation import Prepared
 from ..limits import check_allocation
-from ..registry.schema import Entry
+from ..registry.schema import Entry, PriorSpec
 from .batch import BatchEvaluator
 from .core import Choice, Options, ScalarProblem
 from .gp import solve_gp
 
-_LN_PI2_6 = math.log(math.pi ** 2 / 6.0)
 _WINDOW = 25
 _COMBO_WINDOW = 5
 _MAX_BATCH = 250_000
@@ -73,10 +72,6 @@ class ChargedPrepared(Prepared):
         values, choice, costs = super().resolve(given, how)
         costs.update(self.extra_costs)
         return values, choice, costs
-
-
-def prior_cost(j: np.ndarray) -> np.ndarray:
-    return 2.0 * np.log(j) + _LN_PI2_6
 
 
 class PerInstanceProblem:
@@ -126,8 +121,8 @@ class PerInstanceProblem:
             hi = min(K, lo + step)
             Jc = J[:, lo:hi]
             sig = self.sigma(Jc).reshape(*self.shape, hi - lo)
-            cost = self.base_cost + (prior_cost(Jc[0]) if single_charge
-                                     else prior_cost(Jc).sum(axis=0))
+            cost = self.base_cost + (PriorSpec.cost(Jc[0]) if single_charge
+                                     else PriorSpec.cost(Jc).sum(axis=0))
             delta = self.p.delta_effective({}) if self.p.delta_effective({}) is None else \
                 self.p.delta_effective({}) * np.exp(-cost)
             params: dict[str, Any] = dict(self.scalar.fixed)
@@ -170,7 +165,7 @@ class PerInstanceProblem:
 
     # ---- (2) geometric program ----------------------------------------------------------
     def relaxation(self, j_tied: np.ndarray, combo: int) -> tuple[dict[str, Any], Any]:
-        cost = self.base_cost + float(prior_cost(j_tied).sum())
+        cost = self.base_cost + float(PriorSpec.cost(j_tied).sum())
         delta = self.p.delta_effective({})
         delta = None if delta is None else delta * math.exp(-cost)
         scalar_bounds = {}
@@ -256,7 +251,7 @@ class PerInstanceProblem:
         j_t, c_t, v_t = self.tied()
         details: dict[str, Any] = {"tied": {"value": v_t, "j": int(j_t[0]),
                                             "sigma": float(self.sigma(j_t[0])),
-                                            "union_bound_cost": float(prior_cost(j_t).sum()),
+                                            "union_bound_cost": float(PriorSpec.cost(j_t).sum()),
                                             **self._combo_dict(c_t)}}
         start_j, start_c, start_v = j_t, c_t, v_t
         method = "tied optimum (exhaustive over j)"
@@ -274,7 +269,7 @@ class PerInstanceProblem:
                     method = f"cvxpy GP ({gp.solver}) relaxation snapped to the grid"
         j_s, c_s, v_s = self.tied(single_charge=True)
         details["single"] = {"value": v_s, "j": int(j_s[0]), "sigma": float(self.sigma(j_s[0])),
-                             "union_bound_cost": float(prior_cost(j_s[0])),
+                             "union_bound_cost": float(PriorSpec.cost(j_s[0])),
                              **self._combo_dict(c_s)}
         j, c, v, sweeps = self.coordinate(start_j, start_c)
         if v > v_t:  # cannot happen (coordinate search only descends), kept as a guard
@@ -298,8 +293,8 @@ def optimize_per_instance(prepared: Prepared, spec: PerInstance, options: Option
     values = {k: v for k, v in prepared.raw.items()}
     values[spec.name] = sigma
     final = Prepared(prepared.entry, values, prepared.estimated)
-    final.__dict__["_placeholders"] = prepared.__dict__.get("_placeholders", set())
-    cost = float(prior_cost(j).sum())
+    final.placeholders = prepared.placeholders
+    cost = float(PriorSpec.cost(j).sum())
     charged = ChargedPrepared(final, {spec.name: cost})
     how = dict(problem.scalar.how)
     params = dict(problem.scalar.fixed)
@@ -309,7 +304,7 @@ def optimize_per_instance(prepared: Prepared, spec: PerInstance, options: Option
                      f"with {spec.name})")
     details["per_instance"] = {
         spec.name: {"j": j.reshape(problem.shape), "values": sigma,
-                    "cost": prior_cost(j).reshape(problem.shape), "total_cost": cost,
+                    "cost": PriorSpec.cost(j).reshape(problem.shape), "total_cost": cost,
                     "grid": f"{spec.name}² = {problem.c:g}·exp(−j/{problem.b:g}), j = 1..{problem.J}",
                     "how": method}}
     tied, single = details["tied"], details["single"]

@@ -28,7 +28,7 @@ def reprepare(prepared: Prepared, overrides: Mapping[str, Any]) -> Prepared:
     values = dict(prepared.raw)
     values.update(overrides)
     out = Prepared(prepared.entry, values, prepared.estimated)
-    out.__dict__["_placeholders"] = prepared.__dict__.get("_placeholders", set())
+    out.placeholders = prepared.placeholders
     return out
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import FormulaError
-from ..limits import MAX_FORMULA_FILE_BYTES, read_limited
+from ..files import MAX_FORMULA_FILE_BYTES, read_limited
 
 FORMAT = 1
 _CODE_FILES = ("registry/loader.py", "registry/parser.py", "registry/schema.py",

@@ -17,7 +17,8 @@ from typing import Any
 import sympy as sp
 
 from ..errors import FormulaError, one_line
-from ..limits import MAX_FORMULA_FILE_BYTES, read_limited, time_limit
+from ..limits import time_limit
+from ..files import MAX_FORMULA_FILE_BYTES, read_limited
 from .parser import Namespace, parse_expression
 from .schema import (CHOICES, KINDS, OUTPUTS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
                      ParameterSpec, PriorSpec, SymbolSpec)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import BoundcalcError, FormulaError
-from ..limits import check_regular_file
+from ..files import check_regular_file
 from .cache import load_file_cached
 from .schema import Entry
 

@@ -146,6 +146,9 @@ class GridSpec:
         return pts
 
 
+LN_PI2_6 = math.log(math.pi ** 2 / 6.0)  # ln(π²/6) = ln Σ_j 1/j², the Dziugaite–Roy normaliser
+
+
 @dataclass
 class PriorSpec:
     """Dziugaite & Roy grid: value² = c·exp(−j/b) (or value = c·exp(−j/b)), j = 1, 2, …"""
@@ -165,10 +168,15 @@ class PriorSpec:
         j = round(-self.b * (log_v - math.log(self.c)))
         return int(min(max(j, 1), self.j_max))
 
+    COST_TEXT = "2 ln j + ln(π²/6)"  # the cost as printed in messages and method stories
+
     @staticmethod
-    def cost(j: int) -> float:
-        """ln(1/w_j) with w_j = 6/(π² j²): the confidence spent on grid point j."""
-        return 2.0 * math.log(j) + math.log(math.pi ** 2 / 6.0)
+    def cost(j: Any) -> Any:
+        """ln(1/w_j) = 2 ln j + ln(π²/6), with w_j = 6/(π² j²): the confidence spent on grid
+        point j (with numpy's log for numpy values and arrays of j, elementwise)."""
+        if isinstance(j, (np.ndarray, np.generic)):
+            return 2.0 * np.log(j) + LN_PI2_6
+        return 2.0 * math.log(j) + LN_PI2_6
 
 
 @dataclass
@@ -252,3 +260,12 @@ class Entry:
             "source": self.source, "provenance": self.provenance, "variant": self.variant,
             "output": self.output, "file": self.file, "conditions": list(self.conditions),
         }
+
+
+def confidence_symbol(entry: Entry) -> str | None:
+    """The δ to which union-bound costs are charged: ``delta`` if declared, else the first
+    symbol of role ``confidence``; None for an entry without one."""
+    conf = [s.name for s in entry.symbols.values() if s.role == "confidence"]
+    if "delta" in conf:
+        return "delta"
+    return conf[0] if conf else None

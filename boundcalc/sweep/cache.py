@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import BoundcalcError, FormulaError
-from ..limits import MAX_FORMULA_FILE_BYTES, input_files, open_regular, read_json, read_limited
+from ..files import MAX_FORMULA_FILE_BYTES, input_files, open_regular, read_json, read_limited
 
 KEY_VERSION = 1  # bump when the meaning of a stored result changes
 _CHUNK = 1 << 22
@@ -36,7 +36,7 @@ def _file_digest(path: Path) -> str:
 def _checkpoint_files(path: Path) -> list[Path]:
     """The files whose bytes define a checkpoint: a folder's files (recursively, hidden ones
     skipped), a sharded index plus its shards, or the file itself; each checked with ``stat``
-    (:func:`~boundcalc.limits.input_files`: a FIFO or device is refused, never read)."""
+    (:func:`~boundcalc.files.input_files`: a FIFO or device is refused, never read)."""
     if path.is_dir():
         return input_files(path, BoundcalcError, "checkpoint file")
     if path.name.endswith(".index.json"):
@@ -94,7 +94,7 @@ class Hasher:
 
     def save(self) -> None:
         if self.memo is not None:
-            from ..report.io import write_text_atomic
+            from ..files import write_text_atomic
 
             write_text_atomic(self.memo, json.dumps(self._known, indent=0, sort_keys=True))
 

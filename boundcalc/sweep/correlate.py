@@ -43,7 +43,7 @@ class Correlation:
 
 def load_table(path: str | Path):
     """A results table written by a sweep (CSV or Parquet)."""
-    from ..tables import read_pandas
+    from ..files import read_pandas
 
     p = Path(path)
     if not p.exists() and not p.is_symlink():
@@ -164,11 +164,11 @@ def _plan_bootstrap(groups: list, n_bootstrap: int, alpha: float) -> None:
 
 def write_correlation(corr: "Correlation", out: str | Path) -> tuple[Path, Path]:
     """``correlation.csv`` and ``correlation.png`` in the folder ``out`` (created if needed),
-    with the rules of every other writer (:mod:`boundcalc.report.io`): a path that is a file or
-    a device is refused, a failure is one :class:`~boundcalc.errors.OutputError` line and
+    with the rules of every other writer (:mod:`boundcalc.files.atomic_write`): a path that is a
+    file or a device is refused, a failure is one :class:`~boundcalc.errors.OutputError` line and
     leaves no half-written file."""
     from ..errors import OutputError, shown
-    from ..report.io import write_bytes_atomic
+    from ..files import write_bytes_atomic
 
     folder = Path(out)
     if not str(out).strip():
@@ -296,7 +296,7 @@ def plot_correlation(corr: Correlation, path: str | Path) -> Path:
     fig.tight_layout()
     import io
 
-    from ..report.io import write_bytes_atomic
+    from ..files import write_bytes_atomic
 
     buf = io.BytesIO()
     fig.savefig(buf, dpi=110, format="png")

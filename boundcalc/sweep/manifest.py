@@ -19,7 +19,6 @@ absent, non-numeric or NaN.
 
 from __future__ import annotations
 
-import csv
 import glob as globlib
 import hashlib
 import math
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import BoundcalcError, one_line, shown
-from ..limits import input_files
+from ..files import input_files, stream_rows
 
 RESERVED = ("path", "init", "data", "n_heads")
 PREFIXES = ("set", "hp")
@@ -86,85 +85,16 @@ BYTES_PER_MANIFEST_ROW = 512  # a Row, its dict of cells and its digest
 
 def _stream(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
     """The columns and an iterator of row dicts, read one row (CSV) or one batch (Parquet) at
-    a time; unreadable files and bad bytes are one-line :class:`ManifestError`."""
-    from ..limits import check_allocation, check_regular_file
-
+    a time by the one table reader; unreadable files and bad bytes are one-line
+    :class:`ManifestError`."""
     suffix = path.suffix.lower()
     if suffix not in (".parquet", ".pq", ".csv", ".tsv", ".txt"):
         raise ManifestError(f"{shown(path)}: a manifest is a .csv, .tsv or .parquet file, or a "
                             "glob pattern of checkpoints")
     if not path.exists() and not path.is_symlink():
         raise ManifestError(f"{shown(path)}: no such manifest file")
-    st = check_regular_file(path, ManifestError, "manifest")
-    if suffix in (".parquet", ".pq"):
-        return _stream_parquet(path)
-    check_allocation(BYTES_PER_MANIFEST_BYTE * st.st_size, f"manifest {shown(path)} "
-                     f"({st.st_size:,} bytes)")
-    try:
-        fh = open(path, newline="", encoding="utf-8-sig")
-    except OSError as exc:
-        raise ManifestError(f"{shown(path)}: cannot read the manifest ({exc.strerror})") from None
-    reader = csv.reader(fh, delimiter="\t" if suffix == ".tsv" else ",")
-    try:
-        header = next(reader, None)
-    except (csv.Error, UnicodeDecodeError, OSError) as exc:
-        fh.close()
-        raise ManifestError(f"{shown(path)}: cannot read the manifest "
-                            f"({one_line(str(exc))[:160]})") from None
-    if header is None:
-        fh.close()
-        raise ManifestError(f"{shown(path)}: the manifest is empty (no header line)")
-    columns = [c.strip() for c in header]
-
-    def rows() -> Iterator[dict[str, Any]]:
-        with fh:
-            line = 1
-            try:
-                for rec in reader:
-                    line += 1
-                    if not rec or (len(rec) == 1 and not rec[0].strip()):
-                        continue  # a blank line, as pandas skips it
-                    if len(rec) > len(columns):
-                        raise ManifestError(f"{shown(path)}: line {line} has {len(rec)} fields, "
-                                            f"the header {len(columns)}")
-                    rec += [""] * (len(columns) - len(rec))
-                    yield dict(zip(columns, rec))
-            except (csv.Error, UnicodeDecodeError, OSError) as exc:
-                raise ManifestError(f"{shown(path)}: cannot read the manifest at line {line} "
-                                    f"({one_line(str(exc))[:160]})") from None
-    return columns, rows()
-
-
-def _stream_parquet(path: Path) -> tuple[list[str], Iterator[dict[str, Any]]]:
-    from ..limits import check_allocation
-
-    try:
-        import pyarrow.parquet as pq
-
-        pf = pq.ParquetFile(path)
-        meta = pf.metadata
-        columns = [str(c) for c in pf.schema_arrow.names]
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ManifestError(f"{shown(path)}: cannot read the manifest "
-                            f"({one_line(first)[:160]})") from None
-    raw = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    # the footer's counts, before any row is decoded: a small file can hold millions of rows
-    check_allocation(max(BYTES_PER_MANIFEST_BYTE * raw, BYTES_PER_MANIFEST_ROW * meta.num_rows),
-                     f"manifest {shown(path)} ({meta.num_rows} rows)")
-
-    def rows() -> Iterator[dict[str, Any]]:
-        try:
-            for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
-                yield from ({str(k): math.nan if v is None else _plain(v)  # null → NaN
-                             for k, v in r.items()} for r in batch.to_pylist())
-        except ManifestError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ManifestError(f"{shown(path)}: cannot read the manifest "
-                                f"({one_line(first)[:160]})") from None
-    return columns, rows()
+    return stream_rows(path, ManifestError, "manifest", bytes_per_byte=BYTES_PER_MANIFEST_BYTE,
+                       bytes_per_row=BYTES_PER_MANIFEST_ROW, batch=PARQUET_BATCH)
 
 
 def _typed_columns(rows: list["Row"], columns: list[str]) -> None:
@@ -207,16 +137,6 @@ def _is_float(v: str) -> bool:
 def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str)
                                                                     and v.strip() in _NA)
-
-
-def _plain(v: Any) -> Any:
-    """numpy scalars → Python scalars (the table is written as CSV and Parquet)."""
-    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
-        try:
-            return v.item()
-        except (ValueError, AttributeError):
-            return v
-    return v
 
 
 def _check_columns(source: str, columns: list[str], known_symbols: Iterable[str] | None) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BoundcalcError, OutputError
-from ..limits import check_regular_file, read_json, read_limited
+from ..files import check_regular_file, read_json, read_limited
 from .cache import Hasher, formulas_digest, task_key
 from .manifest import RESULT_COLUMNS, Manifest, read_manifest, registry_symbols
 from .tasks import run_checkpoint, run_layer

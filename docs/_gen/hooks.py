@@ -34,7 +34,7 @@ API_MODULES = [
     ("boundcalc/evaluation.py", "Results"),
     ("boundcalc/bind.py", "Binding values to symbols"),
     ("boundcalc/stats.py", "Stats files"),
-    ("boundcalc/optimize/api.py", "Optimisation"),
+    ("boundcalc/optimize/entry_points.py", "Optimisation"),
     ("boundcalc/measure/pipeline.py", "Measurement"),
     ("boundcalc/report/latex.py", "LaTeX export"),
 ]

@@ -302,7 +302,7 @@ def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
     model, its losses averaged over the positions that count (causal: every next token; masked:
     the masked positions). ``tm`` is the loaded task model (its task and tokenizer); ``model``
     is evaluated in its place (the quantized copy)."""
-    from ..data.data_pass import _lm_targets
+    from ..data.inputs import lm_targets
 
     errs, preds, units = [], [], []
     smooth: dict[float, list[np.ndarray]] = {float(a): [] for a in alphas}
@@ -313,7 +313,7 @@ def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
         for inputs, y in batched.batches:
             keep = None
             if tm.is_lm:
-                inputs, y, keep = _lm_targets(tm, inputs)
+                inputs, y, keep = lm_targets(tm, inputs)
             logits = model(**inputs).logits.double()
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]
@@ -517,17 +517,6 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
 # ---------------------------------------------------------------------------------------------
 # from a checkpoint on disk (the CLI)
 # ---------------------------------------------------------------------------------------------
-
-def load_task_model(path: str) -> tuple[torch.nn.Module, bool]:
-    """A Hugging Face folder with a task head → (module in eval mode, causal?), loaded exactly
-    as ``measure --data`` loads it (:func:`..data.hf.load_task_model`: local files only, no
-    checkpoint code). Only a model whose predictions can be evaluated can have its quantized
-    risk measured."""
-    from ..data import hf
-
-    tm = hf.load_task_model(path)
-    return tm.model.float().eval(), tm.task == "causal_lm"
-
 
 def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> tuple[
         dict[str, torch.Tensor], Any]:

@@ -27,10 +27,9 @@ import torch
 from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
+from .inputs import Progress, lm_targets, to_device
 
-Progress = Callable[[int, int, str], None]
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
-MASK_EVERY = 7
 
 
 @dataclass
@@ -45,25 +44,6 @@ class PassResult:
     fro_max: float
 
 
-def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in batch.items()}
-
-
-def _lm_targets(tm: TaskModel, inputs: dict[str, torch.Tensor]
-                ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-    """Model inputs, targets (B × T') and the mask of positions that count."""
-    ids, mask = inputs["input_ids"], inputs["attention_mask"]
-    if tm.task == "causal_lm":
-        return inputs, ids[:, 1:], mask[:, 1:].bool()
-    tok_mask = getattr(tm.tokenizer, "mask_token_id", None) if tm.tokenizer else None
-    if tok_mask is None:
-        raise BoundcalcError(f"{tm.source}: a masked LM needs a tokenizer with a mask token")
-    pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-    chosen = (pos % MASK_EVERY == 1) & mask.bool()
-    masked = ids.masked_fill(chosen, int(tok_mask))
-    return {**inputs, "input_ids": masked}, ids, chosen
-
-
 def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float = 0.01,
              norms: bool = True, progress: Progress | None = None,
              what: str = "data pass") -> PassResult:
@@ -75,9 +55,9 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
         for i, (inputs, y) in enumerate(data.batches):
             if progress:
                 progress(i, len(data.batches), what)
-            inputs = _to(inputs, device)
+            inputs = to_device(inputs, device)
             if tm.is_lm:
-                inputs, targets, keep = _lm_targets(tm, inputs)
+                inputs, targets, keep = lm_targets(tm, inputs)
             out = model(**inputs, output_hidden_states=norms)
             if norms:
                 h = out.hidden_states[0].double()  # the embedding output: input of layer 0
@@ -139,9 +119,9 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
     used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
 
     def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None) -> torch.Tensor:
-        inputs = _to(inputs, device)
+        inputs = to_device(inputs, device)
         if tm.is_lm:
-            inputs, targets, keep = _lm_targets(tm, inputs)
+            inputs, targets, keep = lm_targets(tm, inputs)
             logits = tm.model(**inputs).logits
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError
-from ...limits import check_allocation, input_files, loads_json, read_limited
-from ...tables import check_cells, read_arrow
+from ...limits import check_allocation
+from ...files import check_cells, input_files, loads_json, read_arrow, read_limited
 from ..safety import MAX_JSON_BYTES
 from .hf import TaskModel, load_tokenizer, position_limit
 

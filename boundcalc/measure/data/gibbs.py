@@ -31,9 +31,9 @@ from ...errors import BoundcalcError, DomainError
 from ...limits import check_allocation
 from ...stats import Quantity
 from .curvature import Closure, _params
-from .data_pass import Progress, _lm_targets, _to
 from .dataset_io import Batched
 from .hf import TaskModel
+from .inputs import Progress, lm_targets, to_device
 
 Sigma = float | Mapping[str, float]
 MODES = ("auto", "sample", "whole")
@@ -254,7 +254,7 @@ def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tenso
     """Per-row bounded loss (float64, on the device; see :mod:`.data_pass`) and the count of
     non-finite logits, without a host synchronisation."""
     if tm.is_lm:
-        inputs, targets, keep = _lm_targets(tm, inputs)
+        inputs, targets, keep = lm_targets(tm, inputs)
     logits = tm.model(**inputs).logits
     bad = (~torch.isfinite(logits)).sum()
     logits = logits.double()
@@ -347,7 +347,7 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
                     if engine == "weights":
                         pert.draw(sig)
                     for batch in _pass_batches(data, samples, rng, chunk):
-                        inputs, y = _to(batch[0], device), batch[1]
+                        inputs, y = to_device(batch[0], device), batch[1]
                         y = None if y is None else y.to(device)
                         if engine == "loop":
                             pert.draw(sig)

@@ -39,8 +39,8 @@ from ..device import (check_precision, default_precision, device_name,
                       work_budget_for)
 from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
+from .tune import DR_B, DR_C, dr_sigma
 
-DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid of pac_bayes.toml: σ_j² = c·e^{−j/b}
 DEFAULT_SIGMAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 
 
@@ -54,12 +54,12 @@ def dr_point(sigma: float) -> tuple[int, float]:
     if not (math.isfinite(sigma) and sigma > 0):
         raise DomainError(f"--sigma {sigma}: expected a positive number")
     j = max(1, round(-DR_B * (2 * math.log(sigma) - math.log(DR_C))))
-    used = math.sqrt(DR_C) * math.exp(-j / (2 * DR_B))
+    used = dr_sigma(j)
     if not (used > 0 and abs(used / sigma - 1) <= SNAP_TOLERANCE):
         raise DomainError(
             f"--sigma {sigma:g}: no point of the Dziugaite–Roy grid σ_j² = {DR_C}·e^(−j/{DR_B:g}) "
             f"lies within {SNAP_TOLERANCE:.0%} of it (nearest: j = {j}, σ = {used:.4g}); give a σ "
-            f"between 1e-300 and {math.sqrt(DR_C) * math.exp(-1 / (2 * DR_B)):.4g}")
+            f"between 1e-300 and {dr_sigma(1):.4g}")
     return j, used
 
 

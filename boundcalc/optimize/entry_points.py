@@ -67,7 +67,7 @@ def prepare_entry(entry: Entry | str, stats: Stats | str | None = None,
     est = dict(binding.estimated)
     est.update(estimated or {})
     prepared = Prepared(e, binding.values, est)
-    prepared.__dict__["_placeholders"] = placeholders
+    prepared.placeholders = placeholders
     return prepared
 
 
@@ -90,7 +90,7 @@ def applicable(entry: Entry, stats: Stats, overrides: Mapping[str, Any] | None =
 
 
 def _choose(prepared: Prepared, options: Options):
-    placeholders = prepared.__dict__.get("_placeholders", set())
+    placeholders = prepared.placeholders
     specs = [p for p in per_instance_symbols(prepared.entry) if p.name in placeholders]
     if specs:
         if len(specs) > 1:
@@ -148,7 +148,7 @@ def what_it_takes(prepared: Prepared, result: Result, options: Options) -> dict[
         return quick_value(p, options)
 
     base = prepared
-    placeholders = prepared.__dict__.get("_placeholders", set())
+    placeholders = prepared.placeholders
     out: dict[str, Any] = {"target": options.target}
     if result.kind == "certified" and getattr(result, "output", "risk") == "risk":
         out["smallest_n"] = smallest_n(base, opt, options.target)

@@ -1,22 +1,28 @@
 """Reading a table a user names (CSV, TSV, JSON Lines, Parquet) within the memory budget.
 
 One reader for every table boundcalc takes from a user (``measure --data``, sweep manifests,
-results tables): the path is checked with ``stat`` and read with a size cap
-(:func:`~boundcalc.limits.read_limited`, the memory budget), and a Parquet file's row count
-and uncompressed size are read from its footer *before* any row is decoded, so a small file
-that inflates to millions of rows (a decompression bomb) is refused in milliseconds instead of
-exhausting memory. Every table is then checked once more after parsing, counting the Python
-objects its cells become.
+results tables), whole (:func:`read_arrow`, :func:`read_pandas`) or streamed a row or a batch
+at a time (:func:`stream_rows`, for sweep manifests: CSV cells stay text). The path is checked
+with ``stat`` and read with a size cap (:func:`~boundcalc.files.safe_read.read_limited`, the
+memory budget), and a Parquet file's row count and uncompressed size are read from its footer
+*before* any row is decoded, so a small file that inflates to millions of rows (a
+decompression bomb) is refused in milliseconds instead of exhausting memory. Every table is
+then checked once more after parsing, counting the Python objects its cells become.
 """
 
 from __future__ import annotations
 
+import csv
 import io
+import math
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Sequence
 
-from .errors import BoundcalcError
-from .limits import check_allocation, memory_budget, read_limited
+from ..errors import BoundcalcError, one_line, shown
+from ..limits import check_allocation, memory_budget
+from .safe_read import check_regular_file, open_regular, read_limited
 
 PY_CELL_BYTES = 80  # one cell as a Python object: a short str is ~50 bytes, plus its list slot
 
@@ -123,3 +129,87 @@ def read_pandas(path: str | os.PathLike, err: type[BoundcalcError], what: str,
         raise err(f"{where}: cannot read {what} ({first[:160]})") from None
     check_cells(len(df), len(df.columns), 0, where)
     return df
+
+
+def plain(v: Any) -> Any:
+    """numpy scalars → Python scalars (a table's cells, ready to be written as CSV or Parquet)."""
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        try:
+            return v.item()
+        except (ValueError, AttributeError):
+            return v
+    return v
+
+
+def stream_rows(path: Path, err: type[BoundcalcError], what: str, *, bytes_per_byte: float,
+                bytes_per_row: float, batch: int = 65_536
+                ) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    """The columns and an iterator of row dicts of the CSV/TSV (``.tsv``: tab-separated; cells
+    stay text, blank lines skipped) or Parquet (``.parquet``/``.pq``: decoded ``batch`` rows at
+    a time, null → NaN) file ``path``. Before any row is read, ``bytes_per_byte`` × the file's
+    bytes (and for Parquet ``bytes_per_row`` × the rows its footer declares) is held to the
+    memory budget; unreadable files and bad bytes are one line of ``err`` naming ``what``."""
+    st = check_regular_file(path, err, what)
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return _stream_parquet(path, err, what, bytes_per_byte, bytes_per_row, batch)
+    check_allocation(bytes_per_byte * st.st_size, f"{what} {shown(path)} ({st.st_size:,} bytes)")
+    fh = io.TextIOWrapper(open_regular(path, err, what), newline="", encoding="utf-8-sig")
+    reader = csv.reader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    try:
+        header = next(reader, None)
+    except (csv.Error, UnicodeDecodeError, OSError) as exc:
+        fh.close()
+        raise err(f"{shown(path)}: cannot read the {what} ({one_line(str(exc))[:160]})") from None
+    if header is None:
+        fh.close()
+        raise err(f"{shown(path)}: the {what} is empty (no header line)")
+    columns = [c.strip() for c in header]
+
+    def rows() -> Iterator[dict[str, Any]]:
+        with fh:
+            line = 1
+            try:
+                for rec in reader:
+                    line += 1
+                    if not rec or (len(rec) == 1 and not rec[0].strip()):
+                        continue  # a blank line, as pandas skips it
+                    if len(rec) > len(columns):
+                        raise err(f"{shown(path)}: line {line} has {len(rec)} fields, "
+                                  f"the header {len(columns)}")
+                    rec += [""] * (len(columns) - len(rec))
+                    yield dict(zip(columns, rec))
+            except (csv.Error, UnicodeDecodeError, OSError) as exc:
+                raise err(f"{shown(path)}: cannot read the {what} at line {line} "
+                          f"({one_line(str(exc))[:160]})") from None
+    return columns, rows()
+
+
+def _stream_parquet(path: Path, err: type[BoundcalcError], what: str, bytes_per_byte: float,
+                    bytes_per_row: float, batch: int
+                    ) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(path)
+        meta = pf.metadata
+        columns = [str(c) for c in pf.schema_arrow.names]
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise err(f"{shown(path)}: cannot read the {what} ({one_line(first)[:160]})") from None
+    raw = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    # the footer's counts, before any row is decoded: a small file can hold millions of rows
+    check_allocation(max(bytes_per_byte * raw, bytes_per_row * meta.num_rows),
+                     f"{what} {shown(path)} ({meta.num_rows} rows)")
+
+    def rows() -> Iterator[dict[str, Any]]:
+        try:
+            for part in pf.iter_batches(batch_size=batch):
+                yield from ({str(k): math.nan if v is None else plain(v)  # null → NaN
+                             for k, v in r.items()} for r in part.to_pylist())
+        except BoundcalcError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise err(f"{shown(path)}: cannot read the {what} ({one_line(first)[:160]})") \
+                from None
+    return columns, rows()

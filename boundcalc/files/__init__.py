@@ -1,0 +1,26 @@
+"""Files: the ground floor every room reads and writes through.
+
+* :mod:`.safe_read`: paths a user names, checked with ``stat`` before opening; size-capped
+  reads; strict JSON (:func:`read_limited`, :func:`input_files`, :func:`read_json`, ...).
+* :mod:`.atomic_write`: outputs written through a temporary file and ``os.replace`` (never a
+  half-written file, never a replaced device or folder).
+* :mod:`.table_read`: the one reader of tables (CSV, TSV, JSON Lines, Parquet) within the memory
+  budget (:func:`read_arrow`, :func:`read_pandas`).
+
+The memory and time budgets are not files: they stay in :mod:`boundcalc.limits`.
+"""
+
+from __future__ import annotations
+
+from .atomic_write import write_bytes_atomic, write_text_atomic
+from .safe_read import (MAX_FOLDER_DEPTH, MAX_FOLDER_ENTRIES, MAX_FORMULA_FILE_BYTES,
+                        check_regular_file, finite_number, input_files, loads_json, open_regular,
+                        read_json, read_limited)
+from .table_read import (check_cells, check_parquet, plain, read_arrow, read_bytes, read_pandas,
+                         stream_rows)
+
+__all__ = ["MAX_FOLDER_DEPTH", "MAX_FOLDER_ENTRIES", "MAX_FORMULA_FILE_BYTES", "check_cells",
+           "check_parquet", "check_regular_file", "finite_number", "input_files", "loads_json", "open_regular",
+           "plain", "read_arrow", "read_bytes", "read_json", "read_limited", "read_pandas",
+           "stream_rows",
+           "write_bytes_atomic", "write_text_atomic"]

@@ -1,0 +1,39 @@
+"""A task model's batches made ready for a forward: moved to a device, language-model targets.
+
+Shared by the plain data pass (:mod:`.data_pass`), the Monte Carlo Gibbs risk (:mod:`.gibbs`)
+and the compression pass; sits below all three so that none of them imports another for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ...errors import BoundcalcError
+from .hf import TaskModel
+
+Progress = Callable[[int, int, str], None]  # (done, total, what is running)
+MASK_EVERY = 7  # a masked LM predicts every 7th non-special position
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """Every tensor of ``batch`` on ``device``."""
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def lm_targets(tm: TaskModel, inputs: dict[str, torch.Tensor]
+               ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Model inputs, targets (B × T') and the mask of positions that count: causal LMs predict
+    the next token; masked LMs see every :data:`MASK_EVERY`-th attended position masked and
+    predict it (a tokenizer without a mask token is refused)."""
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    if tm.task == "causal_lm":
+        return inputs, ids[:, 1:], mask[:, 1:].bool()
+    tok_mask = getattr(tm.tokenizer, "mask_token_id", None) if tm.tokenizer else None
+    if tok_mask is None:
+        raise BoundcalcError(f"{tm.source}: a masked LM needs a tokenizer with a mask token")
+    pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    chosen = (pos % MASK_EVERY == 1) & mask.bool()
+    masked = ids.masked_fill(chosen, int(tok_mask))
+    return {**inputs, "input_ids": masked}, ids, chosen
