@@ -375,7 +375,7 @@ def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: l
     from .row_audit import audit
 
     batch = data.batches[0]
-    inputs, y = _to(batch[0], device), batch[1]
+    inputs, y = to_device(batch[0], device), batch[1]
     y = None if y is None else y.to(device)
     rows = next(iter(inputs.values())).shape[0]
 
