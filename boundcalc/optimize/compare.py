@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from ..bind import bind, how_to_give
 from ..errors import BoundcalcError, one_line
+from ..hints import set_only_note, source_of
 from ..evaluation import Result
 from ..registry import Entry, Registry
 from ..stats import Stats
@@ -42,22 +43,6 @@ def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> di
     return {"id": entry.id, "kind": entry.kind, "missing": rows, "lacks": lacks_text(rows)}
 
 
-# what `boundcalc measure MODEL --data DATA` writes (measure/data/task_measure.py), and the
-# flag that turns each optional part on; `--compress` writes the quantized model's statistics
-_DATA_WRITES = {
-    "scalars.n": "", "scalars.emp_risk": "", "scalars.loss_mean": "",
-    "scalars.cross_entropy": "", "scalars.loss_min": "", "scalars.loss_max": "",
-    "scalars.margin_q": "", "scalars.input_token_norm_max": "", "scalars.input_fro_max": "",
-    "scalars.seq_len": "", "scalars.majority_error": "", "scalars.smoothing_alpha": "",
-    "scalars.bounded_loss_mean": "", "curves.ramp_risk": "", "curves.margin_below": "",
-    "scalars.gibbs_draws": " --draws K", "curves.gibbs_risk_mean": " --draws K",
-    "scalars.hessian_trace": " --hessian-probes P", "groups.hessian_trace": " --hessian-probes P",
-    "curves.perturbation_term": " --perturbation-draws K"}
-_COMPRESS_STATS = ("scalars.code_bits", "scalars.quantized_", "curves.quantized_",
-                   "scalars.vocab_size")
-_INIT_STATS = ("scalars.dist_init", "scalars.feature_sigma_min_init", "groups.dist")
-
-
 def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
     """What a missing symbol really is, in the user's terms: ``name`` (the symbol, with what
     the file holds instead when it has something of that name) and ``fix`` (the one thing to
@@ -80,19 +65,15 @@ def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
         if have is not None and not array:
             label += f" (not read from the file's {name} = {have.value:.4g})"
         return {"name": label, "fix": set_it}
-    if stat.startswith(_COMPRESS_STATS):
-        return {"name": label, "fix": "measure --data DATA --compress"}
+    command = source_of(stat)
+    if command is not None and "--compress" in command:
+        return {"name": label, "fix": command}
     if head == "scalars" and key in curves:
         return {"name": f"{label} (one value; the file has the curve {key} over "
                         f"{curves[key].param})", "fix": set_it}
-    if stat.startswith(_INIT_STATS):
-        return {"name": label, "fix": "measure --init INIT"}
-    flag = next((f for path, f in _DATA_WRITES.items() if stat.startswith(path)), None)
-    if flag is not None:
-        return {"name": label, "fix": f"measure --data DATA{flag}"}
-    if head == "matrix":
-        return {"name": label, "fix": "boundcalc measure MODEL"}
-    return {"name": label, "fix": set_it + " (no boundcalc command measures it)"}
+    if command is not None:
+        return {"name": label, "fix": command}
+    return {"name": label, "fix": f"{set_it} ({set_only_note(stat)})"}
 
 
 def lacks_text(rows: list[dict[str, Any]]) -> str:
