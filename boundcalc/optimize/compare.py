@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..bind import bind, how_to_give
 from ..errors import BoundcalcError, one_line
+from ..certifies import about_users_model
 from ..hints import set_only_note, source_of
 from ..evaluation import Result
 from ..registry import Entry, Registry
@@ -27,6 +29,40 @@ class Comparison:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
     results: list[Result] = field(default_factory=list)  # every computed one, registry order
+    # entries that do not apply to the task of the stats file (not computed): id, kind, reason
+    hidden: list[dict[str, str]] = field(default_factory=list)
+    # the least certified risk bound about the user's model, with its honest δ (least_certified)
+    minimum: dict[str, Any] | None = None
+
+    @property
+    def about_users(self) -> list[Result]:
+        """Certified rows about the user's model (every row but a compression row whose code
+        decodes to another model: :mod:`boundcalc.certifies`)."""
+        return [r for r in self.groups.get("certified", []) if about_users_model(r)]
+
+    @property
+    def about_another(self) -> list[Result]:
+        """Certified compression rows whose code decodes to another model (listed apart)."""
+        return [r for r in self.groups.get("certified", []) if not about_users_model(r)]
+
+    def missing(self) -> list[dict[str, Any]]:
+        """One line per missing ingredient: each measurement that certified entries not
+        computed lack, with those entries (most needed first; an entry may lack several);
+        last, the entries that lack a value no measurement gives (``give`` = '--set')."""
+        need: dict[str, list[str]] = {}
+        by_hand: list[str] = []
+        for row in self.skipped:
+            if row.get("kind") != "certified":
+                continue
+            fixes = list(dict.fromkeys(m.get("fix", "") for m in row.get("missing", [])))
+            if not fixes or any(f.startswith("--set") for f in fixes):
+                by_hand.append(row["id"])
+            for fix in fixes:
+                if not fix.startswith("--set"):
+                    need.setdefault(fix, []).append(row["id"])
+        out = [{"give": k, "entries": v}
+               for k, v in sorted(need.items(), key=lambda kv: -len(kv[1]))]
+        return out + ([{"give": "--set", "entries": by_hand}] if by_hand else [])
 
 
 def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> dict[str, Any]:
@@ -100,8 +136,13 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
     from ..floor import annotate
 
     out = Comparison()
+    by_id: dict[str, tuple[Entry, dict[str, Any]]] = {}
     for entry in track(list(registry)):
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
+        reason = not_for_task(entry, stats)
+        if reason:
+            out.hidden.append({"id": entry.id, "kind": entry.kind, "reason": reason})
+            continue
         if not applicable(entry, stats, own):
             out.skipped.append(skipped_row(entry, stats, own))
             continue
@@ -116,4 +157,64 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
         annotate(r, entry, stats, test_error)
         out.groups.setdefault(r.kind, []).append(r)
         out.results.append(r)
+        by_id[entry.id] = (entry, own)
+    out.minimum = least_certified(out.about_users, by_id, stats, registry, test_error)
+    return out
+
+
+def not_for_task(entry: Entry, stats: Stats | None) -> str | None:
+    """Why an entry does not apply to the task of ``stats`` (it is then hidden), or None: a
+    smoothed log-loss in bits per token is a language model's measure, not a classifier's."""
+    from ..floor import is_classifier
+
+    if is_classifier(stats) and entry.output == "loss" and any(
+            (s.stat or "").startswith("curves.quantized_smoothed_nll")
+            for s in entry.symbols.values()):
+        return "a log-loss in bits per token, for language models; this is a classifier"
+    return None
+
+
+def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[str, Any]]],
+                    stats: Stats, registry: Registry,
+                    test_error: float | None = None) -> dict[str, Any] | None:
+    """The least of the k certified risk bounds ``rows``, with an honest δ.
+
+    Each row holds with probability ≥ 1 − δ_i on its own; the least of k rows computed on the
+    same S holds only when all k do, so at 1 − Σδ_i (a union bound). Quoted here: the least
+    row re-evaluated (re-optimised) at δ_i/k (``value``; ``row_value`` is its own value). All k statements at δ_i/k hold together with
+    probability ≥ 1 − Σδ_i/k (= 1 − δ when every row has the same δ), whichever row the data
+    picks, so that value holds at δ. Per-row values are unchanged. If the re-evaluation
+    fails, the least row's own value is quoted with Σδ_i."""
+    from ..evaluation import confidence_symbol
+    from ..floor import annotate
+
+    bounds = [r for r in rows if r.is_bound and r.output == "risk" and math.isfinite(r.value)]
+    if not bounds:
+        return None
+    best = min(bounds, key=lambda r: r.value)
+    k = len(bounds)
+    deltas = [r.delta or 0.0 for r in bounds]
+    out: dict[str, Any] = {
+        "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
+        "rows": [r.id for r in bounds], "sum_delta": float(sum(deltas)),
+        "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
+        "certifies": best.certifies}
+    if k == 1 or not best.delta:
+        out.update(method="single", value=best.value, delta_total=best.delta or 0.0)
+        return out
+    entry, own = by_id[best.id]
+    conf = confidence_symbol(entry)
+    try:
+        again = optimize(entry, stats, {**own, conf: best.delta / k}, registry=registry,
+                         sensitivity=False, contributions=False)
+        annotate(again, entry, stats, test_error)
+        if not (again.is_bound and math.isfinite(again.value)):
+            raise BoundcalcError("not a bound at δ/k")
+    except BoundcalcError as exc:
+        out.update(method="sum", value=best.value, delta_total=out["sum_delta"],
+                   note=f"re-evaluation at δ/k failed: {one_line(str(exc))}")
+        return out
+    out.update(method="delta_over_k", value=again.value, delta_each=best.delta / k,
+               delta_total=float(sum(deltas)) / k, vacuous=again.vacuous,
+               vacuous_against=again.vacuous_text)
     return out
