@@ -177,3 +177,28 @@ def test_bits_rows_are_hidden_for_a_classifier_and_carry_their_unit_otherwise(pr
     assert rows["occam_smoothed_nll_kl"]["unit"] == "bits per token"
     assert rows["occam_kl"]["unit"] is None
     assert "bits/token" in invoke("compare", "--stats", lm).stdout
+
+
+def test_the_code_with_merged_levels_satisfies_kraft_as_the_docs_say():
+    """Issue 31 item 5: the decoder does not learn K′ (levels after merging) from the grid
+    index, so the code is not prefix-free as written; its Kraft sum is still ≤ (e − 1)/2.
+    Every message of a tiny instance (m = 4 symbols, 2-bit codebook values, grid {1, 2, 4}),
+    with every K′ ≤ K and every sorted distinct codebook, summed by brute force."""
+    import itertools
+
+    from boundcalc.measure.compress.compression import code_length
+
+    m, b, grid = 4, 2, (1, 2, 4)
+    total = 0.0
+    for k in grid:
+        for kk in range(1, min(k, 2 ** b) + 1):
+            books = math.comb(2 ** b, kk)  # sorted distinct K′-subsets of the 2^b values
+            for seq in itertools.product(range(kk), repeat=m):
+                c = code_length(np.array(seq), kk, b, len(grid)).total
+                total += books * 2.0 ** -c
+    assert total <= (math.e - 1) / 2
+    from pathlib import Path
+
+    note = (Path(__file__).resolve().parents[1] / "docs" / "sources" /
+            "compression.md").read_text(encoding="utf-8")
+    assert "does **not**" in note and "(e − 1)/2" in note

@@ -328,8 +328,9 @@ def _reused(out: Path, cfg: Any) -> dict[str, Any] | None:
 
 def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, Any]:
     """The quantized model the compression bounds are about (decoded exactly as ``measure
-    --compress auto`` decodes the delta from ``--init``): its held-out error and whether its
-    weights are bit for bit the prior model's (a 1-level code whose one level rounds to 0)."""
+    --compress auto`` decodes the delta from ``--init``): its held-out error. Which model it
+    is (the prior, the fine-tuned one up to quantization, another) is measured by ``measure``
+    itself (``provenance.compression.decoded``, :mod:`boundcalc.certifies`)."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     from ..measure.compress.compression import coded_vector, decoded_state, quantize
@@ -341,13 +342,11 @@ def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, 
     state = decoded_state(cb[codes], layout, init, "delta")
     model.load_state_dict({k: state[k].float() if k in state else v
                            for k, v in model.state_dict().items()})
-    prior_state = init.state_dict()
-    is_prior = all(torch.equal(v, prior_state[k]) for k, v in model.state_dict().items())
     rows = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(out / "model")
     err = model_error(model, tok, [r["text"] for r in rows], [r["label"] for r in rows],
                       cfg.max_length)
-    return {"test_error": err, "is_prior_model": is_prior}
+    return {"test_error": err}
 
 
 def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float:
@@ -355,10 +354,11 @@ def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float
     return quantized_model(out, cfg, levels)["test_error"]
 
 
-def certified_model(entry_id: str, compression: dict[str, Any] | None) -> str:
+def certified_model(entry_id: str, row: dict[str, Any] | None = None) -> str:
     """Which model a certified row is about, from the statistics its registry entry reads:
-    the quantized (coded) model, a Gaussian Gibbs posterior around the fine-tuned weights,
-    or the fine-tuned weights themselves."""
+    the model a compression code decodes to (as ``compare`` names it: the row's
+    ``certifies``), a Gaussian Gibbs posterior around the fine-tuned weights, or the
+    fine-tuned weights themselves."""
     from ..registry.registry import load_registry
 
     try:
@@ -367,13 +367,8 @@ def certified_model(entry_id: str, compression: dict[str, Any] | None) -> str:
         return "unknown (entry not in this registry)"
     if any(s.startswith(("scalars.code_bits", "scalars.quantized", "curves.quantized"))
            for s in stats):
-        if compression is None:
-            return "the quantized model"
-        k = compression["levels"]
-        if compression.get("quantized_is_prior"):
-            return (f"the quantized model ({k} level(s)), which decodes to exactly the "
-                    "prior-split model prior/, NOT the model fine-tuned on S")
-        return f"the quantized model ({k} level(s), delta from prior/), not the float model"
+        c = (row or {}).get("certifies")
+        return ("the quantized model: " + c["text"]) if c else "the quantized model"
     if "curves.gibbs_risk_groups" in stats:
         return ("the Gibbs posterior N(w, diag σ_g²) around the fine-tuned weights model/ "
                 "(a random model), not model/ itself")
@@ -381,6 +376,23 @@ def certified_model(entry_id: str, compression: dict[str, Any] | None) -> str:
         return ("the Gibbs posterior N(w, σ²I) around the fine-tuned weights model/ "
                 "(a random model), not model/ itself")
     return "the fine-tuned model model/"
+
+
+def certified_rows(rows: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """compare --json's certified rows for a report: ``certified`` (about the user's model,
+    by value), ``certified_other_model`` (compression rows whose code decodes to another
+    model: listed apart), each with what it certifies; ``minimum`` (the least certified value
+    with its honest δ) and ``minimum_text`` (how it is quoted, one line)."""
+    out: dict[str, Any] = {"certified": [], "certified_other_model": []}
+    for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
+                    else math.inf):
+        row = {k: r.get(k) for k in keys}
+        row["certifies"] = certified_model(r["id"], r)
+        row["about"] = (r.get("certifies") or {}).get("about", "measured")
+        out["certified" if row["about"] == "measured" else "certified_other_model"].append(row)
+    out["minimum"] = rows.get("minimum")
+    out["minimum_text"] = rows.get("minimum_text")
+    return out
 
 
 def run(out: str | Path, cfg: ClassifierConfig | None = None,
@@ -409,8 +421,7 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
         "prior_test_error": info.get("prior_test_error"),
         "sampling": "S: i.i.d. uniform draws with replacement from the pool (the docstrings of "
                     "the bound-split files); every certified value bounds the error on a "
-                    "docstring drawn uniformly from that pool",
-        "certified": []}
+                    "docstring drawn uniformly from that pool"}
     for name in ("gibbs_risk_mean", "gibbs_risk_groups"):  # the Monte Carlo terms
         c = stats.get("curves", {}).get(name)
         if c:
@@ -426,16 +437,9 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
                                      "value"],
                                  "per_level": comp["per_level"]}
         stage(f"held-out error of the quantized model ({k} levels)")
-        q = quantized_model(out, cfg, k)
-        report["compression"]["quantized_test_error"] = q["test_error"]
-        report["compression"]["quantized_is_prior"] = q["is_prior_model"]
-    for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
-                    else math.inf):
-        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters",
-                                     "is_bound")}
-        row["certifies"] = certified_model(r["id"], report.get("compression"))
-        if "prior-split model" in row["certifies"]:
-            row["label"] = f"{row['label']} [certifies the prior model, not the fine-tuned one]"
-        report["certified"].append(row)
+        report["compression"]["quantized_test_error"] = quantized_model(out, cfg, k)["test_error"]
+        report["compression"]["decoded"] = comp.get("decoded")
+    report.update(certified_rows(rows, ("id", "value", "label", "delta", "parameters",
+                                        "is_bound")))
     write_json(out / "report.json", report)
     return report

@@ -174,6 +174,16 @@ def not_for_task(entry: Entry, stats: Stats | None) -> str | None:
     return None
 
 
+def risk_quantity(entry: Entry, stats: Stats | None) -> str:
+    """What a certified risk row bounds: the Gibbs rows of a language model bound the
+    measured bounded loss (``provenance.bounded_loss``, the smoothed per-token NLL / ln(V/α));
+    every other risk row a 0-1 error."""
+    prov = stats.provenance if stats is not None and isinstance(stats.provenance, dict) else {}
+    loss = prov.get("bounded_loss")
+    gibbs = any("gibbs_risk" in (s.stat or "") for s in entry.symbols.values())
+    return str(loss) if gibbs and loss and loss != "0-1 error" else "0-1 error"
+
+
 def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[str, Any]]],
                     stats: Stats, registry: Registry,
                     test_error: float | None = None) -> dict[str, Any] | None:
@@ -191,6 +201,11 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     bounds = [r for r in rows if r.is_bound and r.output == "risk" and math.isfinite(r.value)]
     if not bounds:
         return None
+    # the least of rows bounding one quantity: a language model's Gibbs rows bound its
+    # smoothed loss / ln(V/α), its other rows the top-1 error; the 0-1 error comes first
+    quantity = {r.id: risk_quantity(by_id[r.id][0], stats) for r in bounds}
+    first = "0-1 error" if "0-1 error" in quantity.values() else quantity[bounds[0].id]
+    bounds = [r for r in bounds if quantity[r.id] == first]
     best = min(bounds, key=lambda r: r.value)
     k = len(bounds)
     deltas = [r.delta or 0.0 for r in bounds]
@@ -198,7 +213,7 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
         "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
         "rows": [r.id for r in bounds], "sum_delta": float(sum(deltas)),
         "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
-        "certifies": best.certifies}
+        "certifies": best.certifies, "quantity": first}
     if k == 1 or not best.delta:
         out.update(method="single", value=best.value, delta_total=best.delta or 0.0)
         return out

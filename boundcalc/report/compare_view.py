@@ -44,7 +44,9 @@ def headline(minimum: dict[str, Any] | None, another: list[Result], certified: l
         state = "" if vac is None else (", vacuous" if vac else ", not vacuous") + \
             f" ({against})"
         test = "" if test_error is None else f"; held-out test error {test_error:g}"
-        return (f"headline: {minimum['value']:.4g} certified ({minimum['id']}, probability "
+        on = "" if minimum.get("quantity", "0-1 error") == "0-1 error" else \
+            f" on the {minimum['quantity']}"
+        return (f"headline: {minimum['value']:.4g} certified{on} ({minimum['id']}, probability "
                 f"≥ {1 - minimum['delta_total']:g}){state}{test}")
     if another:
         return (f"headline: no certified bound about your model; {len(another)} compression "

@@ -15,9 +15,11 @@ minimum and maximum, or 1-D k-means), K chosen on a declared grid, and coded as:
   ⌈m·Ĥ⌉ + 1 bits, Ĥ the entropy in bits of the level frequencies;
 * optionally the authors' self-delimiting prefix 2·log2 L (``prefix="authors"``).
 
-Every part's length is known to the decoder from what it has read before, so the whole code
-is prefix-free (Kraft) without the prefix term; the authors of the compression-bound papers add
-it anyway. The decoded model is θ₀ + codebook[codes] with the codebook rounded to its stored
+Levels that coincide after rounding are merged, so the codebook sent has K′ ≤ K levels and the
+decoder does not learn K′ from the grid index; the code still satisfies Kraft's inequality,
+Σ 2^{−C(h)} ≤ (e − 1)/2 < 1 (docs/sources/compression.md §2: K′ sorted distinct levels, counts,
+an arithmetic code of length ⌈mĤ⌉ + 1), which is all the Occam bound needs; the authors of
+the compression-bound papers add the prefix term anyway. The decoded model is θ₀ + codebook[codes] with the codebook rounded to its stored
 precision, so the risk measured here is that of exactly the model the code describes.
 """
 
