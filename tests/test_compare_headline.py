@@ -118,3 +118,20 @@ def test_vacuous_because_kl_dominates_names_the_recipe_and_its_page(tmp_path):
     doc = json.loads(invoke("compare", "--stats", _vacuous_by_kl(tmp_path, 0.249),
                             "--json").stdout)
     assert doc["minimum"]["vacuous"] is False and doc["guidance"] is None
+
+
+def test_monte_carlo_confidences_are_not_divided_by_k(tmp_path):
+    """A Monte Carlo row spends δ + δ_MC: re-evaluation divides only δ, so the minimum holds
+    at Σ(δ_i/k + δ_MC,i), not at δ."""
+    path = _vacuous_by_kl(tmp_path, 0.249)
+    data = json.loads(Path(path).read_text())
+    data["scalars"]["kl"] = {"value": 50.0}
+    Path(path).write_text(json.dumps(data))
+    doc = json.loads(invoke("compare", "--stats", path, "--json").stdout)
+    bounds = [r for r in doc["certified"] if r["is_bound"]]
+    m = doc["minimum"]
+    assert m["k"] == len(bounds) >= 2 and m["method"] == "delta_over_k"
+    mc = [r["delta"] - 0.05 for r in bounds if r["delta"] > 0.05 + 1e-12]
+    assert mc, "a Monte Carlo row"
+    assert m["delta_total"] == pytest.approx(0.05 + sum(mc), rel=1e-12)
+    assert m["delta_fixed"] == pytest.approx(sum(mc), rel=1e-12)

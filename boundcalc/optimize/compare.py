@@ -191,9 +191,12 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
 
     Each row holds with probability ≥ 1 − δ_i on its own; the least of k rows computed on the
     same S holds only when all k do, so at 1 − Σδ_i (a union bound). Quoted here: the least
-    row re-evaluated (re-optimised) at δ_i/k (``value``; ``row_value`` is its own value). All k statements at δ_i/k hold together with
-    probability ≥ 1 − Σδ_i/k (= 1 − δ when every row has the same δ), whichever row the data
-    picks, so that value holds at δ. Per-row values are unchanged. If the re-evaluation
+    row re-evaluated (re-optimised) with its confidence symbol δ at δ/k (``value``;
+    ``row_value`` is its own value). All k statements with δ_i/k hold together with
+    probability ≥ 1 − Σ(δ_i/k + m_i) (``delta_total``), whichever row the data picks, where
+    m_i is the part of a row's δ that is not its δ symbol (a Monte Carlo interval's
+    confidence, fixed by the measurement, not divided); = 1 − δ when every row has the same δ
+    and no such part. Per-row values are unchanged. If the re-evaluation
     fails, the least row's own value is quoted with Σδ_i."""
     from ..evaluation import confidence_symbol
     from ..floor import annotate
@@ -209,18 +212,28 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     best = min(bounds, key=lambda r: r.value)
     k = len(bounds)
     deltas = [r.delta or 0.0 for r in bounds]
+    # the part of each row's δ that re-evaluation divides by k (its confidence symbol) and
+    # the part it cannot (a Monte Carlo interval's confidence, fixed by the measurement)
+    own_delta = []
+    for r in bounds:
+        conf_r = confidence_symbol(by_id[r.id][0])
+        sym = r.inputs.get(conf_r) if conf_r else None
+        sym = float(sym) if isinstance(sym, (int, float)) and 0 < sym <= (r.delta or 0) \
+            else 0.0
+        own_delta.append((sym, (r.delta or 0.0) - sym))
     out: dict[str, Any] = {
         "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
         "rows": [r.id for r in bounds], "sum_delta": float(sum(deltas)),
         "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
         "certifies": best.certifies, "quantity": first}
-    if k == 1 or not best.delta:
+    best_sym = own_delta[bounds.index(best)][0]
+    if k == 1 or not best_sym:
         out.update(method="single", value=best.value, delta_total=best.delta or 0.0)
         return out
     entry, own = by_id[best.id]
     conf = confidence_symbol(entry)
     try:
-        again = optimize(entry, stats, {**own, conf: best.delta / k}, registry=registry,
+        again = optimize(entry, stats, {**own, conf: best_sym / k}, registry=registry,
                          sensitivity=False, contributions=False)
         annotate(again, entry, stats, test_error)
         if not (again.is_bound and math.isfinite(again.value)):
@@ -229,7 +242,8 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
         out.update(method="sum", value=best.value, delta_total=out["sum_delta"],
                    note=f"re-evaluation at δ/k failed: {one_line(str(exc))}")
         return out
-    out.update(method="delta_over_k", value=again.value, delta_each=best.delta / k,
-               delta_total=float(sum(deltas)) / k, vacuous=again.vacuous,
+    out.update(method="delta_over_k", value=again.value, delta_each=best_sym / k,
+               delta_fixed=float(sum(x for _, x in own_delta)),
+               delta_total=float(sum(d / k + x for d, x in own_delta)), vacuous=again.vacuous,
                vacuous_against=again.vacuous_text)
     return out

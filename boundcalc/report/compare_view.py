@@ -22,10 +22,13 @@ def minimum_line(m: dict[str, Any]) -> str:
         return (f"one certified row about your model: {m['value']:.4g} ({rid}, holds with "
                 f"probability ≥ {1 - m['delta_total']:g})")
     if m["method"] == "delta_over_k":
+        fixed = (f", Monte Carlo confidences {m['delta_fixed']:.3g} undivided"
+                 if m.get("delta_fixed") else "")
         return (f"minimum over {k} certified rows, each at δ/k: {rid} re-evaluated at "
                 f"δ/{k} = {m['delta_each']:.3g} gives {m['value']:.4g}, so the minimum holds "
-                f"with probability ≥ {1 - m['delta_total']:g} (union bound over the {k} "
-                f"rows); per-row values are at their own δ ({rid}: {m['row_value']:.4g})")
+                f"with probability ≥ {1 - m['delta_total']:.4g} (union bound over the {k} "
+                f"rows{fixed}); per-row values are at their own δ ({rid}: "
+                f"{m['row_value']:.4g})")
     total = m["delta_total"]
     holds = (f"holds with probability ≥ 1 − Σδ = {1 - total:g}" if total < 1 else
              f"would need Σδ = {total:g} ≥ 1: no guarantee")
