@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in (x for x in ranked if _kind(x) == kind):
             d = r["delta"] if r["delta"] is not None else float("nan")
             print(f"  {r['id']:34s} {r['value_text']:>9s}  δ = {d:.3g}")
-            print(f"    {r['label']}; certifies {_certifies(r)}")
+            print(f"    {r['label']}; "
+                  f"{'certifies' if kind == 'certified' else 'about'} {_certifies(r)}")
     if report["minimum_text"]:
         print(f"\n{rows['headline']}\n{report['minimum_text']}")
     _stage(t0, f"wrote {args.out / 'report.json'}")
