@@ -187,28 +187,22 @@ def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None
 
 
 
-# Stats paths that only a data pass measures (``boundcalc measure MODEL --data DATA``).
-_DATA_STATS = ("scalars.n", "scalars.emp_risk", "scalars.loss_mean", "scalars.gibbs_risk",
-               "scalars.gibbs_draws", "scalars.rademacher", "scalars.perturbation_term",
-               "scalars.subgaussian_sigma", "scalars.input_token_norm_max", "scalars.seq_len",
-               "scalars.feature_sigma_min", "scalars.margin", "groups.hessian_trace")
-
-
 def how_to_give(spec: SymbolSpec) -> str:
-    """Where a missing value comes from: ``--set`` for a scalar, a stats file for an array."""
+    """Where a missing value comes from: ``--set`` for a scalar, a stats file for an array,
+    with the command that writes it (:mod:`boundcalc.hints`), or why none does."""
+    from .hints import set_only_note, source_of
+
     stat = spec.stat or ""
+    command = source_of(stat)
     if spec.indices or stat.startswith(("matrix.", "groups.")):
-        source = ("`boundcalc measure MODEL --data DATA`" if stat.startswith(_DATA_STATS)
-                  else "`boundcalc measure MODEL`")
-        if "init" in stat:
-            source = "`boundcalc measure MODEL --init INIT`"
-        return f"an array: pass --stats FILE from {source}"
-    if stat.startswith(_DATA_STATS):
-        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc measure MODEL --data DATA`"
-    if stat.startswith(("scalars.dist_init", "scalars.feature_sigma_min_init")):
-        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc measure MODEL --init INIT`"
+        if command is None:
+            return f"an array: --set {spec.name}=[…] (a JSON array)" + (
+                f" ({set_only_note(stat)})" if stat else "")
+        return f"an array: pass --stats FILE from `boundcalc {command}`"
+    if command is not None:
+        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc {command}`"
     if stat:
-        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc measure MODEL`"
+        return f"--set {spec.name}=VALUE ({set_only_note(stat)})"
     return f"--set {spec.name}=VALUE"
 
 

@@ -53,7 +53,8 @@ class Evaluator(Protocol):
 # stats paths whose values are 0-1 risks (or a ramp risk ≥ the 0-1 risk): the entries bound a
 # 0-1 risk, so the trivial predictor is the reference
 ZERO_ONE_STATS = ("scalars.emp_risk", "scalars.gibbs_risk", "scalars.gibbs_risk_mean",
-                  "curves.gibbs_risk_mean", "scalars.quantized_error", "curves.ramp_risk")
+                  "curves.gibbs_risk_mean", "curves.gibbs_risk_groups",
+                  "scalars.quantized_error", "curves.ramp_risk")
 
 
 def _symbols(node: Node) -> set[str]:
@@ -208,9 +209,30 @@ def bounds_zero_one(entry: Entry) -> bool:
 
 def annotate(result: Result, entry: Entry, stats: Stats | None,
              test_error: float | None = None) -> Result:
-    """Attach the trivial predictor's error (for a 0-1 risk bound) and a held-out test error."""
+    """Attach the trivial predictor's error (for a 0-1 risk bound), a held-out test error and,
+    for a certified compression row, the model its code decodes to (:mod:`.certifies`)."""
+    from .certifies import certified_model
+
+    result.certifies = certified_model(entry, stats)
+    result.unit = unit_of(entry, stats)
     if bounds_zero_one(entry):
         result.trivial = trivial_predictor(stats)
     if test_error is not None:
         result.test_error = float(test_error)
     return result
+
+
+def unit_of(entry: Entry, stats: Stats | None) -> str | None:
+    """The unit of an entry's value when it is not a probability: a smoothed log-loss is in
+    bits per token (per example for a classifier). None for a risk (a probability) and for a
+    loss in the loss's own unit."""
+    if entry.output != "loss" or "smoothed_nll" not in entry.symbols:
+        return None
+    return "bits per example" if is_classifier(stats) else "bits per token"
+
+
+def is_classifier(stats: Stats | None) -> bool:
+    """Is the stats file about a classifier (a task head with classes, not a language model)?"""
+    prov = stats.provenance if stats is not None and isinstance(stats.provenance, dict) else {}
+    task = str(prov.get("task") or "")
+    return task.endswith("classification") or (not task and "n_classes" in prov)

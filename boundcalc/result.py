@@ -43,6 +43,9 @@ class Result:
     floor: dict[str, Any] | None = None
     trivial: dict[str, Any] | None = None
     test_error: float | None = None
+    # for a certified compression row, the model its code decodes to (boundcalc.certifies)
+    certifies: dict[str, Any] | None = None
+    unit: str | None = None  # of a value that is not a probability ('bits per token')
 
     @property
     def failed_assumptions(self) -> list[str]:
@@ -155,7 +158,8 @@ class Result:
             "value_text": self.value_text(), "log10_value": self.log10_value,
             "vacuous": self.vacuous, "vacuous_against": self.vacuous_text,
             "floor": _jsonable(self.floor), "trivial": self.trivial,
-            "test_error": self.test_error, "gap": self.gap, "output": self.output, "estimated": self.estimated,
+            "test_error": self.test_error, "gap": self.gap, "output": self.output,
+            "estimated": self.estimated, "certifies": self.certifies, "unit": self.unit,
             "conditions": list(self.conditions),
             "estimated_inputs": self.estimated_inputs, "parameters": _jsonable(self.parameters),
             "parameter_choice": self.parameter_choice, "terms": self.terms,

@@ -16,7 +16,9 @@ saves both as Hugging Face folders, then runs what a user would run:
 ``pac_bayes_kl_gaussian_groups_mc`` are searched there, with the prior weights, at no
 union-bound cost; the Gibbs risk on S then gives every digit of every pass its own posterior
 draw (N = 20·700 = 14,000 losses). Prints the certified bounds first, then the estimated numbers, each beside
-the held-out test error (± its standard error), and writes ``report.json`` with the same split.
+the held-out test error (± its standard error) and the model it certifies, then the least
+certified value with its honest δ (the least of k rows re-evaluated at δ/k, as `compare` quotes
+it), and writes ``report.json`` with the same split.
 """
 
 from __future__ import annotations
@@ -42,6 +44,15 @@ def _kind(row: dict) -> str:
     if row["is_bound"]:
         return "certified"
     return "estimated" if row["label"].startswith("estimated") else "not_a_bound"
+
+
+def _certifies(row: dict) -> str:
+    """Which model a certified row is about (``boundcalc.experiments.report.certified_model``:
+    what a compression code decodes to, as ``compare`` names it; the Gibbs posterior around
+    model/; or model/ itself)."""
+    from boundcalc.experiments.report import certified_model
+
+    return certified_model(row["id"], row)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     ranked = sorted(rows["certified"], key=lambda r: (
         order[_kind(r)], r["value"] if r["value"] is not None else float("inf")))
     for r in ranked:
-        report[_kind(r)].append({k: r.get(k) for k in ("id", "value", "label", "delta",
-                                                       "parameters", "union_bound_cost")})
+        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters",
+                                     "union_bound_cost")}
+        row["certifies"] = _certifies(r)
+        report[_kind(r)].append(row)
+    report["minimum"], report["minimum_text"] = rows.get("minimum"), rows.get("minimum_text")
     for kind in ("certified", "estimated", "not_a_bound"):
         if not report[kind]:
             continue
@@ -111,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in (x for x in ranked if _kind(x) == kind):
             d = r["delta"] if r["delta"] is not None else float("nan")
             print(f"  {r['id']:34s} {r['value_text']:>9s}  δ = {d:.3g}")
-            print(f"    {r['label']}")
+            print(f"    {r['label']}; "
+                  f"{'certifies' if kind == 'certified' else 'about'} {_certifies(r)}")
+    if report["minimum_text"]:
+        print(f"\n{rows['headline']}\n{report['minimum_text']}")
     _stage(t0, f"wrote {args.out / 'report.json'}")
     (args.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     return 0

@@ -17,8 +17,10 @@ trains the prior centre on the prior split and fine-tunes on S, then runs what a
 (per-sample Monte Carlo draws, measure's default: N = 4·600 losses; OUT/tune.jsonl is 128
 docstrings of the prior split, where the per-group σ_g shape is searched for free) and prints
 every certified value beside the held-out error, with the model it certifies: the quantized
-model (flagged when it decodes to exactly the prior model), the Gibbs posterior around the
-fine-tuned weights, or the fine-tuned weights. OUT/report.json has them all.
+model (what its code decodes to: the fine-tuned model up to quantization, or the prior; rows
+about another model than the fine-tuned one are listed apart), the Gibbs posterior around the
+fine-tuned weights, or the fine-tuned weights; then the least certified value with its honest
+δ. OUT/report.json has them all.
 """
 
 from __future__ import annotations
@@ -63,18 +65,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compression: {c['levels']} level(s), {c['code_bits']:.1f} bits; the quantized "
               f"model errs {c['quantized_error_on_S']:.4f} on S and "
               f"{c['quantized_test_error']:.4f} held out"
-              + ("; it IS the prior model (weights identical)" if c.get("quantized_is_prior")
-                 else ""))
+              + (f"; the code decodes to the {c['decoded']['about']} model (agreement "
+                 f"{c['decoded']['agreement']:.3f} with the fine-tuned model on S)"
+                 if c.get("decoded") else ""))
     for name, g in rep.get("gibbs", {}).items():
         for at, m, u in zip(g["at"], g["mean"], g["upper"]):
             print(f"{name} at {at:.4g}: Monte Carlo mean {m:.4f}, upper {u:.4f} "
                   f"(N = {g['N']:.0f} {g['mode']} losses)")
-    print(f"\n{'entry':32s} {'value':>8s}  {'δ':>6s}  {'held-out':>15s}  label")
-    for r in rep["certified"]:
-        v = "—" if r["value"] is None else f"{r['value']:.4f}"
-        d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
-        print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label'][:40]}")
-        print(f"{'':32s} certifies {r['certifies']}")
+    for title, key in (("certified, about the fine-tuned model", "certified"),
+                       ("certified, but about ANOTHER model (listed apart)",
+                        "certified_other_model")):
+        if not rep[key]:
+            continue
+        print(f"\n{title}\n{'entry':32s} {'value':>8s}  {'δ':>6s}  {'held-out':>15s}  label")
+        for r in rep[key]:
+            v = "—" if r["value"] is None else f"{r['value']:.4f}"
+            d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
+            print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label'][:40]}")
+            print(f"{'':32s} certifies {r['certifies']}")
+    if rep.get("minimum_text"):
+        print(f"\n{rep['minimum_text']}")
     print(f"\nreport: {args.out / 'report.json'}")
     return 0
 

@@ -124,12 +124,27 @@ def test_measured_bits_match_a_direct_computation(built):
 def test_report_in_bits_per_byte_above_the_exact_pool_value(built):
     out, rep = built
     doc = json.loads((out / "report.json").read_text())
-    assert doc["unit"] == "byte" and doc["random_guess_bits"] == pytest.approx(math.log2(257))
+    # bits per PREDICTED byte: the first byte of a chunk has no context and is not scored
+    assert doc["unit"] == "predicted byte" and f"{CFG.chunk - 1} of {CFG.chunk}" in \
+        doc["unit_note"]
+    assert doc["random_guess_bits"] == pytest.approx(math.log2(257))
     assert {"heldout_bits", "certified"} <= set(doc) and doc["heldout_bits"] > 0
-    ids = [r["id"] for r in doc["certified"]]
+    rows = doc["certified"] + doc["certified_other_model"]
+    ids = [r["id"] for r in rows]
     assert "occam_smoothed_nll_kl" in ids
-    assert all(r["id"] != "lotfi_token_level" for r in doc["certified"])  # conditional
-    r = next(r for r in doc["certified"] if r["id"] == "occam_smoothed_nll_kl")
+    assert all(r["id"] != "lotfi_token_level" for r in rows)  # conditional
+    r = next(r for r in rows if r["id"] == "occam_smoothed_nll_kl")
+    # which model it certifies, as measure recorded it; listed apart unless the fine-tuned one
+    dec = json.loads((out / "stats.json").read_text())["provenance"]["compression"]["decoded"]
+    assert r["about"] == dec["about"] and "certifies" in r["certifies"]
+    assert (r in doc["certified_other_model"]) is (dec["about"] != "measured")
+    # the least certified value, with the sum of the δ's of the rows it ranges over
+    bounds = [x for x in doc["certified"] if x["is_bound"] and x["value"] is not None]
+    if bounds:
+        m = doc["minimum"]
+        assert m["value"] == min(x["value"] for x in bounds) and m["k"] == len(bounds)
+        assert m["delta_total"] == pytest.approx(sum(x["delta"] for x in bounds))
+        assert "sum of their δ's" in m["text"]
     al = r["parameters"]["alpha"]
     # by hand: l_min + Δ·kl⁻¹((R̂ − l_min)/Δ, (C ln 2 + ln(8/δ))/n), mpmath reference
     st = json.loads((out / "stats.json").read_text())

@@ -299,13 +299,18 @@ def compare_cmd(
     test_error: Optional[float] = typer.Option(None, "--test-error", metavar="ERR",
                                                help=TEST_ERROR_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    brief: bool = typer.Option(False, "--brief", help="Only the headline, the certified rows "
+                               "and one line per missing ingredient."),
 ) -> None:
     """Optimise every entry that applies to a stats file and show them side by side.
 
-    Certified bounds in one table (vacuous: at or above the trivial predictor's error, or 1),
-    then each one's zero-complexity floor and what dominates it (KL, grid cost, Monte Carlo
-    step); rates and proxies in their own tables, which never call their numbers bounds;
-    then every entry not computed with what it lacks and what gives it.
+    First a headline: the least certified value about your model with its honest δ (the
+    least of k rows re-evaluated at δ/k), or what is missing. Certified bounds in one table
+    (vacuous: at or above the trivial predictor's error, or 1); compression rows whose code
+    decodes to another model (the prior) apart; each row's zero-complexity floor and what
+    dominates it (KL, grid cost, Monte Carlo step); rates and proxies in their own tables,
+    which never call their numbers bounds; then every entry not computed with what it lacks.
+    Rows that do not apply to the task (bits per token for a classifier) are hidden.
     """
     from ..stats import load_stats
 
@@ -334,16 +339,30 @@ def compare_cmd(
     stages.done()
     groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
-        fail(f"{stats}: no registry entry applies to this stats file (add --set for missing "
-             f"symbols)")
+        need = next((m for m in comparison.missing() if m["give"] != "--set"), None)
+        fail(f"{stats}: no registry entry applies to this stats file ("
+             + (f"missing: boundcalc {need['give']}, for {len(need['entries'])} certified "
+                f"entries; " if need else "") + "add --set for missing symbols)")
+    summary = _summary(comparison, test_error)
     if json_out:
         emit_json({k: [_compare_row(r) for r in v] for k, v in groups.items()}
-                  | {"failed": failed, "skipped": skipped})
+                  | {"failed": failed, "skipped": skipped, "hidden": comparison.hidden}
+                  | summary)
+        return
+    _print_summary(summary)
+    from ..report.tables import (another_model_table, certified_models_table,
+                                 certified_table, floor_table)
+
+    if comparison.about_users:
+        console.print(certified_table(comparison.about_users))
+        models = certified_models_table(comparison.about_users)
+        if models is not None:
+            console.print(models)
+    if comparison.about_another:
+        console.print(another_model_table(comparison.about_another))
+    if brief:
         return
     if groups["certified"]:
-        from ..report.tables import certified_table, floor_table
-
-        console.print(certified_table(groups["certified"]))
         console.print(floor_table(groups["certified"]))
     if groups["conditional"]:
         _conditional_table(groups["conditional"], console)
@@ -375,10 +394,40 @@ def compare_cmd(
                            style="dim"))
     if skipped:
         console.print(_skipped_table(skipped))
+    if comparison.hidden:
+        console.print(Text(f"{len(comparison.hidden)} entries hidden: they do not apply to "
+                           f"this task ({comparison.hidden[0]['reason']}): "
+                           + ", ".join(h["id"] for h in comparison.hidden), style="dim"))
     console.print(Text("methods, parameters and δ accounting: boundcalc compare --json, or "
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
         console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
+
+
+def _summary(comparison: Any, test_error: float | None) -> dict[str, Any]:
+    """The headline, how the least certified value is quoted, the missing ingredients and
+    the guidance line (strings; also compare --json's 'headline', 'minimum', ...)."""
+    from ..report import compare_view as view
+
+    m = comparison.minimum
+    best = next((r for r in comparison.about_users if m and r.id == m["id"]), None)
+    has_certify = "certify" in {c.name or c.callback.__name__ for c in app.registered_commands}
+    missing = comparison.missing()
+    return {"headline": view.headline(m, comparison.about_another, comparison.groups.get(
+                "certified", []), test_error),
+            "minimum": m, "minimum_text": view.minimum_line(m) if m else None,
+            "missing": missing, "missing_text": view.missing_lines(missing),
+            "guidance": view.guidance_line(best, has_certify)}
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    console.print(Text(summary["headline"], style="bold"))
+    if summary["minimum_text"]:
+        console.print(Text(summary["minimum_text"]))
+    for line in summary["missing_text"]:
+        console.print(Text(line, style="yellow"))
+    if summary["guidance"]:
+        console.print(Text(summary["guidance"], style="bold yellow"))
 
 
 def _conditional_table(results: list[Any], console: Any) -> None:
@@ -401,7 +450,7 @@ def _compare_row(r: Result) -> dict[str, Any]:
             math.isfinite(r.value) else None, "value_text": r.value_text(),
             "is_bound": r.is_bound, "vacuous": r.vacuous, "vacuous_against": r.vacuous_text,
             "floor": r.floor, "trivial": r.trivial, "test_error": r.test_error, "gap": r.gap,
-            "conditions": r.conditions,
+            "conditions": r.conditions, "certifies": r.certifies, "unit": r.unit,
             "delta": r.delta,
             "delta_effective": r.delta_effective,
             "union_bound_cost": r.union_bound_cost, "method": r.method,

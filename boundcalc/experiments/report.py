@@ -6,6 +6,7 @@ checks that each listed figure file exists, so a report never points at a missin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -75,3 +76,44 @@ def add_study_options(parser: Any, name: str, full_help: str) -> None:
                         help="folder for report.md, the PNG figures and the data files "
                              "(default: %(default)s)")
     parser.add_argument("--full", action="store_true", help=full_help)
+
+
+def certified_model(entry_id: str, row: dict[str, Any] | None = None) -> str:
+    """Which model a certified row is about, from the statistics its registry entry reads:
+    the model a compression code decodes to (as ``compare`` names it: the row's
+    ``certifies``), a Gaussian Gibbs posterior around the fine-tuned weights, or the
+    fine-tuned weights themselves."""
+    from ..registry.registry import load_registry
+
+    try:
+        stats = {s.stat for s in load_registry().get(entry_id).symbols.values() if s.stat}
+    except Exception:  # an entry this registry does not know: say nothing wrong
+        return "unknown (entry not in this registry)"
+    if any(s.startswith(("scalars.code_bits", "scalars.quantized", "curves.quantized"))
+           for s in stats):
+        c = (row or {}).get("certifies")
+        return ("the quantized model: " + c["text"]) if c else "the quantized model"
+    if "curves.gibbs_risk_groups" in stats:
+        return ("the Gibbs posterior N(w, diag σ_g²) around the fine-tuned weights model/ "
+                "(a random model), not model/ itself")
+    if any(s.startswith("curves.gibbs") for s in stats):
+        return ("the Gibbs posterior N(w, σ²I) around the fine-tuned weights model/ "
+                "(a random model), not model/ itself")
+    return "the fine-tuned model model/"
+
+
+def certified_rows(rows: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """compare --json's certified rows for a report: ``certified`` (about the user's model,
+    by value), ``certified_other_model`` (compression rows whose code decodes to another
+    model: listed apart), each with what it certifies; ``minimum`` (the least certified value
+    with its honest δ) and ``minimum_text`` (how it is quoted, one line)."""
+    out: dict[str, Any] = {"certified": [], "certified_other_model": []}
+    for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
+                    else math.inf):
+        row = {k: r.get(k) for k in keys}
+        row["certifies"] = certified_model(r["id"], r)
+        row["about"] = (r.get("certifies") or {}).get("about", "measured")
+        out["certified" if row["about"] == "measured" else "certified_other_model"].append(row)
+    out["minimum"] = rows.get("minimum")
+    out["minimum_text"] = rows.get("minimum_text")
+    return out

@@ -34,6 +34,7 @@ import torch
 
 from ..errors import BoundcalcError
 from ..measure.threads import blas_threads
+from .report import certified_model, certified_rows  # noqa: F401  (re-exported)
 from .stdlib_text import (SPLITS, docstrings, iid_draws, package_of, run_cli, split_by_file,
                           stage, stdlib_files, stdlib_root, write_json)
 
@@ -328,8 +329,9 @@ def _reused(out: Path, cfg: Any) -> dict[str, Any] | None:
 
 def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, Any]:
     """The quantized model the compression bounds are about (decoded exactly as ``measure
-    --compress auto`` decodes the delta from ``--init``): its held-out error and whether its
-    weights are bit for bit the prior model's (a 1-level code whose one level rounds to 0)."""
+    --compress auto`` decodes the delta from ``--init``): its held-out error. Which model it
+    is (the prior, the fine-tuned one up to quantization, another) is measured by ``measure``
+    itself (``provenance.compression.decoded``, :mod:`boundcalc.certifies`)."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     from ..measure.compress.compression import coded_vector, decoded_state, quantize
@@ -341,46 +343,16 @@ def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, 
     state = decoded_state(cb[codes], layout, init, "delta")
     model.load_state_dict({k: state[k].float() if k in state else v
                            for k, v in model.state_dict().items()})
-    prior_state = init.state_dict()
-    is_prior = all(torch.equal(v, prior_state[k]) for k, v in model.state_dict().items())
     rows = [json.loads(line) for line in (out / "heldout.jsonl").read_text().splitlines()]
     tok = AutoTokenizer.from_pretrained(out / "model")
     err = model_error(model, tok, [r["text"] for r in rows], [r["label"] for r in rows],
                       cfg.max_length)
-    return {"test_error": err, "is_prior_model": is_prior}
+    return {"test_error": err}
 
 
 def quantized_test_error(out: Path, cfg: ClassifierConfig, levels: int) -> float:
     """Held-out error of the quantized model (see :func:`quantized_model`)."""
     return quantized_model(out, cfg, levels)["test_error"]
-
-
-def certified_model(entry_id: str, compression: dict[str, Any] | None) -> str:
-    """Which model a certified row is about, from the statistics its registry entry reads:
-    the quantized (coded) model, a Gaussian Gibbs posterior around the fine-tuned weights,
-    or the fine-tuned weights themselves."""
-    from ..registry.registry import load_registry
-
-    try:
-        stats = {s.stat for s in load_registry().get(entry_id).symbols.values() if s.stat}
-    except Exception:  # an entry this registry does not know: say nothing wrong
-        return "unknown (entry not in this registry)"
-    if any(s.startswith(("scalars.code_bits", "scalars.quantized", "curves.quantized"))
-           for s in stats):
-        if compression is None:
-            return "the quantized model"
-        k = compression["levels"]
-        if compression.get("quantized_is_prior"):
-            return (f"the quantized model ({k} level(s)), which decodes to exactly the "
-                    "prior-split model prior/, NOT the model fine-tuned on S")
-        return f"the quantized model ({k} level(s), delta from prior/), not the float model"
-    if "curves.gibbs_risk_groups" in stats:
-        return ("the Gibbs posterior N(w, diag σ_g²) around the fine-tuned weights model/ "
-                "(a random model), not model/ itself")
-    if any(s.startswith("curves.gibbs") for s in stats):
-        return ("the Gibbs posterior N(w, σ²I) around the fine-tuned weights model/ "
-                "(a random model), not model/ itself")
-    return "the fine-tuned model model/"
 
 
 def run(out: str | Path, cfg: ClassifierConfig | None = None,
@@ -409,8 +381,7 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
         "prior_test_error": info.get("prior_test_error"),
         "sampling": "S: i.i.d. uniform draws with replacement from the pool (the docstrings of "
                     "the bound-split files); every certified value bounds the error on a "
-                    "docstring drawn uniformly from that pool",
-        "certified": []}
+                    "docstring drawn uniformly from that pool"}
     for name in ("gibbs_risk_mean", "gibbs_risk_groups"):  # the Monte Carlo terms
         c = stats.get("curves", {}).get(name)
         if c:
@@ -426,16 +397,9 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
                                      "value"],
                                  "per_level": comp["per_level"]}
         stage(f"held-out error of the quantized model ({k} levels)")
-        q = quantized_model(out, cfg, k)
-        report["compression"]["quantized_test_error"] = q["test_error"]
-        report["compression"]["quantized_is_prior"] = q["is_prior_model"]
-    for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
-                    else math.inf):
-        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters",
-                                     "is_bound")}
-        row["certifies"] = certified_model(r["id"], report.get("compression"))
-        if "prior-split model" in row["certifies"]:
-            row["label"] = f"{row['label']} [certifies the prior model, not the fine-tuned one]"
-        report["certified"].append(row)
+        report["compression"]["quantized_test_error"] = quantized_model(out, cfg, k)["test_error"]
+        report["compression"]["decoded"] = comp.get("decoded")
+    report.update(certified_rows(rows, ("id", "value", "label", "delta", "parameters",
+                                        "is_bound")))
     write_json(out / "report.json", report)
     return report

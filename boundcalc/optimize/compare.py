@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..bind import bind, how_to_give
 from ..errors import BoundcalcError, one_line
+from ..certifies import about_users_model
+from ..hints import set_only_note, source_of
 from ..evaluation import Result
 from ..registry import Entry, Registry
 from ..stats import Stats
@@ -26,6 +29,40 @@ class Comparison:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
     results: list[Result] = field(default_factory=list)  # every computed one, registry order
+    # entries that do not apply to the task of the stats file (not computed): id, kind, reason
+    hidden: list[dict[str, str]] = field(default_factory=list)
+    # the least certified risk bound about the user's model, with its honest δ (least_certified)
+    minimum: dict[str, Any] | None = None
+
+    @property
+    def about_users(self) -> list[Result]:
+        """Certified rows about the user's model (every row but a compression row whose code
+        decodes to another model: :mod:`boundcalc.certifies`)."""
+        return [r for r in self.groups.get("certified", []) if about_users_model(r)]
+
+    @property
+    def about_another(self) -> list[Result]:
+        """Certified compression rows whose code decodes to another model (listed apart)."""
+        return [r for r in self.groups.get("certified", []) if not about_users_model(r)]
+
+    def missing(self) -> list[dict[str, Any]]:
+        """One line per missing ingredient: each measurement that certified entries not
+        computed lack, with those entries (most needed first; an entry may lack several);
+        last, the entries that lack a value no measurement gives (``give`` = '--set')."""
+        need: dict[str, list[str]] = {}
+        by_hand: list[str] = []
+        for row in self.skipped:
+            if row.get("kind") != "certified":
+                continue
+            fixes = list(dict.fromkeys(m.get("fix", "") for m in row.get("missing", [])))
+            if not fixes or any(f.startswith("--set") for f in fixes):
+                by_hand.append(row["id"])
+            for fix in fixes:
+                if not fix.startswith("--set"):
+                    need.setdefault(fix, []).append(row["id"])
+        out = [{"give": k, "entries": v}
+               for k, v in sorted(need.items(), key=lambda kv: -len(kv[1]))]
+        return out + ([{"give": "--set", "entries": by_hand}] if by_hand else [])
 
 
 def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,22 +77,6 @@ def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> di
              "give": how_to_give(entry.symbols[m]), **what_lacks(entry, m, stats)}
             for m in missing if m not in chosen]
     return {"id": entry.id, "kind": entry.kind, "missing": rows, "lacks": lacks_text(rows)}
-
-
-# what `boundcalc measure MODEL --data DATA` writes (measure/data/task_measure.py), and the
-# flag that turns each optional part on; `--compress` writes the quantized model's statistics
-_DATA_WRITES = {
-    "scalars.n": "", "scalars.emp_risk": "", "scalars.loss_mean": "",
-    "scalars.cross_entropy": "", "scalars.loss_min": "", "scalars.loss_max": "",
-    "scalars.margin_q": "", "scalars.input_token_norm_max": "", "scalars.input_fro_max": "",
-    "scalars.seq_len": "", "scalars.majority_error": "", "scalars.smoothing_alpha": "",
-    "scalars.bounded_loss_mean": "", "curves.ramp_risk": "", "curves.margin_below": "",
-    "scalars.gibbs_draws": " --draws K", "curves.gibbs_risk_mean": " --draws K",
-    "scalars.hessian_trace": " --hessian-probes P", "groups.hessian_trace": " --hessian-probes P",
-    "curves.perturbation_term": " --perturbation-draws K"}
-_COMPRESS_STATS = ("scalars.code_bits", "scalars.quantized_", "curves.quantized_",
-                   "scalars.vocab_size")
-_INIT_STATS = ("scalars.dist_init", "scalars.feature_sigma_min_init", "groups.dist")
 
 
 def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
@@ -80,19 +101,15 @@ def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
         if have is not None and not array:
             label += f" (not read from the file's {name} = {have.value:.4g})"
         return {"name": label, "fix": set_it}
-    if stat.startswith(_COMPRESS_STATS):
-        return {"name": label, "fix": "measure --data DATA --compress"}
+    command = source_of(stat)
+    if command is not None and "--compress" in command:
+        return {"name": label, "fix": command}
     if head == "scalars" and key in curves:
         return {"name": f"{label} (one value; the file has the curve {key} over "
                         f"{curves[key].param})", "fix": set_it}
-    if stat.startswith(_INIT_STATS):
-        return {"name": label, "fix": "measure --init INIT"}
-    flag = next((f for path, f in _DATA_WRITES.items() if stat.startswith(path)), None)
-    if flag is not None:
-        return {"name": label, "fix": f"measure --data DATA{flag}"}
-    if head == "matrix":
-        return {"name": label, "fix": "boundcalc measure MODEL"}
-    return {"name": label, "fix": set_it + " (no boundcalc command measures it)"}
+    if command is not None:
+        return {"name": label, "fix": command}
+    return {"name": label, "fix": f"{set_it} ({set_only_note(stat)})"}
 
 
 def lacks_text(rows: list[dict[str, Any]]) -> str:
@@ -119,8 +136,13 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
     from ..floor import annotate
 
     out = Comparison()
+    by_id: dict[str, tuple[Entry, dict[str, Any]]] = {}
     for entry in track(list(registry)):
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
+        reason = not_for_task(entry, stats)
+        if reason:
+            out.hidden.append({"id": entry.id, "kind": entry.kind, "reason": reason})
+            continue
         if not applicable(entry, stats, own):
             out.skipped.append(skipped_row(entry, stats, own))
             continue
@@ -135,4 +157,93 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
         annotate(r, entry, stats, test_error)
         out.groups.setdefault(r.kind, []).append(r)
         out.results.append(r)
+        by_id[entry.id] = (entry, own)
+    out.minimum = least_certified(out.about_users, by_id, stats, registry, test_error)
+    return out
+
+
+def not_for_task(entry: Entry, stats: Stats | None) -> str | None:
+    """Why an entry does not apply to the task of ``stats`` (it is then hidden), or None: a
+    smoothed log-loss in bits per token is a language model's measure, not a classifier's."""
+    from ..floor import is_classifier
+
+    if is_classifier(stats) and entry.output == "loss" and any(
+            (s.stat or "").startswith("curves.quantized_smoothed_nll")
+            for s in entry.symbols.values()):
+        return "a log-loss in bits per token, for language models; this is a classifier"
+    return None
+
+
+def risk_quantity(entry: Entry, stats: Stats | None) -> str:
+    """What a certified risk row bounds: the Gibbs rows of a language model bound the
+    measured bounded loss (``provenance.bounded_loss``, the smoothed per-token NLL / ln(V/α));
+    every other risk row a 0-1 error."""
+    prov = stats.provenance if stats is not None and isinstance(stats.provenance, dict) else {}
+    loss = prov.get("bounded_loss")
+    gibbs = any("gibbs_risk" in (s.stat or "") for s in entry.symbols.values())
+    return str(loss) if gibbs and loss and loss != "0-1 error" else "0-1 error"
+
+
+def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[str, Any]]],
+                    stats: Stats, registry: Registry,
+                    test_error: float | None = None) -> dict[str, Any] | None:
+    """The least of the k certified risk bounds ``rows``, with an honest δ.
+
+    Each row holds with probability ≥ 1 − δ_i on its own; the least of k rows computed on the
+    same S holds only when all k do, so at 1 − Σδ_i (a union bound). Quoted here: the least
+    row re-evaluated (re-optimised) with its confidence symbol δ at δ/k (``value``;
+    ``row_value`` is its own value). All k statements with δ_i/k hold together with
+    probability ≥ 1 − Σ(δ_i/k + m_i) (``delta_total``), whichever row the data picks, where
+    m_i is the part of a row's δ that is not its δ symbol (a Monte Carlo interval's
+    confidence, fixed by the measurement, not divided); = 1 − δ when every row has the same δ
+    and no such part. Per-row values are unchanged. If the re-evaluation
+    fails, the least row's own value is quoted with Σδ_i."""
+    from ..evaluation import confidence_symbol
+    from ..floor import annotate
+
+    bounds = [r for r in rows if r.is_bound and r.output == "risk" and math.isfinite(r.value)]
+    if not bounds:
+        return None
+    # the least of rows bounding one quantity: a language model's Gibbs rows bound its
+    # smoothed loss / ln(V/α), its other rows the top-1 error; the 0-1 error comes first
+    quantity = {r.id: risk_quantity(by_id[r.id][0], stats) for r in bounds}
+    first = "0-1 error" if "0-1 error" in quantity.values() else quantity[bounds[0].id]
+    bounds = [r for r in bounds if quantity[r.id] == first]
+    best = min(bounds, key=lambda r: r.value)
+    k = len(bounds)
+    deltas = [r.delta or 0.0 for r in bounds]
+    # the part of each row's δ that re-evaluation divides by k (its confidence symbol) and
+    # the part it cannot (a Monte Carlo interval's confidence, fixed by the measurement)
+    own_delta = []
+    for r in bounds:
+        conf_r = confidence_symbol(by_id[r.id][0])
+        sym = r.inputs.get(conf_r) if conf_r else None
+        sym = float(sym) if isinstance(sym, (int, float)) and 0 < sym <= (r.delta or 0) \
+            else 0.0
+        own_delta.append((sym, (r.delta or 0.0) - sym))
+    out: dict[str, Any] = {
+        "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
+        "rows": [r.id for r in bounds], "sum_delta": float(sum(deltas)),
+        "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
+        "certifies": best.certifies, "quantity": first}
+    best_sym = own_delta[bounds.index(best)][0]
+    if k == 1 or not best_sym:
+        out.update(method="single", value=best.value, delta_total=best.delta or 0.0)
+        return out
+    entry, own = by_id[best.id]
+    conf = confidence_symbol(entry)
+    try:
+        again = optimize(entry, stats, {**own, conf: best_sym / k}, registry=registry,
+                         sensitivity=False, contributions=False)
+        annotate(again, entry, stats, test_error)
+        if not (again.is_bound and math.isfinite(again.value)):
+            raise BoundcalcError("not a bound at δ/k")
+    except BoundcalcError as exc:
+        out.update(method="sum", value=best.value, delta_total=out["sum_delta"],
+                   note=f"re-evaluation at δ/k failed: {one_line(str(exc))}")
+        return out
+    out.update(method="delta_over_k", value=again.value, delta_each=best_sym / k,
+               delta_fixed=float(sum(x for _, x in own_delta)),
+               delta_total=float(sum(d / k + x for d, x in own_delta)), vacuous=again.vacuous,
+               vacuous_against=again.vacuous_text)
     return out

@@ -297,6 +297,11 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
                                                           honest_label(entry, r)))
     if r.vacuous is not None:
         L.append(r"\\ Vacuous: %s." % esc(r.vacuous_text))
+    if r.unit:
+        L.append(r"\\ Unit: %s." % esc(r.unit))
+    if r.certifies:
+        L.append(r"\\ Certifies (%s): %s." % (esc(r.certifies["about"]),
+                                                esc(r.certifies["text"])))
     L += _floor_section(r)
     if r.estimated_inputs:
         L.append(r"\\ \textbf{Estimated inputs:} "

@@ -163,7 +163,8 @@ def result_panel(result: Result) -> Group:
     head.add_column(style="bold", no_wrap=True)
     head.add_column(overflow="fold")
     _row(head, "title", result.title)  # in the panel, not its border: a border cuts long titles
-    _row(head, "value", Text(result.value_text(8), style=style))
+    _row(head, "value", Text(result.value_text(8) + (f" {result.unit}" if result.unit else ""),
+                             style=style))
     label = result.label
     if result.conditions and " only if " in label:  # the conditions follow, one per row
         label = label.split(" only if ")[0] + " only if the conditions below hold"
@@ -176,6 +177,8 @@ def result_panel(result: Result) -> Group:
                                f"(outward-rounded; the value is its upper end)")
     if result.vacuous is not None:
         _row(head, "vacuous", result.vacuous_text)
+    if result.certifies:
+        _row(head, "certifies", result.certifies["text"])
     for name, text in floor_rows(result):
         _row(head, name, text)
     if result.delta is not None:
@@ -276,8 +279,42 @@ def certified_table(results: list[Result]) -> Table:
     t.add_column("vacuous", no_wrap=True)
     t.add_column("δ", justify="right", no_wrap=True)
     for r in sorted(results, key=lambda r: r.value):
-        _row(t, r.id, r.value_text(4), r.label_head,
+        _row(t, r.id, value_cell(r), r.label_head,
              "—" if r.vacuous is None else ("yes" if r.vacuous else "no"), fmt(r.delta, 3))
+    return t
+
+
+def value_cell(r: Result, digits: int = 4) -> str:
+    """The value with its unit when it is not a probability ('2.01 bits/token')."""
+    return r.value_text(digits) + (f" {r.unit.replace(' per ', '/')}" if r.unit else "")
+
+
+def certified_models_table(results: list[Result]) -> Table | None:
+    """Beside each certified compression row about the user's model: which model it
+    certifies (the decoded model's fingerprint, agreement on S, distance from the prior)."""
+    rows = [r for r in results if r.certifies]
+    if not rows:
+        return None
+    t = Table(title="the model each compression row certifies (the model its code decodes to)")
+    t.add_column("id", no_wrap=True, min_width=_id_width(rows))
+    t.add_column("certifies", overflow="fold", ratio=1)
+    for r in sorted(rows, key=lambda r: r.value):
+        _row(t, r.id, r.certifies["text"])
+    return t
+
+
+def another_model_table(results: list[Result]) -> Table:
+    """Certified compression rows whose code decodes to another model than the user's (the
+    prior, or a model that disagrees with it on S): listed apart, never the headline."""
+    t = Table(title="certified, but about ANOTHER model than yours (listed apart)",
+              caption="a compression bound certifies the model its code decodes to; these "
+                      "codes decode to the prior or to a model that disagrees with yours on "
+                      "S (boundcalc.certifies)", caption_justify="left")
+    t.add_column("id", no_wrap=True, min_width=_id_width(results))
+    t.add_column("value", justify="right", no_wrap=True)
+    t.add_column("certifies", overflow="fold", ratio=1)
+    for r in sorted(results, key=lambda r: r.value):
+        _row(t, r.id, value_cell(r), r.certifies["text"])
     return t
 
 

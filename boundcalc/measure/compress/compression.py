@@ -15,9 +15,11 @@ minimum and maximum, or 1-D k-means), K chosen on a declared grid, and coded as:
   ⌈m·Ĥ⌉ + 1 bits, Ĥ the entropy in bits of the level frequencies;
 * optionally the authors' self-delimiting prefix 2·log2 L (``prefix="authors"``).
 
-Every part's length is known to the decoder from what it has read before, so the whole code
-is prefix-free (Kraft) without the prefix term; the authors of the compression-bound papers add
-it anyway. The decoded model is θ₀ + codebook[codes] with the codebook rounded to its stored
+Levels that coincide after rounding are merged, so the codebook sent has K′ ≤ K levels and the
+decoder does not learn K′ from the grid index; the code still satisfies Kraft's inequality,
+Σ 2^{−C(h)} ≤ (e − 1)/2 < 1 (docs/sources/compression.md §2: K′ sorted distinct levels, counts,
+an arithmetic code of length ⌈mĤ⌉ + 1), which is all the Occam bound needs; the authors of
+the compression-bound papers add the prefix term anyway. The decoded model is θ₀ + codebook[codes] with the codebook rounded to its stored
 precision, so the risk measured here is that of exactly the model the code describes.
 """
 
@@ -366,6 +368,11 @@ class Compression:
     per_level: list[dict[str, float]] = field(default_factory=list)
     codebook_bits: int = 16
     prefix: str = "none"
+    # the decoded model: Euclidean distances from the prior centre over the coded weights (the
+    # decoded and the measured model's), and a hash of its weights (:func:`model_fingerprint`)
+    distance_from_prior: float | None = None
+    measured_distance_from_prior: float | None = None
+    decoded_fingerprint: str | None = None
 
     @property
     def agreement(self) -> float:
@@ -373,16 +380,39 @@ class Compression:
         trained one (1 − ``changed``)."""
         return 1.0 - self.changed
 
+    def decoded(self) -> dict[str, Any]:
+        """The record of the model the code decodes to (``provenance.compression.decoded``):
+        fingerprint, agreement with the measured model on S, distances from the prior, and
+        what :func:`boundcalc.certifies.classify` makes of them (``about``)."""
+        from ...certifies import classify
+
+        rec = {"fingerprint": self.decoded_fingerprint or self.fingerprint,
+               "agreement": self.agreement, "distance_from_prior": self.distance_from_prior,
+               "measured_distance_from_prior": self.measured_distance_from_prior,
+               "distance": "Euclidean norm over the coded weights of (model − prior centre)"}
+        rec["about"] = classify({"decoded": rec})["about"]
+        return rec
+
     def warning(self) -> str | None:
-        """One line when the quantized model disagrees with the trained one on half the
-        samples or more: its bound is then about another model."""
-        if self.changed < DISAGREE:
+        """One line when the compression bounds are not about the trained model: its code
+        decodes to the prior, or the decoded model disagrees with the trained one on more
+        than 1 − MIN_AGREEMENT of the samples (:mod:`boundcalc.certifies`)."""
+        from ...certifies import MIN_AGREEMENT
+
+        about = self.decoded()["about"]
+        if about == "measured" or (about == "unknown" and self.changed < DISAGREE):
             return None
         hint = ("code the change from the prior checkpoint (--compress delta --init CKPT)"
                 if self.select == "all" else "allow more levels (--levels)")
+        if about == "prior":
+            return (f"the quantized model ({self.levels} level(s)) decodes to the prior "
+                    f"(distance {self.distance_from_prior:.3g} from it, the trained model's "
+                    f"{self.measured_distance_from_prior:.3g}; agreement "
+                    f"{self.agreement:.1%}): its bounds certify the prior, not the trained "
+                    f"model; {hint}")
         return (f"the quantized model ({self.levels} levels) disagrees with the trained model on "
-                f"{self.changed:.1%} of the samples (agreement {self.agreement:.1%}): its bound "
-                f"says little about the trained model; {hint}")
+                f"{self.changed:.1%} of the samples (agreement {self.agreement:.1%} < "
+                f"{MIN_AGREEMENT:.0%}): its bounds certify another model; {hint}")
 
     @property
     def method(self) -> str:
@@ -435,6 +465,18 @@ def _fingerprint(codes: np.ndarray, codebook: np.ndarray, select: str) -> str:
     h.update(select.encode())
     h.update(np.ascontiguousarray(codes.astype(np.int64)).tobytes())
     h.update(np.ascontiguousarray(codebook.astype(np.float64)).tobytes())
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def model_fingerprint(state: Mapping[str, torch.Tensor]) -> str:
+    """'sha256:…' of a model's weights: each tensor's name, shape and float32 bytes, in name
+    order (the decoded model as it is loaded; equal weights give equal fingerprints)."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        t = state[name].detach().to(torch.float32).contiguous().cpu()
+        h.update(name.encode())
+        h.update(repr(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
     return "sha256:" + h.hexdigest()[:16]
 
 
@@ -509,9 +551,16 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
                              f"more than the allowed {max_changed:.3%}")
     n = len(q_risk.errors)
     smoothed = {a: float(v.mean()) for a, v in q_risk.smoothed.items()}
+    dec = cb[codes]
+    # the coded vector is the model minus the prior centre (0 for 'all' and given tensors)
+    state = decoded_state(dec, layout) if coded is not None else \
+        decoded_state(dec, layout, init, select)
     return Compression(sel, quantizer, grid, k, code, float(q_risk.errors.mean()),
                        float(ref.errors.mean()), changed, smoothed, q_risk.vocab, n,
-                       _fingerprint(codes, cb, sel), per_level, codebook_bits, prefix)
+                       _fingerprint(codes, cb, sel), per_level, codebook_bits, prefix,
+                       distance_from_prior=float(np.linalg.norm(dec)),
+                       measured_distance_from_prior=float(np.linalg.norm(vec)),
+                       decoded_fingerprint=model_fingerprint(state))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -602,6 +651,7 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
                                        "fingerprint": result.fingerprint,
                                        "data": str(data), "select": result.select,
                                        "agreement": result.agreement,
+                                       "decoded": result.decoded(),
                                        "warning": result.warning()}
     if centre is not None:
         stats.provenance["compression"]["prior"] = centre.provenance()

@@ -1,0 +1,102 @@
+"""Where each stats-file value comes from: the boundcalc command (and flag) that writes it.
+
+One table for every hint that tells a user how to get a missing value (``compare``'s "lacks"
+column, ``bind``'s missing-value errors). :func:`source_of` returns the command, or None when
+no boundcalc command writes the value (then only ``--set`` gives it). tests/test_hints.py walks
+every registry symbol's hint and checks each named command and flag against the CLI, and
+each "no command" against the measurement code.
+"""
+
+from __future__ import annotations
+
+# (stats path, the command that writes it): a path ending in * is a prefix; first match wins; commands are written as
+# a user types them after `boundcalc`
+_SOURCES: tuple[tuple[str, str], ...] = (
+    # measure --compress (boundcalc/measure/compress/compression.py)
+    ("scalars.code_bits*", "measure --data DATA --compress auto"),
+    ("scalars.quantized_*", "measure --data DATA --compress auto"),
+    ("curves.quantized_*", "measure --data DATA --compress auto"),
+    ("scalars.vocab_size", "measure --data DATA --compress auto"),
+    # the per-group σ search (boundcalc/measure/data/tune.py)
+    ("curves.gibbs_risk_groups", "measure --init INIT --data DATA --tune-data TUNE "
+                                 "(or --sigma-groups)"),
+    ("scalars.gibbs_groups_units", "measure --init INIT --data DATA --tune-data TUNE "
+                                   "(or --sigma-groups)"),
+    # the data pass (boundcalc/measure/data/task_measure.py)
+    ("curves.gibbs_risk_mean", "measure --data DATA --draws K"),
+    ("scalars.gibbs_draws", "measure --data DATA --draws K"),
+    ("scalars.hessian_trace", "measure --data DATA --hessian-probes P"),
+    ("groups.hessian_trace", "measure --data DATA --hessian-probes P"),
+    ("curves.perturbation_term", "measure --data DATA --perturbation-draws K"),
+    ("scalars.n", "measure --data DATA"),
+    ("scalars.emp_risk", "measure --data DATA"),
+    ("scalars.loss_mean", "measure --data DATA"),
+    ("scalars.cross_entropy", "measure --data DATA"),
+    ("scalars.bounded_loss_mean", "measure --data DATA"),
+    ("scalars.margin_q*", "measure --data DATA"),
+    ("scalars.input_token_norm_max", "measure --data DATA"),
+    ("scalars.input_fro_max", "measure --data DATA"),
+    ("scalars.seq_len", "measure --data DATA"),
+    ("scalars.majority_error", "measure --data DATA"),
+    ("scalars.smoothing_alpha", "measure --data DATA"),
+    ("curves.ramp_risk", "measure --data DATA"),
+    ("curves.margin_below", "measure --data DATA"),
+    # the weights side (boundcalc/measure/weights/pipeline.py)
+    ("scalars.dist_init*", "measure --init INIT"),
+    ("groups.dist_init*", "measure --init INIT"),
+    ("groups.n_params", "measure MODEL"),
+    ("scalars.n_params", "measure MODEL"),
+    ("model.*", "measure MODEL"),
+    ("matrix.*", "measure MODEL"),
+)
+
+# values only the Python API measures (a callable the CLI cannot take)
+_PYTHON_ONLY: tuple[tuple[str, str], ...] = (
+    ("scalars.feature_sigma_min*", "the Python API boundcalc.measure.measure(MODEL, init=INIT, "
+                                  "data=DATA, features=FN)"),
+)
+
+# values a command writes as a curve that an entry takes as one number (one point of it)
+_ONE_POINT: dict[str, str] = {
+    "scalars.gibbs_risk_mean": "curves.gibbs_risk_mean",
+    "scalars.gibbs_risk": "curves.gibbs_risk_mean",
+}
+
+NO_COMMAND = "no boundcalc command measures it"
+
+
+def _matches(stat: str | None, pattern: str) -> bool:
+    stat = stat or ""
+    return stat.startswith(pattern[:-1]) if pattern.endswith("*") else stat == pattern
+
+
+def source_of(stat: str | None) -> str | None:
+    """The command that writes the stats path ``stat`` ('measure MODEL --data DATA ...'), or
+    None when no boundcalc command writes it."""
+    return next((command for pattern, command in _SOURCES if _matches(stat, pattern)), None)
+
+
+def python_only(stat: str | None) -> str | None:
+    """The Python call that measures ``stat`` when the CLI cannot, else None."""
+    return next((how for pattern, how in _PYTHON_ONLY if _matches(stat, pattern)), None)
+
+
+def one_point_of(stat: str | None) -> tuple[str, str] | None:
+    """(curve path, its command) when ``stat`` is one value of a curve a command writes."""
+    curve = _ONE_POINT.get(stat or "")
+    if curve is None:
+        return None
+    command = source_of(curve)
+    return (curve, command) if command else None
+
+
+def set_only_note(stat: str | None) -> str:
+    """Why a value with no command must be set by hand: a curve to pick a point of, the
+    Python API, or no command at all (the text after '--set NAME=VALUE')."""
+    point = one_point_of(stat)
+    if point:
+        return f"one point of the curve {point[0].split('.', 1)[1]} from {point[1]}"
+    how = python_only(stat)
+    if how:
+        return f"measured only by {how}"
+    return NO_COMMAND

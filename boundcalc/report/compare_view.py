@@ -1,0 +1,90 @@
+"""What `compare` says before its tables: a headline in every case, the least certified value
+with its honest δ, one line per missing ingredient, and where to go when KL dominates.
+
+Every function returns plain strings (the CLI styles them; ``compare --json`` carries them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..evaluation import Result
+
+GUIDE = "docs/guide/certify-your-model.md"
+_NOT_KL = ("grid cost", "Monte Carlo", "confidence", "divergence")
+
+
+def minimum_line(m: dict[str, Any]) -> str:
+    """How the least certified value is quoted, in one line: at δ/k (the least row
+    re-evaluated), with the sum of the δ's, or a single row at its own δ."""
+    k, rid = m["k"], m["id"]
+    if m["method"] == "single":
+        return (f"one certified row about your model: {m['value']:.4g} ({rid}, holds with "
+                f"probability ≥ {1 - m['delta_total']:g})")
+    if m["method"] == "delta_over_k":
+        fixed = (f", Monte Carlo confidences {m['delta_fixed']:.3g} undivided"
+                 if m.get("delta_fixed") else "")
+        return (f"minimum over {k} certified rows, each at δ/k: {rid} re-evaluated at "
+                f"δ/{k} = {m['delta_each']:.3g} gives {m['value']:.4g}, so the minimum holds "
+                f"with probability ≥ {1 - m['delta_total']:.4g} (union bound over the {k} "
+                f"rows{fixed}); per-row values are at their own δ ({rid}: "
+                f"{m['row_value']:.4g})")
+    total = m["delta_total"]
+    holds = (f"holds with probability ≥ 1 − Σδ = {1 - total:g}" if total < 1 else
+             f"would need Σδ = {total:g} ≥ 1: no guarantee")
+    return (f"minimum over {k} certified rows with the sum of their δ's: {m['value']:.4g} "
+            f"({rid}) {holds} (union bound over the {k} rows)"
+            + (f"; {m['note']}" if m.get("note") else ""))
+
+
+def headline(minimum: dict[str, Any] | None, another: list[Result], certified: list[Result],
+             test_error: float | None = None) -> str:
+    """One line: the certified value a user can quote about their model, or why there is
+    none."""
+    if minimum is not None:
+        vac = minimum.get("vacuous")
+        against = minimum["vacuous_against"].split(" ", 1)[-1].strip("()").split(",")[0]
+        state = "" if vac is None else (", vacuous" if vac else ", not vacuous") + \
+            f" ({against})"
+        test = "" if test_error is None else f"; held-out test error {test_error:g}"
+        on = "" if minimum.get("quantity", "0-1 error") == "0-1 error" else \
+            f" on the {minimum['quantity']}"
+        return (f"headline: {minimum['value']:.4g} certified{on} ({minimum['id']}, probability "
+                f"≥ {1 - minimum['delta_total']:g}){state}{test}")
+    if another:
+        return (f"headline: no certified bound about your model; {len(another)} compression "
+                f"row(s) certify another model (listed apart)")
+    if certified:
+        return ("headline: no certified bound on a risk (the certified rows are estimated, "
+                "not bounds, or in another unit)")
+    return "headline: no certified bound"
+
+
+def missing_lines(missing: list[dict[str, Any]], limit: int = 3) -> list[str]:
+    """One line per missing ingredient: what gives it and the certified entries it gives."""
+    out = []
+    for m in missing:
+        ids = m["entries"]
+        names = ", ".join(ids[:limit]) + (", …" if len(ids) > limit else "")
+        n = f"{len(ids)} certified entr{'y' if len(ids) == 1 else 'ies'}"
+        if m["give"] == "--set":
+            out.append(f"{n} need values no measurement gives (--set; the table of entries "
+                       f"not computed says which)")
+        else:
+            out.append(f"missing: boundcalc {m['give']}, for {n} ({names})")
+    return out
+
+
+def guidance_line(best: Result | None, has_certify: bool) -> str | None:
+    """When the best certified row is vacuous and a KL divergence dominates it: the recipe
+    that makes the KL small (a prior trained on a split disjoint from S) and its docs page."""
+    if best is None or not best.vacuous or not best.floor:
+        return None
+    dominant = str(best.floor.get("dominant", ""))
+    if dominant in _NOT_KL or "kl" not in dominant.lower():
+        return None
+    recipe = ("train the prior on a split disjoint from S, fine-tune from it, then measure "
+              "--init PRIOR --tune-data SPLIT")
+    return (f"vacuous because {dominant} dominates: {recipe}"
+            + (" (or `boundcalc certify` does it all)" if has_certify else "")
+            + f"; see {GUIDE}")
