@@ -23,7 +23,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "boundcalc"
 # import only rooms on lower floors. Keep in step with docs/architecture.md.
 ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (0, "base", ("boundcalc", "boundcalc.errors", "boundcalc._lazy", "boundcalc.result",
-                 "boundcalc.prior_spec", "boundcalc.codecheck")),
+                 "boundcalc.prior_spec", "boundcalc.codecheck", "boundcalc.certifies",
+                 "boundcalc.hints")),
     (1, "budgets", ("boundcalc.limits", "boundcalc.plan")),
     (1, "engine", ("boundcalc.engine.*",)),
     (2, "files", ("boundcalc.files.*",)),
