@@ -30,15 +30,30 @@ def require_paths(**paths: Any) -> None:
             continue
         p = Path(value)
         error = StatsError if option == "stats" else CheckpointError
-        what = "stats file" if option == "stats" else "file or directory"
+        what = "stats file"
         if p.exists():
             if p.is_file() and not os.access(p, os.R_OK):
                 raise error(f"{_label(option)} {one_line(str(p))}: not readable")
             continue
-        looks_like_path = option != "model" or os.sep in str(value) or "/" in str(value) \
-            or p.suffix != ""
-        if looks_like_path:
+        if option == "stats":
             raise error(f"{_label(option)} {one_line(str(p))}: no such {what}")
+        if option == "model":
+            from ..measure.io import BUNDLED_MODELS  # only now: it imports torch
+
+            if str(value) in BUNDLED_MODELS:
+                continue
+            raise error(f"no such file or folder: {one_line(str(p))}")
+        raise error(f"{_label(option)}: no such file or folder: {one_line(str(p))}")
+
+
+def check_device(device: str) -> None:
+    """Refuse ``--device cuda`` (or ``cuda:N``) on a machine without it, before anything slow
+    (transformers, the model) is imported or loaded; ``auto`` and ``cpu`` need no check."""
+    if device in ("auto", "cpu"):
+        return
+    from ..measure.device import resolve_device
+
+    resolve_device(device)
 
 
 def _label(option: str) -> str:
