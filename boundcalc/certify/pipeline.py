@@ -100,8 +100,10 @@ def _key(step: str, cfg: CertifyConfig, upstream: str, extra: Any = None) -> str
 
 
 class _Steps:
-    """``steps.json``: the key each finished step had; a step is reused when its output is
-    there and its key is the same, else it runs (and every later step after it)."""
+    """``steps.json``: the key each finished step had; a step is reused when its outputs are
+    there, its key is the same and no earlier step ran; else it runs (and every later step
+    after it). A step's outputs are written under a temporary name and renamed, and its key
+    recorded only after that, so a step killed half-way runs again."""
 
     def __init__(self, out: Path, say: Callable[[str], None]):
         self.path = out / "steps.json"
@@ -111,9 +113,10 @@ class _Steps:
         except (OSError, ValueError):
             self.done = {}
         self.status: dict[str, str] = {}
+        self.ran = False  # once a step runs, every later one runs too (its input changed)
 
     def fresh(self, step: str, key: str, outputs: Sequence[Path]) -> bool:
-        ok = self.done.get(step) == key and all(p.exists() for p in outputs)
+        ok = not self.ran and self.done.get(step) == key and all(p.exists() for p in outputs)
         if ok:
             self.status[step] = "reused"
             self.say(f"{step}: reusing {', '.join(p.name for p in outputs)} (same inputs and "
@@ -123,6 +126,7 @@ class _Steps:
     def finish(self, step: str, key: str) -> None:
         self.done[step] = key
         self.status[step] = "ran"
+        self.ran = True
         tmp = self.path.with_name("steps.json.partial")
         tmp.write_text(json.dumps(self.done, indent=1))
         tmp.replace(self.path)

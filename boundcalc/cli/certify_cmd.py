@@ -47,6 +47,8 @@ def certify_cmd(
     draws: int = typer.Option(3, "--draws", min=1, help="Monte Carlo passes over S per σ"),
     tune_rows: int = typer.Option(256, "--tune-rows", min=0, help="rows of the prior's data "
                                   "on which the per-group σ is searched (0: none)"),
+    tune_draws: int = typer.Option(2, "--tune-draws", min=1, help="Monte Carlo passes per σ "
+                                   "vector tried by the search"),
     group_draws: int = typer.Option(6, "--group-draws", min=1, help="Monte Carlo passes over "
                                     "S at the per-group σ"),
     compress: bool = typer.Option(False, "--compress", help="also the compression bounds "
@@ -87,7 +89,8 @@ def certify_cmd(
                             proximal=proximal, batch_size=batch_size, max_length=max_length,
                             text_column=text_column, label_column=label_column, device=device,
                             sigmas=tuple(sigma) if sigma else CertifyConfig.sigmas,
-                            draws=draws, tune_rows=tune_rows, group_draws=group_draws,
+                            draws=draws, tune_rows=tune_rows, tune_draws=tune_draws,
+                            group_draws=group_draws,
                             compress=compress, tokenizer=tokenizer)
         progress = stages.measure_progress("certify")
         result = certify(base, data, out, test_data, cfg,

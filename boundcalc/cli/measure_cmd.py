@@ -233,8 +233,11 @@ def measure_cmd(
         "'delta' from --init, or 'auto' (delta with --init, else all), quantized; needs --data "
         "and an HF folder with a task head"),
     quantizer: str = typer.Option("uniform", "--quantizer", help="uniform | kmeans levels"),
-    levels: str = typer.Option("2,4,8,16,32,64", "--levels", help="level counts to try; the "
-                               "choice costs log2(count) bits inside the code"),
+    levels: Optional[str] = typer.Option(None, "--levels", help="level counts to try; the "
+                                         "choice costs log2(count) bits inside the code "
+                                         "(default: 1,16 for a delta from --init, which a "
+                                         "fine-tuned model can use; 2,4,8,16,32,64 for all "
+                                         "weights)"),
     codebook_bits: int = typer.Option(16, "--codebook-bits", help="bits per codebook level "
                                       "(16 or 32)"),
     prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
@@ -263,7 +266,7 @@ def measure_cmd(
             from ..measure.compress.compression import add_compression, compression_options
 
             opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
-                                       max_changed, data)
+                                       max_changed, data, init=init)
         from ..prior_spec import is_keyword, parse_centre, parse_head_init
 
         parse_head_init(head_init)
