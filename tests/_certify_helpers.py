@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +16,12 @@ FILLER = ("the a of and to in is was it for on with as at by this that from have
           "very more some about after today we they").split()
 
 
-def synthetic_rows(n: int, seed: int = 0, classes: tuple[str, ...] = ("sport", "food")
-                   ) -> list[tuple[str, str]]:
+def synthetic_rows(n: int, seed: int = 0, classes: tuple[str, ...] = ("sport", "food"),
+                   noise: float = 0.0) -> list[tuple[str, str]]:
     """``n`` (text, label) rows: 6–10 filler words with 2 words of the label's topic mixed in;
-    the label is the topic's name (a string), so the task is separable by vocabulary."""
+    the label is the topic's name (a string), so the task is separable by vocabulary. With
+    ``noise``, that fraction of the labels (in expectation) is replaced by a uniformly drawn
+    class (so the best error is about noise·(1 − 1/K))."""
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(n):
@@ -28,6 +29,8 @@ def synthetic_rows(n: int, seed: int = 0, classes: tuple[str, ...] = ("sport", "
         words = list(rng.choice(FILLER, int(rng.integers(6, 11))))
         for w in rng.choice(TOPICS[label], 2, replace=False):
             words.insert(int(rng.integers(len(words) + 1)), str(w))
+        if noise and rng.random() < noise:
+            label = classes[int(rng.integers(len(classes)))]
         rows.append((" ".join(words), label))
     return rows
 
@@ -52,6 +55,4 @@ def bert_config_folder(out: Path, hidden: int = 64, layers: int = 2, heads: int 
                num_attention_heads=heads, intermediate_size=2 * hidden,
                max_position_embeddings=128).save_pretrained(out)
     tok.save_pretrained(out)
-    cfg = json.loads((out / "config.json").read_text())
-    assert "architectures" not in cfg or cfg["architectures"] is None or True
     return out

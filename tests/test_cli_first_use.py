@@ -1,0 +1,109 @@
+"""What a new user meets first (issue 30): --version, the error for a mistyped model path or a
+wrong column, --device cuda refused before the measurement starts, grid notes only for a
+--sigma the user gave (one 80-column line each), and --compress auto's default level counts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from boundcalc import __version__
+from boundcalc.cli import app
+from tests._measure_helpers import TEXT_LABELS, TEXTS, tiny_text_checkpoints
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("first_use")
+    tiny_text_checkpoints(out)
+    pd.DataFrame({"text": TEXTS, "label": TEXT_LABELS}).to_csv(out / "d.csv", index=False)
+    pd.DataFrame({"sentence": TEXTS, "sentiment": TEXT_LABELS}).to_csv(out / "other.csv",
+                                                                       index=False)
+    return out
+
+
+@pytest.mark.parametrize("args", [["--version"], ["-V"], ["version"]])
+def test_version(args):
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == f"boundcalc {__version__}"
+
+
+def test_mistyped_model_path(tiny):
+    res = runner.invoke(app, ["measure", "mymodle", "--data", str(tiny / "d.csv")])
+    assert res.exit_code != 0
+    assert res.stderr.strip() == "error: no such file or folder: mymodle"
+    res = runner.invoke(app, ["measure", str(tiny / "nope"), "--data", str(tiny / "d.csv")])
+    assert res.stderr.strip() == f"error: no such file or folder: {tiny / 'nope'}"
+
+
+def test_wrong_columns_name_their_flags(tiny):
+    res = runner.invoke(app, ["measure", str(tiny / "cls"), "--data", str(tiny / "other.csv"),
+                              "-o", str(tiny / "never.json")])
+    err = res.stderr.strip()
+    assert res.exit_code != 0 and "\n" not in err
+    assert "no text column 'text' (columns: sentence, sentiment)" in err
+    assert err.endswith("choose the text column with --text-column")
+    res = runner.invoke(app, ["measure", str(tiny / "cls"), "--data", str(tiny / "other.csv"),
+                              "--text-column", "sentence", "-o", str(tiny / "never.json")])
+    err = res.stderr.strip()
+    assert "no label column 'label'" in err
+    assert err.endswith("choose the label column with --label-column")
+
+
+def test_device_cuda_refused_before_the_measurement_starts(tiny):
+    """Without CUDA, the refusal comes before transformers or the data side is imported (a
+    fresh interpreter, so nothing earlier imported them)."""
+    code = ("import sys\nfrom typer.testing import CliRunner\nfrom boundcalc.cli import app\n"
+            f"r = CliRunner().invoke(app, ['measure', {str(tiny / 'cls')!r}, '--data', "
+            f"{str(tiny / 'd.csv')!r}, '--device', 'cuda'])\n"
+            "print(r.exit_code, r.stderr.strip())\n"
+            "print(sorted(m for m in ('transformers', 'boundcalc.measure.data.task_measure') "
+            "if m in sys.modules))\n")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+                                        "PATH": "/usr/bin:/bin"})
+    first, second = res.stdout.strip().splitlines()[-2:]
+    assert first.startswith("2 error: device 'cuda': CUDA is not available"), res.stdout
+    assert second == "[]"
+
+
+def test_grid_notes_only_for_a_given_sigma(tiny):
+    args = ["measure", str(tiny / "cls"), "--data", str(tiny / "d.csv"), "--draws", "1",
+            "--hessian-probes", "0", "-o", str(tiny / "s.json")]
+    res = runner.invoke(app, args)  # the seven default σ: no note
+    assert res.exit_code == 0, res.output
+    assert "grid point" not in res.stdout and "Dziugaite" not in res.stdout
+    res = runner.invoke(app, [*args, "--sigma", "0.000123456", "--sigma", "0.000123457"])
+    assert res.exit_code == 0, res.output
+    notes = [ln for ln in res.stdout.splitlines() if "note: --sigma" in ln]
+    assert len(notes) == 2 and all(len(ln) <= 80 for ln in notes), notes
+    snaps = json.loads((tiny / "s.json").read_text())["provenance"]["sigma_snapped"]
+    assert f"(j = {snaps[0]['j']})" in notes[0] and f"j = {snaps[0]['j']} with" in notes[1]
+
+
+def test_compress_auto_with_init_defaults_to_levels_a_delta_can_use(tiny):
+    from boundcalc.measure.compress.compression import default_levels
+
+    assert default_levels("auto", "prior/") == (1, 16) == default_levels("delta", None)
+    assert default_levels("auto", None) == (2, 4, 8, 16, 32, 64) == default_levels("all", "x")
+    res = runner.invoke(app, ["measure", str(tiny / "cls"), "--data", str(tiny / "d.csv"),
+                              "--init", str(tiny / "cls"), "--draws", "0",
+                              "--hessian-probes", "0", "--compress", "auto",
+                              "-o", str(tiny / "c.json")])
+    assert res.exit_code == 0, res.output
+    comp = json.loads((tiny / "c.json").read_text())["provenance"]["compression"]
+    assert [r["levels"] for r in comp["per_level"]] == [1, 16]
