@@ -107,3 +107,30 @@ def test_compress_auto_with_init_defaults_to_levels_a_delta_can_use(tiny):
     assert res.exit_code == 0, res.output
     comp = json.loads((tiny / "c.json").read_text())["provenance"]["compression"]
     assert [r["levels"] for r in comp["per_level"]] == [1, 16]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sigma_search_progress_total_bounds_its_evaluations(seed):
+    """The σ search reports progress against a total that its evaluations never exceed
+    (else a long search on the tune data sat at '0/1 steps' for minutes)."""
+    import math
+
+    import numpy as np
+
+    from boundcalc.measure.data.tune import (SCALE_GRID, choose_shape, dr_sigma,
+                                             search_evaluations)
+
+    rng = np.random.default_rng(seed)
+    names = [f"g{i}" for i in range(6)]
+    groups = {f"p{i}": g for i, g in enumerate(names)}
+    tol = {g: float(rng.uniform(1e-3, 5e-2)) for g in names}
+    calls = []
+
+    def risk(sig):
+        calls.append(1)
+        # each group's noise beyond its tolerance adds risk
+        return sum(max(0.0, math.log(sig[p] / tol[g])) for p, g in groups.items()) * 0.1
+
+    choose_shape(risk, groups, {g: 100 * (i + 1) for i, g in enumerate(names)}, 0.0, 0.05)
+    assert 0 < len(calls) <= search_evaluations(len(names)) - len(SCALE_GRID)
+    assert dr_sigma(1) > dr_sigma(1400)
