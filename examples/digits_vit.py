@@ -45,7 +45,7 @@ def _kind(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", type=Path, default=Path("out/digits"))
     ap.add_argument("--draws", type=int, default=5,
                     help="Monte Carlo passes per isotropic σ; every digit of every pass gets "
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from boundcalc.cli import app
     from boundcalc.experiments.digits_vit import DigitsConfig, build
+    from boundcalc.report.summary import floor_line
 
     t0 = time.monotonic()
     _stage(t0, "training the prior on the prior split, then the posterior on S")
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         order[_kind(r)], r["value"] if r["value"] is not None else float("inf")))
     for r in ranked:
         report[_kind(r)].append({k: r.get(k) for k in ("id", "value", "label", "delta",
-                                                       "parameters", "union_bound_cost")})
+                                                       "parameters", "union_bound_cost",
+                                                       "floor", "vacuous", "vacuous_against")})
     for kind in ("certified", "estimated", "not_a_bound"):
         if not report[kind]:
             continue
@@ -109,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             d = r["delta"] if r["delta"] is not None else float("nan")
             print(f"  {r['id']:34s} {r['value_text']:>9s}  δ = {d:.3g}")
             print(f"    {r['label']}")
+            if kind == "certified":
+                print(f"    {floor_line(r)}")
     _stage(t0, f"wrote {args.out / 'report.json'}")
     (args.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     return 0

@@ -134,3 +134,36 @@ def test_sigma_search_progress_total_bounds_its_evaluations(seed):
     choose_shape(risk, groups, {g: 100 * (i + 1) for i, g in enumerate(names)}, 0.0, 0.05)
     assert 0 < len(calls) <= search_evaluations(len(names)) - len(SCALE_GRID)
     assert dr_sigma(1) > dr_sigma(1400)
+
+
+def test_floor_line_of_a_compare_row():
+    from boundcalc.report.summary import floor_line
+
+    row = {"floor": {"own": 0.0940, "emp_risk": 0.091, "mc_upper": 0.0991,
+                     "budget_nats": {"KL_gauss": 23.3, "grid cost": 2.83, "confidence": 9.8},
+                     "effects": {"KL_gauss": 0.059, "grid cost": 0.004, "Monte Carlo": 0.011}},
+           "vacuous": False, "vacuous_against": "no (< 0.9, the error of guessing)"}
+    assert floor_line(row) == ("floor 0.094; vacuous no (< 0.9, the error of guessing); "
+                               "dominated by KL_gauss 23.3 nats (+0.059)")
+    assert floor_line(row, scale=10) .startswith("floor 0.94;")
+    assert floor_line({"floor": None, "vacuous": None}) == (
+        "floor — (not a kl inverse); vacuous — (not a [0, 1] risk bound); dominated by —")
+
+
+@pytest.mark.parametrize("name", ["digits_vit", "text_classifier", "language_model"])
+def test_examples_help_reads_whole_and_prints_the_floor(name):
+    """--help's description is the docstring's whole first paragraph (language_model.py's was
+    cut at 'with'); each example prints floor_line beside its certified rows and keeps the
+    floor in report.json's rows."""
+    path = ROOT / "examples" / f"{name}.py"
+    res = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    desc = " ".join(res.stdout.split("\n\n")[1].split())
+    first = " ".join(path.read_text().split('"""')[1].split("\n\n")[0].split())
+    assert desc == first and desc.endswith(".")
+    src = path.read_text()
+    assert "floor_line(r" in src
+    if name != "digits_vit":
+        lib = (ROOT / "boundcalc" / "experiments" / f"{name}.py").read_text()
+        assert '"floor", "vacuous", "vacuous_against"' in lib

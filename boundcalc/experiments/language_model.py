@@ -350,7 +350,8 @@ def run(out: str | Path, cfg: LMConfig | None = None,
         "certified": [], "certified_other": []}
     for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
                     else math.inf):
-        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters", "is_bound")}
+        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters", "is_bound",
+                                     "floor", "vacuous", "vacuous_against")}
         if units.get(r["id"]) == "bits":
             row["note"] = "smoothed log-loss of the quantized model, bits per byte"
             report["certified"].append(row)

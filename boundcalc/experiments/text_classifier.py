@@ -432,7 +432,7 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
     for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
                     else math.inf):
         row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters",
-                                     "is_bound")}
+                                     "is_bound", "floor", "vacuous", "vacuous_against")}
         row["certifies"] = certified_model(r["id"], report.get("compression"))
         if "prior-split model" in row["certifies"]:
             row["label"] = f"{row['label']} [certifies the prior model, not the fine-tuned one]"
