@@ -31,17 +31,26 @@ def main() -> int:
     ap.add_argument("--noise", type=float, default=0.05)
     ap.add_argument("--out", type=Path, default=Path("out/bench_certify"))
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--minilm", type=Path, help="the MiniLM folder (default: the bundled one)")
+    ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for bert2 (default: "
+                    "the bundled MiniLM's)")
     ap.add_argument("extra", nargs="*", help="more certify flags (after --)")
     args = ap.parse_args()
     from tests._certify_helpers import bert_config_folder, synthetic_rows, write_csv
-    from tests._measure_helpers import minilm_path
 
     out = args.out / args.base
     out.mkdir(parents=True, exist_ok=True)
     classes = ("sport", "food", "space")
     write_csv(out / "train.csv", synthetic_rows(args.rows, 0, classes, args.noise))
     write_csv(out / "test.csv", synthetic_rows(500, 1, classes, args.noise))
-    base = bert_config_folder(out / "base") if args.base == "bert2" else Path(minilm_path())
+    if args.base == "bert2":
+        base = bert_config_folder(out / "base", tokenizer=args.tokenizer)
+    elif args.minilm is not None:
+        base = args.minilm
+    else:
+        from tests._measure_helpers import minilm_path
+
+        base = Path(minilm_path())
     run = out / "run"
     if run.exists():
         import shutil

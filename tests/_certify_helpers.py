@@ -44,13 +44,17 @@ def write_csv(path: Path, rows: list[tuple[str, str]], text: str = "text",
     return path
 
 
-def bert_config_folder(out: Path, hidden: int = 64, layers: int = 2, heads: int = 2) -> Path:
-    """A folder with a BERT config (no weights) and the bundled MiniLM's tokenizer."""
+def bert_config_folder(out: Path, hidden: int = 64, layers: int = 2, heads: int = 2,
+                       tokenizer: str | Path | None = None) -> Path:
+    """A folder with a BERT config (no weights) and a tokenizer (default: the bundled
+    MiniLM's)."""
     from transformers import AutoTokenizer, BertConfig
 
-    from tests._measure_helpers import minilm_path
+    if tokenizer is None:
+        from tests._measure_helpers import minilm_path
 
-    tok = AutoTokenizer.from_pretrained(minilm_path())
+        tokenizer = minilm_path()
+    tok = AutoTokenizer.from_pretrained(tokenizer)
     BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                num_attention_heads=heads, intermediate_size=2 * hidden,
                max_position_embeddings=128).save_pretrained(out)
