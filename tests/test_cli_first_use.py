@@ -167,3 +167,22 @@ def test_examples_help_reads_whole_and_prints_the_floor(name):
     if name != "digits_vit":
         lib = (ROOT / "boundcalc" / "experiments" / f"{name}.py").read_text()
         assert '"floor", "vacuous", "vacuous_against"' in lib
+
+
+def test_readme_install_lines_hold_against_the_public_index():
+    """Every `pip install torch…` line of README.md and the guide names PyTorch's CPU index
+    (a plain one pulls the CUDA build from PyPI); the docs extra keeps an editable install;
+    the first section is `boundcalc certify`."""
+    import re
+
+    for doc in ("README.md", "docs/guide.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        lines = [ln for ln in text.splitlines() if re.match(r"\s*pip install .*torch", ln)]
+        assert lines, doc
+        assert all("--index-url https://download.pytorch.org/whl/cpu" in ln for ln in lines), lines
+        docs_lines = [ln for ln in text.splitlines() if ".[docs]" in ln and "pip install" in ln]
+        assert docs_lines and all('pip install -e ".[docs]"' in ln for ln in docs_lines), doc
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = readme.split("\n## ")[1]
+    assert first.startswith("Quick start: certify your own classifier")
+    assert "boundcalc certify BASE --data" in first and "CERTIFY_NUMBERS" not in first
