@@ -61,10 +61,15 @@ def main() -> int:
            "--device", args.device, *args.extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
+    import resource
+
     load0 = os.getloadavg()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     res = subprocess.run(cmd, env=env, text=True, capture_output=True)
     wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     load1 = os.getloadavg()
     print(res.stdout)
     print(res.stderr[-3000:], file=sys.stderr)
@@ -81,7 +86,7 @@ def main() -> int:
     doc = json.loads(path.read_text()) if path.exists() else {}
     doc[args.base] = {
         "command": " ".join(["boundcalc"] + cmd[3:]), "rows": args.rows, "noise": args.noise,
-        "wall_s": round(wall, 1), "rerun_all_reused_s": round(resume, 1),
+        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rerun_all_reused_s": round(resume, 1),
         "rerun_exit": again.returncode, "load_before": load0, "load_after": load1,
         "cores": os.cpu_count(), "device": torch.cuda.get_device_name(0) if device == "cuda"
         else "cpu", "sizes": report["sizes"], "test_error": report["test_error"],
@@ -90,7 +95,7 @@ def main() -> int:
                                          "delta")} for r in report["certified"]
                       if r["is_bound"]]}
     path.write_text(json.dumps(doc, indent=1))
-    print(f"{args.base}: {wall:.1f} s wall (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
+    print(f"{args.base}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
           f"{resume:.1f} s; wrote {path}")
     return 0
 
