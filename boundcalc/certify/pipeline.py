@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import BoundcalcError
 from . import split as splits
 from .train import Progress, TrainSpec, save_folder
 
@@ -138,6 +136,15 @@ def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float]:
     return prior, post
 
 
+def _fingerprint(path: str | Path) -> list[Any]:
+    """Name, size and modification time of a file or of a folder's files (cheap: a changed
+    base model re-runs the training steps without hashing gigabytes)."""
+    p = Path(path)
+    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    return [[str(f.relative_to(p)) if p.is_dir() else f.name, f.stat().st_size,
+             f.stat().st_mtime_ns] for f in files]
+
+
 def _read_jsonl(path: Path) -> tuple[list[str], list[int]]:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     return [r["text"] for r in rows], [int(r["label"]) for r in rows]
@@ -220,8 +227,8 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         f"σ search on {sizes['tune']} rows of the prior's data"
         + (f"; held-out {record['test']['n']}" if "test" in record else "; no held-out set"))
     prior_lr, post_lr = _rates(cfg, pretrained)
-    base_id = [str(Path(base).resolve()), pretrained, splits.file_sha256(base)
-               if Path(base).is_file() else None, "custom" if custom else "default",
+    base_id = [str(Path(base).resolve()), pretrained, _fingerprint(base),
+               cfg.tokenizer and _fingerprint(cfg.tokenizer), "custom" if custom else "default",
                prior_lr, post_lr]
     from ..measure.data.hf import load_tokenizer
 
