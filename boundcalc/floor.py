@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 # stats paths whose values are 0-1 risks (or a ramp risk ≥ the 0-1 risk): the entries bound a
 # 0-1 risk, so the trivial predictor is the reference
 ZERO_ONE_STATS = ("scalars.emp_risk", "scalars.gibbs_risk", "scalars.gibbs_risk_mean",
+                  "curves.gibbs_risk_groups",
                   "curves.gibbs_risk_mean", "scalars.quantized_error", "curves.ramp_risk")
 
 

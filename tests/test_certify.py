@@ -54,6 +54,8 @@ def test_certified_and_non_vacuous_on_an_easy_task(run):
     assert best is not None and best["is_bound"] and "certified bound" in best["label"]
     # two balanced classes: guessing (and the majority class of S) errs about 0.5
     assert best["value"] < best["vacuous_at"] <= 0.5 + 0.05 and best["vacuous"] is False
+    bounds = [c for c in res.report["certified"] if c["is_bound"]]
+    assert len({c["vacuous_at"] for c in bounds}) == 1  # one trivial predictor for every row
     assert best["floor"] is not None and best["floor"] <= best["value"]
     assert best["dominates"]
     assert res.report["test_error"] < 0.1  # the task is separable by vocabulary

@@ -92,7 +92,9 @@ def certify_cmd(
                             draws=draws, tune_rows=tune_rows, tune_draws=tune_draws,
                             group_draws=group_draws,
                             compress=compress, tokenizer=tokenizer)
-        progress = stages.measure_progress("certify")
+        progress = stages.measure_progress("", verb="progress")
+        if progress is True:  # a terminal: one line rewritten in place
+            progress = _terminal_progress
         result = certify(base, data, out, test_data, cfg,
                          progress=progress if callable(progress) else None,
                          say=lambda m: stages.say(m, force=True))
@@ -103,6 +105,16 @@ def certify_cmd(
         print_result(result)
 
     guarded(run)
+
+
+def _terminal_progress(done: int, total: int, what: str) -> None:
+    """'training the prior: 12/128' on one stderr line, rewritten in place (a terminal)."""
+    import sys
+
+    if not total:
+        return
+    sys.stderr.write(f"\r\033[K{what}: {done}/{total}" + ("\n" if done >= total else ""))
+    sys.stderr.flush()
 
 
 def print_result(result) -> None:

@@ -91,8 +91,10 @@ class Stages:
         if self.spoke:
             self.say(f"done in {self.elapsed():.1f} s", force=True)
 
-    def measure_progress(self, what: str) -> bool | Callable[[int, int, str], None]:
-        """The ``progress`` argument of :func:`boundcalc.measure.measure`."""
+    def measure_progress(self, what: str, verb: str = "measuring"
+                         ) -> bool | Callable[[int, int, str], None]:
+        """The ``progress`` argument of :func:`boundcalc.measure.measure` (messages read
+        '<verb> <what>: done/total steps (stage)'; an empty ``what``: '<verb>: …')."""
         if self.quiet:
             return False
         if self.terminal:
@@ -110,7 +112,8 @@ class Stages:
             if quarter in marks or self.elapsed() < self.after:
                 return
             marks.add(quarter)
-            self.say(f"measuring {what}: {done}/{total} steps ({description})")
+            self.say(f"{verb}{' ' + what if what else ''}: {done}/{total} steps "
+                     f"({description})")
         return report
 
     def track(self, items: Iterable[T], total: int, description: str) -> Iterator[T]:
