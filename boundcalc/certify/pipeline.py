@@ -52,13 +52,13 @@ STEPS = tuple(STEP_FIELDS)
 @dataclass
 class CertifyConfig:
     """Settings of :func:`certify`; the defaults run in minutes on 2 CPU cores for a small
-    BERT or MiniLM and a few thousand short texts. ``prior_lr`` / ``post_lr`` None: 1e-3 and
-    3e-4 for a base without weights (a config: random initialisation), 1e-4 and 3e-5 for a
-    pretrained one."""
+    BERT or MiniLM and a few thousand short texts. ``prior_epochs`` / ``prior_lr`` /
+    ``post_lr`` None: 4 epochs, 1e-3 and 3e-4 for a base without weights (a config: random
+    initialisation), 2 epochs, 1e-4 and 3e-5 for a pretrained one."""
 
     prior_fraction: float = 0.5  # share of DATA (per class) for the prior; the rest is S
     seed: int = 0
-    prior_epochs: int = 4
+    prior_epochs: int | None = None  # None: 4 from a config, 2 from a pretrained base
     prior_lr: float | None = None
     post_epochs: int = 1
     post_lr: float | None = None
@@ -71,8 +71,8 @@ class CertifyConfig:
     # measure (fixed before S is read)
     sigmas: tuple[float, ...] = (0.003, 0.01)
     draws: int = 3
-    tune_rows: int = 256  # rows of the prior's data for the σ search (--tune-data)
-    tune_draws: int = 2
+    tune_rows: int = 192  # rows of the prior's data for the σ search (--tune-data)
+    tune_draws: int = 1  # the search is free (never sees S): one draw per σ vector tried
     group_draws: int = 6
     compress: bool = False
     levels: str = "1,16"
@@ -130,10 +130,12 @@ class _Steps:
         tmp.replace(self.path)
 
 
-def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float]:
+def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float, int]:
+    """(prior lr, posterior lr, prior epochs), the defaults filled in for the base's kind."""
     prior = cfg.prior_lr if cfg.prior_lr is not None else (1e-4 if pretrained else 1e-3)
     post = cfg.post_lr if cfg.post_lr is not None else (3e-5 if pretrained else 3e-4)
-    return prior, post
+    epochs = cfg.prior_epochs if cfg.prior_epochs is not None else (2 if pretrained else 4)
+    return prior, post, epochs
 
 
 def _fingerprint(path: str | Path) -> list[Any]:
@@ -226,10 +228,10 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         f"{sizes['prior']}, bound sample S {sizes['S']} (stratified, seed {cfg.seed}); "
         f"σ search on {sizes['tune']} rows of the prior's data"
         + (f"; held-out {record['test']['n']}" if "test" in record else "; no held-out set"))
-    prior_lr, post_lr = _rates(cfg, pretrained)
+    prior_lr, post_lr, prior_epochs = _rates(cfg, pretrained)
     base_id = [str(Path(base).resolve()), pretrained, _fingerprint(base),
                cfg.tokenizer and _fingerprint(cfg.tokenizer), "custom" if custom else "default",
-               prior_lr, post_lr]
+               prior_lr, post_lr, prior_epochs]
     from ..measure.data.hf import load_tokenizer
 
     def tokenizer_from(path: Path) -> Any:
@@ -243,8 +245,8 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         texts, labels = _read_jsonl(out / "prior.jsonl")
         start = "the pretrained base" if pretrained else "a random initialisation of the config"
         say(f"prior: fine-tuning {start} on the prior's data ({len(texts)} rows, "
-            f"{cfg.prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
-        spec = TrainSpec("prior", cfg.prior_epochs, prior_lr, cfg.batch_size, cfg.max_length,
+            f"{prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
+        spec = TrainSpec("prior", prior_epochs, prior_lr, cfg.batch_size, cfg.max_length,
                          cfg.seed, device)
         train_fn(model, tok, texts, labels, spec, **({} if custom else {"progress": progress}))
         save_folder(model, tok, out / "prior", {"step": "prior", "key": prior_key})
@@ -296,6 +298,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
                        "test_error": test_err, "prior_test_error": prior_test,
                        "classes": record["classes"], "settings": asdict(cfg),
                        "learning_rates": {"prior": prior_lr, "posterior": post_lr},
+                       "prior_epochs": prior_epochs,
                        "base": str(base), "pretrained": pretrained,
                        "certifies": "the model this procedure trained (model/), or for the "
                                     "Gibbs rows the random posterior around it; on the "

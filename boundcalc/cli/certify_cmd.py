@@ -32,7 +32,9 @@ def certify_cmd(
     prior_fraction: float = typer.Option(0.5, "--prior-fraction", help="share of each "
                                          "class's rows that trains the prior; the rest is S"),
     seed: int = typer.Option(0, "--seed", help="seed of the split, the new head and training"),
-    epochs: int = typer.Option(4, "--epochs", min=0, help="prior training epochs"),
+    epochs: Optional[int] = typer.Option(None, "--epochs", min=0, help="prior training "
+                                         "epochs (default 2 for a pretrained base, 4 for a "
+                                         "config)"),
     post_epochs: int = typer.Option(1, "--post-epochs", min=0, help="posterior epochs on S"),
     lr: Optional[float] = typer.Option(None, "--lr", help="prior learning rate (default 1e-4 "
                                        "for a pretrained base, 1e-3 for a config)"),
@@ -45,10 +47,10 @@ def certify_cmd(
     sigma: Optional[list[float]] = typer.Option(None, "--sigma", help="isotropic posterior σ "
                                                 "(repeatable; default 0.003 and 0.01)"),
     draws: int = typer.Option(3, "--draws", min=1, help="Monte Carlo passes over S per σ"),
-    tune_rows: int = typer.Option(256, "--tune-rows", min=0, help="rows of the prior's data "
+    tune_rows: int = typer.Option(192, "--tune-rows", min=0, help="rows of the prior's data "
                                   "on which the per-group σ is searched (0: none)"),
-    tune_draws: int = typer.Option(2, "--tune-draws", min=1, help="Monte Carlo passes per σ "
-                                   "vector tried by the search"),
+    tune_draws: int = typer.Option(1, "--tune-draws", min=1, help="Monte Carlo passes per σ "
+                                   "vector tried by the search (free: it never sees S)"),
     group_draws: int = typer.Option(6, "--group-draws", min=1, help="Monte Carlo passes over "
                                     "S at the per-group σ"),
     compress: bool = typer.Option(False, "--compress", help="also the compression bounds "
