@@ -38,7 +38,7 @@ def require_paths(**paths: Any) -> None:
         if option == "stats":
             raise error(f"{_label(option)} {one_line(str(p))}: no such {what}")
         if option == "model":
-            from ..measure.io import BUNDLED_MODELS  # only now: it imports torch
+            from ..bundled import BUNDLED_MODELS
 
             if str(value) in BUNDLED_MODELS:
                 continue
