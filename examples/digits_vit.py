@@ -56,7 +56,7 @@ def _certifies(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", type=Path, default=Path("out/digits"))
     ap.add_argument("--draws", type=int, default=5,
                     help="Monte Carlo passes per isotropic σ; every digit of every pass gets "
@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from boundcalc.cli import app
     from boundcalc.experiments.digits_vit import DigitsConfig, build
+    from boundcalc.report.summary import floor_line
 
     t0 = time.monotonic()
     _stage(t0, "training the prior on the prior split, then the posterior on S")
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         order[_kind(r)], r["value"] if r["value"] is not None else float("inf")))
     for r in ranked:
         row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters",
-                                     "union_bound_cost")}
+                                     "union_bound_cost", "floor", "vacuous",
+                                     "vacuous_against")}
         row["certifies"] = _certifies(r)
         report[_kind(r)].append(row)
     report["minimum"], report["minimum_text"] = rows.get("minimum"), rows.get("minimum_text")
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['id']:34s} {r['value_text']:>9s}  δ = {d:.3g}")
             print(f"    {r['label']}; "
                   f"{'certifies' if kind == 'certified' else 'about'} {_certifies(r)}")
+            if kind == "certified":
+                print(f"    {floor_line(r)}")
     if report["minimum_text"]:
         print(f"\n{rows['headline']}\n{report['minimum_text']}")
     _stage(t0, f"wrote {args.out / 'report.json'}")

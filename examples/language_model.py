@@ -35,8 +35,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 def main(argv: list[str] | None = None) -> int:
     from boundcalc.errors import BoundcalcError
     from boundcalc.experiments.language_model import FULL, LMConfig, run
+    from boundcalc.report.summary import floor_line
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", type=Path, default=Path("out/language_model"))
     ap.add_argument("--full", action="store_true",
                     help="256-byte chunks, 6 layers of width 384, n = 20000 (for a GPU)")
@@ -74,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         v = "—" if r["value"] is None else f"{r['value']:.3f}"
         d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
         print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {h:7.3f}  {g:6.3f}  {r['label'][:34]}")
+        scale = r["value"] / r["value_normalized"] if r.get("value_normalized") else 1.0
+        print(f"{'':32s} {floor_line(r, scale)}")
         if r.get("certifies"):
             print(f"{'':32s} certifies {r['certifies']}")
     if rep.get("minimum"):
@@ -85,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['id']:30s} {v:>8s}  {r['label'][:40]}")
             if r.get("certifies"):
                 print(f"  {'':30s} certifies {r['certifies']}")
+            print(f"  {'':30s} {floor_line(r)}")
     if rep["certified_other_model"]:
         print("\ncertified, but about ANOTHER model than the fine-tuned one (listed apart):")
         for r in rep["certified_other_model"]:

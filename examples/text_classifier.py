@@ -37,7 +37,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", type=Path, default=Path("out/text_classifier"))
     ap.add_argument("--full", action="store_true",
                     help="larger S, 64 tokens, 10 passes × 2 σ, 20 per-group passes")
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from boundcalc.errors import BoundcalcError
     from boundcalc.experiments.text_classifier import FULL, ClassifierConfig, run
+    from boundcalc.report.summary import floor_line
 
     cfg = ClassifierConfig(seed=args.seed, **(FULL if args.full else {}))
     try:
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
             print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label'][:40]}")
             print(f"{'':32s} certifies {r['certifies']}")
+            print(f"{'':32s} {floor_line(r)}")
     if rep.get("minimum_text"):
         print(f"\n{rep['minimum_text']}")
     print(f"\nreport: {args.out / 'report.json'}")

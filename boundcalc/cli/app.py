@@ -196,12 +196,20 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+# a library error's ``column`` attribute (a data column the file lacks) → the flag naming it
+COLUMN_FLAGS = {"text": "--text-column", "label": "--label-column"}
+
+
 def guarded(fn: Callable[[], Any]) -> Any:
     """Run ``fn``; turn a :class:`BoundcalcError` (and a few OS errors) into one line + exit code."""
     try:
         return fn()
     except BoundcalcError as exc:  # the whole message, control characters escaped, never cut
-        fail(str(exc) or exc.__class__.__name__, exc.exit_code)
+        message = str(exc) or exc.__class__.__name__
+        flag = COLUMN_FLAGS.get(getattr(exc, "column", None))
+        if flag:  # a data column the file lacks: name the flag that chooses it
+            message += f"; choose the {exc.column} column with {flag}"
+        fail(message, exc.exit_code)
     except FileNotFoundError as exc:
         fail(f"{shown(exc.filename)}: no such file", 2)
     except OSError as exc:  # a full disk, a name too long, a parent that is a file, ...
@@ -247,8 +255,30 @@ def _clean(obj: Any) -> Any:
 _state: dict[str, Any] = {"formulas": None, "replace": None, "quiet": False}
 
 
+def version_text() -> str:
+    """'boundcalc VERSION' (the installed package's version)."""
+    from .. import __version__
+
+    return f"boundcalc {__version__}"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(version_text(), highlight=False)
+        raise typer.Exit(0)
+
+
+@app.command("version")
+def version_cmd() -> None:
+    """Print the version of boundcalc."""
+    console.print(version_text(), highlight=False)
+
+
 @app.callback()
 def _global_options(
+    version: bool = typer.Option(
+        False, "--version", "-V", is_eager=True, callback=_print_version,
+        help="Print the version and exit."),
     formulas: list[str] = typer.Option(
         None, "--formulas", metavar="DIR",
         help="Also load the formula files in DIR (a folder or one .toml), on top of the bundled "

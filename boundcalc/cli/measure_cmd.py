@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .app import app, console, emit_json, err_console, guarded
-from .progress import Stages, require_paths
+from .progress import Stages, check_device, require_paths
 
 
 def _summary(stats, output: Path) -> dict:
@@ -88,7 +88,7 @@ def _print_compression(stats) -> None:
                   f"{comp['agreement']:.1%} of the predictions", highlight=False)
 
 
-def _print_data(stats, output: Path) -> None:
+def _print_data(stats, output: Path, sigma_given: bool = True) -> None:
     sc = stats.scalars
     pv = stats.provenance
     console.print(f"data: {pv.get('data')} ({int(sc['n'].value)} samples, task "
@@ -122,7 +122,7 @@ def _print_data(stats, output: Path) -> None:
         for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
             t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
         console.print(t)
-        for line in snap_notes(pv.get("sigma_snapped", [])):
+        for line in snap_notes(pv.get("sigma_snapped", [])) if sigma_given else []:
             console.print(f"  note: {line}", highlight=False)
     rec, c = pv.get("gibbs_groups"), stats.curves.get("gibbs_risk_groups")
     if rec is not None and c is not None:
@@ -142,14 +142,15 @@ def _print_data(stats, output: Path) -> None:
 
 def snap_notes(snaps: list) -> list[str]:
     """One line per --sigma that was moved to a Dziugaite–Roy grid point (or merged with
-    another σ on the same point)."""
+    another σ on the same point), each short enough for one 80-column line after
+    '  note: '. Printed only for σ the user gave (the default σ are grid points by design)."""
     out, seen = [], {}
     for p in snaps:
         if p["j"] in seen:
-            out.append(f"--sigma {p['requested']:.6g} falls on the same grid point as "
-                       f"{seen[p['j']]:.6g} (j = {p['j']}); measured once")
+            out.append(f"--sigma {p['requested']:.6g} shares grid point j = {p['j']} with "
+                       f"{seen[p['j']]:.6g}")
         elif p.get("moved"):
-            out.append(f"--sigma {p['requested']:.6g} measured at the Dziugaite–Roy grid point "
+            out.append(f"--sigma {p['requested']:.6g} measured at grid point "
                        f"σ = {p['used']:.6g} (j = {p['j']})")
         seen.setdefault(p["j"], p["requested"])
     return out
@@ -238,8 +239,11 @@ def measure_cmd(
         "'delta' from --init, or 'auto' (delta with --init, else all), quantized; needs --data "
         "and an HF folder with a task head"),
     quantizer: str = typer.Option("uniform", "--quantizer", help="uniform | kmeans levels"),
-    levels: str = typer.Option("2,4,8,16,32,64", "--levels", help="level counts to try; the "
-                               "choice costs log2(count) bits inside the code"),
+    levels: Optional[str] = typer.Option(None, "--levels", help="level counts to try; the "
+                                         "choice costs log2(count) bits inside the code "
+                                         "(default: 1,16 for a delta from --init, which a "
+                                         "fine-tuned model can use; 2,4,8,16,32,64 for all "
+                                         "weights)"),
     codebook_bits: int = typer.Option(16, "--codebook-bits", help="bits per codebook level "
                                       "(16 or 32)"),
     prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
@@ -268,7 +272,7 @@ def measure_cmd(
             from ..measure.compress.compression import add_compression, compression_options
 
             opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
-                                       max_changed, data)
+                                       max_changed, data, init=init)
         from ..prior_spec import is_keyword, parse_centre, parse_head_init
 
         parse_head_init(head_init)
@@ -276,6 +280,7 @@ def measure_cmd(
             parse_centre(init)
         require_paths(model=model, init=None if is_keyword(init) else init,
                       tune_data=tune_data)  # before torch and the model are loaded
+        check_device(device)  # before transformers and the model: a missing CUDA at once
         stages = Stages("measure")
         from ..measure import measure
         from ..measure.data.dataset_io import TABLE_SUFFIXES
@@ -325,7 +330,7 @@ def measure_cmd(
                 summary["provenance"] = stats.provenance
             emit_json(summary)
         elif task:
-            _print_data(stats, path)
+            _print_data(stats, path, sigma_given=bool(sigma))
         else:
             _print(stats, path, show_map)
 

@@ -31,15 +31,30 @@ def require_paths(**paths: Any) -> None:
             continue
         p = Path(value)
         error = StatsError if option == "stats" else CheckpointError
-        what = "stats file" if option == "stats" else "file or directory"
+        what = "stats file"
         if p.exists():
             if p.is_file() and not os.access(p, os.R_OK):
                 raise error(f"{_label(option)} {one_line(str(p))}: not readable")
             continue
-        looks_like_path = option != "model" or os.sep in str(value) or "/" in str(value) \
-            or p.suffix != ""
-        if looks_like_path:
+        if option == "stats":
             raise error(f"{_label(option)} {one_line(str(p))}: no such {what}")
+        if option == "model":
+            from ..bundled import BUNDLED_MODELS
+
+            if str(value) in BUNDLED_MODELS:
+                continue
+            raise error(f"no such file or folder: {one_line(str(p))}")
+        raise error(f"{_label(option)}: no such file or folder: {one_line(str(p))}")
+
+
+def check_device(device: str) -> None:
+    """Refuse ``--device cuda`` (or ``cuda:N``) on a machine without it, before anything slow
+    (transformers, the model) is imported or loaded; ``auto`` and ``cpu`` need no check."""
+    if device in ("auto", "cpu"):
+        return
+    from ..measure.device import resolve_device
+
+    resolve_device(device)
 
 
 def _label(option: str) -> str:
@@ -77,8 +92,10 @@ class Stages:
         if self.spoke:
             self.say(f"done in {self.elapsed():.1f} s", force=True)
 
-    def measure_progress(self, what: str) -> bool | Callable[[int, int, str], None]:
-        """The ``progress`` argument of :func:`boundcalc.measure.measure`."""
+    def measure_progress(self, what: str, verb: str = "measuring"
+                         ) -> bool | Callable[[int, int, str], None]:
+        """The ``progress`` argument of :func:`boundcalc.measure.measure` (messages read
+        '<verb> <what>: done/total steps (stage)'; an empty ``what``: '<verb>: …')."""
         if self.quiet:
             return False
         if self.terminal:
@@ -103,7 +120,8 @@ class Stages:
             rate = done / max(now - last["start"], 1e-9)
             speed = (f", {rate:.3g} steps/s, ETA {(total - done) / rate:.0f} s"
                      if done and rate > 0 else "")
-            self.say(f"measuring {what}: {done}/{total} steps ({description}{speed})")
+            self.say(f"{verb}{' ' + what if what else ''}: {done}/{total} steps "
+                     f"({description}{speed})")
         return report
 
     def track(self, items: Iterable[T], total: int, description: str) -> Iterator[T]:

@@ -389,7 +389,8 @@ def run(out: str | Path, cfg: LMConfig | None = None,
         "certified": [], "certified_other": [], "certified_other_model": []}
     for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
                     else math.inf):
-        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters", "is_bound")}
+        row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters", "is_bound",
+                                     "floor", "vacuous", "vacuous_against")}
         c = r.get("certifies")
         row["about"] = c["about"] if c else "measured"
         if c:

@@ -400,6 +400,6 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
         report["compression"]["quantized_test_error"] = quantized_model(out, cfg, k)["test_error"]
         report["compression"]["decoded"] = comp.get("decoded")
     report.update(certified_rows(rows, ("id", "value", "label", "delta", "parameters",
-                                        "is_bound")))
+                                        "is_bound", "floor", "vacuous", "vacuous_against")))
     write_json(out / "report.json", report)
     return report

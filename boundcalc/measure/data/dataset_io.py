@@ -118,8 +118,10 @@ def _pick(cols: dict[str, Any], names: tuple[str, ...], what: str, source: str,
             return cols[n]
     if required:
         shown = getattr(cols, "names", list(cols))
-        raise DataError(f"{source}: no {what} column '{names[0]}' (columns: "
+        err = DataError(f"{source}: no {what} column '{names[0]}' (columns: "
                         f"{', '.join(map(str, shown[:8])) or 'none'})")
+        err.column = what  # which column role is missing: the CLI names its flag
+        raise err
     return None
 
 
@@ -164,16 +166,27 @@ def read_batches(data: str | Path, tm: TaskModel, *, text_column: str = "text",
     tokenized with the checkpoint's tokenizer (loaded here, into ``tm.tokenizer``, only when
     needed: token ids need none), truncated to ``max_length`` and to the model's position
     limit."""
-    path = Path(data)
-    source = str(path)
     if batch_size < 1:
         raise DataError(f"batch size must be >= 1, got {batch_size}")
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise DataError(f"--max-length must be a positive integer, got {max_length!r}")
+    cols, kind, source = read_columns(data, {text_column, label_column})
+    if tm.task == "image_classification":
+        return _image_batches(cols, tm, source, kind, label_column, batch_size)
+    return _token_batches(cols, tm, source, kind, text_column, label_column, max_length,
+                          batch_size)
+
+
+def read_columns(data: str | Path, columns: set[str]) -> tuple[Columns, str, str]:
+    """``(columns, kind, source)`` of a data file or ``datasets`` folder: the named columns
+    and those boundcalc reads by default (ids, pixels, labels), checked as
+    :func:`read_batches` checks them."""
+    path = Path(data)
+    source = str(path)
     if not os.path.lexists(path):
         raise DataError(f"{source}: no such data file or folder")
-    wanted = {text_column, label_column, "labels", "targets", "input_ids", "inputs",
-              "pixel_values", "attention_mask"}
+    wanted = {*columns, "labels", "targets", "input_ids", "inputs", "pixel_values",
+              "attention_mask"}
     if path.is_dir():
         cols = _columns_from_datasets(path, wanted)
         kind = "datasets folder"
@@ -189,10 +202,7 @@ def read_batches(data: str | Path, tm: TaskModel, *, text_column: str = "text",
                         f"datasets folder or {', '.join(TENSOR_SUFFIXES)})")
     if not cols.names:
         raise DataError(f"{source}: empty data (no columns)")
-    if tm.task == "image_classification":
-        return _image_batches(cols, tm, source, kind, label_column, batch_size)
-    return _token_batches(cols, tm, source, kind, text_column, label_column, max_length,
-                          batch_size)
+    return cols, kind, source
 
 
 def _image_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,

@@ -205,6 +205,14 @@ def _mapping(groups: Mapping[str, str], sig: Mapping[str, float]) -> dict[str, f
     return {n: sig[g] for n, g in groups.items()}
 
 
+def search_evaluations(n_groups: int) -> int:
+    """An upper bound on the risk evaluations of :func:`choose_shape` (its three bisections)
+    plus :func:`choose_scale` (one per point of :data:`SCALE_GRID`) for ``n_groups`` groups."""
+    bisect = lambda span, tol: 1 + max(0, math.ceil(math.log2(max(span / tol, 1))))  # noqa: E731
+    return (1 + bisect(J_MAX, 5) + n_groups * bisect(400, 25) + bisect(J_MAX, 10)
+            + len(SCALE_GRID))
+
+
 def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int], base: float,
                  slack: float) -> Shape:
     """Search ρ on the Dziugaite–Roy grid using only ``risk`` (the tune-data Gibbs risk of
@@ -318,11 +326,23 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
     free = tune is not None
     s_tm, s_data = (prior, tune) if free else (tm, data)
     search_seed = seed + 10_000  # never the seed of the final draws on S
+    what = "σ search" + (" on the tune data" if free else " on S (charged)")
+    # evaluations the search makes at most (bisections of choose_shape, then the scale grid):
+    # the total of its progress, so that a long search is seen moving
+    planned = search_evaluations(len(set(groups.values())))
+    count = [0]
+
+    def tick() -> None:
+        count[0] += 1
+        if progress:
+            progress(min(count[0], planned), planned, f"{what}, {tune_draws} draw(s) each")
+
     if progress:
-        progress(0, 1, "σ search" + (" on the tune data" if free else " on S (charged)"))
+        progress(0, planned, what)
     base = float(run_pass(s_tm, s_data, device, alpha=alpha, norms=False).bounded.mean())
 
     def shape_risk(sig: Mapping[str, float]) -> float:
+        tick()
         return float(risk_draws(s_tm, s_data, device, sig, tune_draws, search_seed,
                                 alpha).mean())
 
@@ -330,6 +350,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
     scale_data = tune if free else data
 
     def scale_risk(sig: Mapping[str, float]) -> float:
+        tick()
         return float(risk_draws(tm, scale_data, device, sig, tune_draws, search_seed,
                                 alpha).mean())
 

@@ -1,0 +1,104 @@
+"""``boundcalc certify`` end to end, timed as a user runs it (a subprocess, from a fresh
+output folder), then again on the finished folder (every step reused).
+
+    python benchmarks/bench_certify.py --base bert2      # a 2-layer BERT config (random init)
+    python benchmarks/bench_certify.py --base minilm     # the bundled MiniLM-L6 (no head)
+
+Data: ``--rows`` labelled rows of the synthetic topic task of ``tests/_certify_helpers.py``
+(3 classes, ``--noise`` of the labels redrawn uniformly) and 500 held-out rows of another
+seed. Results (wall seconds, load averages before/after, the certified rows) are written to
+``benchmarks/results/certify_<device>.json`` under the base's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", choices=("bert2", "minilm"), default="bert2")
+    ap.add_argument("--rows", type=int, default=2000)
+    ap.add_argument("--noise", type=float, default=0.05)
+    ap.add_argument("--out", type=Path, default=Path("out/bench_certify"))
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--minilm", type=Path, help="the MiniLM folder (default: the bundled one)")
+    ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for bert2 (default: "
+                    "the bundled MiniLM's)")
+    ap.add_argument("extra", nargs="*", help="more certify flags (after --)")
+    args = ap.parse_args()
+    from tests._certify_helpers import bert_config_folder, synthetic_rows, write_csv
+
+    out = args.out / args.base
+    out.mkdir(parents=True, exist_ok=True)
+    classes = ("sport", "food", "space")
+    write_csv(out / "train.csv", synthetic_rows(args.rows, 0, classes, args.noise))
+    write_csv(out / "test.csv", synthetic_rows(500, 1, classes, args.noise))
+    if args.base == "bert2":
+        base = bert_config_folder(out / "base", tokenizer=args.tokenizer)
+    elif args.minilm is not None:
+        base = args.minilm
+    else:
+        from tests._measure_helpers import minilm_path
+
+        base = Path(minilm_path())
+    run = out / "run"
+    if run.exists():
+        import shutil
+
+        shutil.rmtree(run)
+    cmd = [sys.executable, "-m", "boundcalc", "certify", str(base), "--data",
+           str(out / "train.csv"), "--test-data", str(out / "test.csv"), "-o", str(run),
+           "--device", args.device, *args.extra]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    import resource
+
+    load0 = os.getloadavg()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, env=env, text=True, capture_output=True)
+    wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    load1 = os.getloadavg()
+    print(res.stdout)
+    print(res.stderr[-3000:], file=sys.stderr)
+    if res.returncode:
+        return res.returncode
+    t1 = time.monotonic()
+    again = subprocess.run(cmd, env=env, text=True, capture_output=True)
+    resume = time.monotonic() - t1
+    report = json.loads((run / "report.json").read_text())
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
+    path = ROOT / "benchmarks" / "results" / f"certify_{device}.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    doc[args.base] = {
+        "command": " ".join(["boundcalc"] + cmd[3:]), "rows": args.rows, "noise": args.noise,
+        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rerun_all_reused_s": round(resume, 1),
+        "rerun_exit": again.returncode, "load_before": load0, "load_after": load1,
+        "cores": os.cpu_count(), "device": torch.cuda.get_device_name(0) if device == "cuda"
+        else "cpu", "sizes": report["sizes"], "test_error": report["test_error"],
+        "prior_test_error": report["prior_test_error"],
+        "certified": [{k: r[k] for k in ("id", "value", "vacuous", "floor", "dominates",
+                                         "delta")} for r in report["certified"]
+                      if r["is_bound"]]}
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"{args.base}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
+          f"{resume:.1f} s; wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,356 @@
+"""``certify``: from a base model and labelled data to a certificate for the model this
+procedure trains (the recipe of ``examples/digits_vit.py``, as one function).
+
+Steps, each writing its output under ``out`` and reused when it is already there for the same
+inputs and settings (so a killed run resumes where it stopped):
+
+1. ``split``: a stratified, seeded split of DATA into the prior's data (``prior.jsonl``) and
+   the bound sample S (``S.jsonl``); ``tune.jsonl`` (rows of the prior's data, for the σ
+   search) and ``test.jsonl`` (the held-out set, if given); ``split.json`` records the
+   indices, the classes, the file's SHA-256 and each split's SHA-256.
+2. ``prior``: the base fine-tuned on the prior's data (``prior/``, a Hugging Face folder).
+   It never sees S, so a PAC-Bayes prior centred at it is legitimate.
+3. ``posterior``: the prior fine-tuned on S with a proximal pull toward it (``model/``).
+4. ``measure``: ``measure model/ --init prior/ --data S.jsonl --tune-data tune.jsonl``
+   (``stats.json``), the library function, not a subprocess.
+5. ``compare``: every certified entry on ``stats.json`` with its floor and what dominates,
+   beside the held-out error (``report.json``).
+
+What is certified is the model this procedure trained (or, for the Gibbs rows, the random
+posterior around it), on the distribution S was drawn from: the rows of DATA are assumed
+i.i.d. A user who trained their own model gets a certificate for it with ``boundcalc measure``
+instead: their pretrained base (or a checkpoint that never saw S) as ``--init``, their own
+held-out split as ``--tune-data``, and a sample the model was not selected on as ``--data``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import split as splits
+from .train import Progress, TrainSpec, save_folder
+
+# the settings each step depends on (a change re-runs that step and every later one)
+STEP_FIELDS = {
+    "split": ("prior_fraction", "seed", "tune_rows", "text_column", "label_column"),
+    "prior": ("prior_epochs", "prior_lr", "batch_size", "max_length", "seed"),
+    "posterior": ("post_epochs", "post_lr", "proximal", "batch_size", "max_length", "seed"),
+    "measure": ("sigmas", "draws", "tune_draws", "group_draws", "max_length", "batch_size",
+                "compress", "levels", "seed"),
+    "compare": (),
+}
+STEPS = tuple(STEP_FIELDS)
+
+
+@dataclass
+class CertifyConfig:
+    """Settings of :func:`certify`; the defaults run in minutes on 2 CPU cores for a small
+    BERT or MiniLM and a few thousand short texts. ``prior_epochs`` / ``prior_lr`` /
+    ``post_lr`` None: 4 epochs, 1e-3 and 3e-4 for a base without weights (a config: random
+    initialisation), 2 epochs, 1e-4 and 3e-5 for a pretrained one."""
+
+    prior_fraction: float = 0.5  # share of DATA (per class) for the prior; the rest is S
+    seed: int = 0
+    prior_epochs: int | None = None  # None: 4 from a config, 2 from a pretrained base
+    prior_lr: float | None = None
+    post_epochs: int = 1
+    post_lr: float | None = None
+    proximal: float = 1.0  # posterior loss: cross-entropy + proximal·‖w − w_prior‖²
+    batch_size: int = 32
+    max_length: int = 64
+    text_column: str = "text"
+    label_column: str = "label"
+    device: str = "auto"
+    # measure (fixed before S is read)
+    sigmas: tuple[float, ...] = (0.003, 0.01)
+    draws: int = 3
+    tune_rows: int = 192  # rows of the prior's data for the σ search (--tune-data)
+    tune_draws: int = 1  # the search is free (never sees S): one draw per σ vector tried
+    group_draws: int = 6
+    compress: bool = False
+    levels: str = "1,16"
+    tokenizer: str | None = None  # a folder with the tokenizer, when the base has none
+
+
+@dataclass
+class CertifyResult:
+    """What :func:`certify` produced: the output folder, which steps ran or were reused, the
+    split sizes, the report (``report.json``) and the certified results (best first)."""
+
+    out: Path
+    steps: dict[str, str]
+    report: dict[str, Any]
+    certified: list[Any] = field(default_factory=list)
+
+
+def _key(step: str, cfg: CertifyConfig, upstream: str, extra: Any = None) -> str:
+    conf = asdict(cfg)
+    mine = {k: conf[k] for k in STEP_FIELDS[step]}
+    blob = json.dumps([step, mine, upstream, extra], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class _Steps:
+    """``steps.json``: the key each finished step had; a step is reused when its outputs are
+    there, its key is the same and no earlier step ran; else it runs (and every later step
+    after it). A step's outputs are written under a temporary name and renamed, and its key
+    recorded only after that, so a step killed half-way runs again."""
+
+    def __init__(self, out: Path, say: Callable[[str], None]):
+        self.path = out / "steps.json"
+        self.say = say
+        try:
+            self.done = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.done = {}
+        self.status: dict[str, str] = {}
+        self.ran = False  # once a step runs, every later one runs too (its input changed)
+
+    def fresh(self, step: str, key: str, outputs: Sequence[Path]) -> bool:
+        ok = not self.ran and self.done.get(step) == key and all(p.exists() for p in outputs)
+        if ok:
+            self.status[step] = "reused"
+            self.say(f"{step}: reusing {', '.join(p.name for p in outputs)} (same inputs and "
+                     "settings)")
+        return ok
+
+    def finish(self, step: str, key: str) -> None:
+        self.done[step] = key
+        self.status[step] = "ran"
+        self.ran = True
+        tmp = self.path.with_name("steps.json.partial")
+        tmp.write_text(json.dumps(self.done, indent=1))
+        tmp.replace(self.path)
+
+
+def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float, int]:
+    """(prior lr, posterior lr, prior epochs), the defaults filled in for the base's kind."""
+    prior = cfg.prior_lr if cfg.prior_lr is not None else (1e-4 if pretrained else 1e-3)
+    post = cfg.post_lr if cfg.post_lr is not None else (3e-5 if pretrained else 3e-4)
+    epochs = cfg.prior_epochs if cfg.prior_epochs is not None else (2 if pretrained else 4)
+    return prior, post, epochs
+
+
+def _fingerprint(path: str | Path) -> list[Any]:
+    """Name, size and modification time of a file or of a folder's files (cheap: a changed
+    base model re-runs the training steps without hashing gigabytes)."""
+    p = Path(path)
+    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    return [[str(f.relative_to(p)) if p.is_dir() else f.name, f.stat().st_size,
+             f.stat().st_mtime_ns] for f in files]
+
+
+def _read_jsonl(path: Path) -> tuple[list[str], list[int]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [r["text"] for r in rows], [int(r["label"]) for r in rows]
+
+
+def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: CertifyConfig,
+                steps: _Steps, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
+    names = ("prior.jsonl", "S.jsonl", "tune.jsonl", "split.json") + \
+        (("test.jsonl",) if test_data is not None else ())
+    # the key needs the data's hash: read the file's bytes (cheap) before deciding
+    hashes = [splits.file_sha256(data)] + ([splits.file_sha256(test_data)] if test_data
+                                           is not None else [])
+    key = _key("split", cfg, "", hashes)
+    if steps.fresh("split", key, [out / n for n in names]):
+        return json.loads((out / "split.json").read_text()), key
+    train = splits.read_labelled(data, cfg.text_column, cfg.label_column)
+    classes = splits.class_names(train.labels)
+    y = splits.encode(train.labels, classes, train.source)
+    prior_idx, bound_idx = splits.stratified_split(y, cfg.prior_fraction, cfg.seed)
+    rng = np.random.default_rng(cfg.seed + 1)
+    tune_idx = np.sort(rng.choice(prior_idx, min(cfg.tune_rows, len(prior_idx)),
+                                  replace=False)) if cfg.tune_rows else prior_idx[:0]
+    record: dict[str, Any] = {
+        "data": train.source, "data_sha256": train.sha256, "rows": len(y),
+        "text_column": cfg.text_column, "label_column": cfg.label_column,
+        "classes": classes, "seed": cfg.seed, "prior_fraction": cfg.prior_fraction,
+        "rule": f"stratified by class, seed {cfg.seed}: round({cfg.prior_fraction}·n_c) rows of "
+                "each class to the prior's data, the rest to S; tune: rows of the prior's "
+                f"data, seed {cfg.seed + 1}"}
+    for name, idx in (("prior", prior_idx), ("S", bound_idx), ("tune", tune_idx)):
+        texts = [train.texts[i] for i in idx]
+        splits.write_jsonl(out / f"{name}.jsonl", texts, y[idx])
+        record[name] = {"n": len(idx), "indices": idx.tolist(),
+                        "sha256": splits.rows_sha256(texts, y[idx]),
+                        "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
+    if test_data is not None:
+        test = splits.read_labelled(test_data, cfg.text_column, cfg.label_column)
+        ty = splits.encode(test.labels, classes, test.source)
+        splits.write_jsonl(out / "test.jsonl", test.texts, ty)
+        record["test"] = {"data": test.source, "data_sha256": test.sha256, "n": len(ty),
+                          "sha256": splits.rows_sha256(test.texts, ty)}
+    tmp = out / "split.json.partial"
+    tmp.write_text(json.dumps(record, indent=1, default=str))
+    tmp.replace(out / "split.json")
+    steps.finish("split", key)
+    return record, key
+
+
+def certify(base: str | Path, data: str | Path, out: str | Path,
+            test_data: str | Path | None = None, config: CertifyConfig | None = None, *,
+            train: Callable[..., None] | None = None, progress: Progress | None = None,
+            say: Callable[[str], None] | None = None) -> CertifyResult:
+    """Run the five steps (module docstring) into ``out`` and return the certified results.
+
+    ``train(model, tokenizer, texts, labels, spec)``: your own training loop for both stages
+    (default :func:`~boundcalc.certify.train.train_classifier`); ``spec`` is a
+    :class:`~boundcalc.certify.train.TrainSpec` (stage, epochs, lr, batch size, proximal
+    weight and the prior's weights as ``anchor`` for the posterior, device, seed). It must
+    train the model in place. ``progress(done, total, what)`` is called during training and
+    measurement; ``say(message)`` gets one line per step."""
+    from ..measure.device import resolve_device
+    from .train import base_folder, build_classifier, error_rate, has_weights, train_classifier
+
+    cfg = config or CertifyConfig()
+    say = say or (lambda m: None)
+    train_fn = train or train_classifier
+    custom = train is not None
+    device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    folder, _ = base_folder(base)
+    pretrained = has_weights(base) and Path(base).is_dir()
+    steps = _Steps(out, say)
+    t0 = time.monotonic()
+
+    record, key = _split_step(data, test_data, out, cfg, steps, say)
+    sizes = {k: record[k]["n"] for k in ("prior", "S", "tune")}
+    say(f"split: {record['rows']} rows of {len(record['classes'])} classes → prior's data "
+        f"{sizes['prior']}, bound sample S {sizes['S']} (stratified, seed {cfg.seed}); "
+        f"σ search on {sizes['tune']} rows of the prior's data"
+        + (f"; held-out {record['test']['n']}" if "test" in record else "; no held-out set"))
+    prior_lr, post_lr, prior_epochs = _rates(cfg, pretrained)
+    base_id = [str(Path(base).resolve()), pretrained, _fingerprint(base),
+               cfg.tokenizer and _fingerprint(cfg.tokenizer), "custom" if custom else "default",
+               prior_lr, post_lr, prior_epochs]
+    from ..measure.data.hf import load_tokenizer
+
+    def tokenizer_from(path: Path) -> Any:
+        return load_tokenizer(path)
+
+    prior_key = _key("prior", cfg, key, base_id)
+    if not steps.fresh("prior", prior_key, [out / "prior"]):
+        tok = tokenizer_from(Path(cfg.tokenizer) if cfg.tokenizer else folder)
+        classes = record["classes"]
+        model = build_classifier(base, classes, cfg.seed, tok)
+        texts, labels = _read_jsonl(out / "prior.jsonl")
+        start = "the pretrained base" if pretrained else "a random initialisation of the config"
+        say(f"prior: fine-tuning {start} on the prior's data ({len(texts)} rows, "
+            f"{prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
+        spec = TrainSpec("prior", prior_epochs, prior_lr, cfg.batch_size, cfg.max_length,
+                         cfg.seed, device)
+        train_fn(model, tok, texts, labels, spec, **({} if custom else {"progress": progress}))
+        save_folder(model, tok, out / "prior", {"step": "prior", "key": prior_key})
+        steps.finish("prior", prior_key)
+    post_key = _key("posterior", cfg, prior_key)
+    if not steps.fresh("posterior", post_key, [out / "model"]):
+        from transformers import AutoModelForSequenceClassification
+
+        tok = tokenizer_from(out / "prior")
+        model = AutoModelForSequenceClassification.from_pretrained(
+            out / "prior", local_files_only=True, trust_remote_code=False).float()
+        anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
+        texts, labels = _read_jsonl(out / "S.jsonl")
+        say(f"posterior: fine-tuning the prior on S ({len(texts)} rows, {cfg.post_epochs} "
+            f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
+        spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
+                         cfg.max_length, cfg.seed + 1, device, cfg.proximal, anchor)
+        train_fn(model, tok, texts, labels, spec, **({} if custom else {"progress": progress}))
+        save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key})
+        steps.finish("posterior", post_key)
+    meas_key = _key("measure", cfg, post_key)
+    if not steps.fresh("measure", meas_key, [out / "stats.json"]):
+        say("measure: model/ with --init prior/ --data S.jsonl --tune-data tune.jsonl (σ "
+            "search on the prior's data, Monte Carlo Gibbs risk on S)")
+        _measure(out, cfg, progress)
+        steps.finish("measure", meas_key)
+    cmp_key = _key("compare", cfg, meas_key)
+    if steps.fresh("compare", cmp_key, [out / "report.json"]):
+        report = json.loads((out / "report.json").read_text())
+        certified = _compare(out, report.get("test_error"))[0]
+    else:
+        say("compare: every certified entry on stats.json, with its floor")
+        test_err = prior_test = None
+        if "test" in record:
+            from transformers import AutoModelForSequenceClassification
+
+            tt, ty = _read_jsonl(out / "test.jsonl")
+            for name in ("model", "prior"):
+                m = AutoModelForSequenceClassification.from_pretrained(
+                    out / name, local_files_only=True, trust_remote_code=False).float()
+                err = error_rate(m, tokenizer_from(out / name), tt, ty, cfg.max_length,
+                                 cfg.batch_size, device)
+                if name == "model":
+                    test_err = err
+                else:
+                    prior_test = err
+        certified, report = _compare(out, test_err)
+        report.update({"sizes": sizes, "n_test": record.get("test", {}).get("n"),
+                       "test_error": test_err, "prior_test_error": prior_test,
+                       "classes": record["classes"], "settings": asdict(cfg),
+                       "learning_rates": {"prior": prior_lr, "posterior": post_lr},
+                       "prior_epochs": prior_epochs,
+                       "base": str(base), "pretrained": pretrained,
+                       "certifies": "the model this procedure trained (model/), or for the "
+                                    "Gibbs rows the random posterior around it; on the "
+                                    "distribution the rows of DATA were drawn from"})
+        tmp = out / "report.json.partial"
+        tmp.write_text(json.dumps(report, indent=1, default=str))
+        tmp.replace(out / "report.json")
+        steps.finish("compare", cmp_key)
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    return CertifyResult(out, dict(steps.status), report, certified)
+
+
+def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
+    from ..measure.data.task_measure import measure_task
+
+    stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
+                         device=cfg.device, max_length=cfg.max_length,
+                         batch_size=cfg.batch_size, sigmas=tuple(cfg.sigmas), draws=cfg.draws,
+                         hessian_probes=0, seed=cfg.seed, progress=progress,
+                         tune_data=str(out / "tune.jsonl") if cfg.tune_rows else None,
+                         tune_draws=cfg.tune_draws, group_draws=cfg.group_draws)
+    if cfg.compress:
+        from ..measure.compress.compression import add_compression, parse_levels
+
+        add_compression(stats, str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
+                        select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
+                        max_length=cfg.max_length, batch_size=cfg.batch_size)
+    stats.save(out / "stats.json")
+
+
+def _compare(out: Path, test_error: float | None) -> tuple[list[Any], dict[str, Any]]:
+    """The certified results on ``stats.json`` (best first) and their report rows."""
+    from ..floor import breakdown_text
+    from ..optimize.compare import compare_entries
+    from ..registry import load_registry
+    from ..stats import load_stats
+
+    stats = load_stats(out / "stats.json")
+    comp = compare_entries(stats, {}, load_registry(), test_error=test_error)
+    rows = sorted(comp.groups.get("certified", []), key=lambda r: r.value)
+    report: dict[str, Any] = {"certified": [], "stats": str(out / "stats.json")}
+    for r in rows:
+        f = r.floor or {}
+        report["certified"].append({
+            "id": r.id, "value": r.value if np.isfinite(r.value) else None,
+            "label": r.label, "is_bound": r.is_bound, "vacuous": r.vacuous,
+            "vacuous_against": r.vacuous_text, "vacuous_at": r.vacuous_threshold,
+            "delta": r.delta,
+            "floor": f.get("own"), "dominates": breakdown_text(r.floor, short=True)
+            if r.floor else None, "breakdown": breakdown_text(r.floor) if r.floor else None,
+            "test_error": r.test_error})
+    best = next((x for x in report["certified"] if x["is_bound"] and x["value"] is not None),
+                None)
+    report["best"] = best
+    return rows, report

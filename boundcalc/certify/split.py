@@ -1,0 +1,130 @@
+"""The data side of ``certify``: a labelled table read once, its labels as class indices, and
+a stratified seeded split into the prior's data and the bound sample S, recorded as indices
+and hashes (``split.json``) so that a later run can check it is the same split."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import BoundcalcError
+
+
+@dataclass
+class Labelled:
+    """Texts with their raw labels, from one file or ``datasets`` folder."""
+
+    texts: list[str]
+    labels: list[Any]
+    source: str
+    sha256: str  # of the file's bytes (a folder: of its files, by name)
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, or of a folder's files (sorted by relative name)."""
+    p = Path(path)
+    h = hashlib.sha256()
+    files = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+    for f in files:
+        if p.is_dir():
+            h.update(f.relative_to(p).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def read_labelled(path: str | Path, text_column: str = "text",
+                  label_column: str = "label") -> Labelled:
+    """Read the text and label columns of a CSV / JSON Lines / Parquet file or a
+    ``datasets.save_to_disk`` folder (the reader of ``measure --data``). A missing column is
+    an error that names it (and carries ``column``, so the CLI names its flag)."""
+    from ..measure.data.dataset_io import DataError, _pick, _texts, read_columns
+
+    cols, _, source = read_columns(path, {text_column, label_column})
+    texts = _texts(_pick(cols, (text_column,), "text", source), source, text_column)
+    raw = _pick(cols, (label_column,), "label", source)
+    labels = list(raw.tolist() if hasattr(raw, "tolist") else raw)
+    if len(labels) != len(texts):
+        raise DataError(f"{source}: {len(texts)} texts but {len(labels)} labels")
+    if not texts:
+        raise DataError(f"{source}: no rows")
+    for i, y in enumerate(labels):
+        if y is None or (isinstance(y, float) and y != y):
+            raise DataError(f"{source}: label column '{label_column}' row {i} is empty")
+    return Labelled(texts, labels, source, file_sha256(path))
+
+
+def _key(y: Any) -> tuple[int, Any]:
+    """Sort key of a label: numbers by value, then strings."""
+    if isinstance(y, bool):
+        return (1, str(y))
+    if isinstance(y, (int, float)):
+        return (0, y)
+    return (1, str(y))
+
+
+def class_names(labels: Sequence[Any]) -> list[Any]:
+    """The distinct labels, sorted (numbers by value, then text); each is one class."""
+    out = sorted({y if not isinstance(y, float) or not y.is_integer() else int(y)
+                  for y in labels}, key=_key)
+    if len(out) < 2:
+        raise BoundcalcError(f"the labels take {len(out)} value(s); a classifier needs at "
+                             "least 2 classes")
+    return out
+
+
+def encode(labels: Sequence[Any], classes: Sequence[Any], source: str) -> np.ndarray:
+    """Labels as indices into ``classes``; a label outside them is an error naming it."""
+    index = {c: i for i, c in enumerate(classes)}
+    out = np.empty(len(labels), dtype=np.int64)
+    for i, y in enumerate(labels):
+        y = int(y) if isinstance(y, float) and y.is_integer() else y
+        if y not in index:
+            raise BoundcalcError(f"{source}: row {i} has label {y!r}, which is not one of the "
+                                 f"classes of the training data ({', '.join(map(str, classes))})")
+        out[i] = index[y]
+    return out
+
+
+def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray,
+                                                                             np.ndarray]:
+    """``(prior, bound)`` row indices: within each class, a seeded permutation, its first
+    round(fraction·n_c) rows to the prior's data, the rest to S. Both sorted."""
+    if not 0 < fraction < 1:
+        raise BoundcalcError(f"prior fraction must lie in (0, 1), got {fraction}")
+    rng = np.random.default_rng(seed)
+    prior, bound = [], []
+    for c in np.unique(labels):
+        rows = np.flatnonzero(labels == c)
+        rows = rows[rng.permutation(len(rows))]
+        k = int(round(fraction * len(rows)))
+        prior.append(rows[:k])
+        bound.append(rows[k:])
+    p, b = np.sort(np.concatenate(prior)), np.sort(np.concatenate(bound))
+    if len(p) == 0 or len(b) == 0:
+        raise BoundcalcError(f"a prior fraction of {fraction} leaves "
+                             f"{'the prior split' if len(p) == 0 else 'S'} empty")
+    return p, b
+
+
+def rows_sha256(texts: Sequence[str], labels: Sequence[int]) -> str:
+    """SHA-256 of the rows (text and class index, in order) of one split."""
+    h = hashlib.sha256()
+    for t, y in zip(texts, labels):
+        h.update(json.dumps([t, int(y)], ensure_ascii=False).encode() + b"\n")
+    return h.hexdigest()
+
+
+def write_jsonl(path: Path, texts: Sequence[str], labels: Sequence[int]) -> None:
+    """``{"text": ..., "label": class index}`` per line (what ``measure --data`` reads)."""
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for t, y in zip(texts, labels):
+            fh.write(json.dumps({"text": t, "label": int(y)}, ensure_ascii=False) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,25 @@
+"""One line per certified row of ``compare --json``: its floor, whether it is vacuous (and
+against what level), and what dominates it; what every example prints beside its values."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def floor_line(row: Mapping[str, Any], scale: float = 1.0) -> str:
+    """'floor 0.0940; vacuous no (< 0.9, the error of …); dominated by KL 23.3 nats (+0.059)'
+    from a row of ``boundcalc compare --json`` (keys ``floor``, ``vacuous``,
+    ``vacuous_against``); a piece the row lacks says so. ``scale`` multiplies the floor (a
+    value the caller converted, e.g. to bits); the effects stay in the entry's own unit."""
+    from ..floor import breakdown_text
+
+    f = row.get("floor")
+    parts = [f"floor {f['own'] * scale:.4g}" if f and f.get("own") is not None
+             else "floor — (not a kl inverse)"]
+    if row.get("vacuous") is None:
+        parts.append("vacuous — (not a [0, 1] risk bound)")
+    else:
+        parts.append(f"vacuous {row.get('vacuous_against') or ('yes' if row['vacuous'] else 'no')}")
+    parts.append(f"dominated by {breakdown_text(f, short=True)}" if f and f.get("effects")
+                 else "dominated by —")
+    return "; ".join(parts)
