@@ -27,8 +27,11 @@ class OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):  # type: ignore[override]
+        from ..report.io import run_scope
+
         tidy_help(self)
-        with warnings.catch_warnings(record=True) as caught:
+        argv = list(sys.argv[1:] if args is None else args)
+        with warnings.catch_warnings(record=True) as caught, run_scope(input_arguments(argv)):
             rv = self._main(args, prog_name, complete_var, **extra)
         if rv in (0, None):  # an error line stands alone: warnings only after a success
             show_warnings(caught)
@@ -53,6 +56,33 @@ class OneLineErrors(TyperGroup):
             Console(stderr=True).print("[bold red]error:[/] aborted", highlight=False)
             rv = 1
         return rv
+
+
+OUTPUT_OPTIONS = ("-o", "--output", "--out", "--plot", "--report")
+
+
+def input_arguments(argv: list[str]) -> list[str]:
+    """The command-line words that may name inputs of the run: every word, and every
+    ``--option=value`` value, except the values of the output options (:data:`OUTPUT_OPTIONS`).
+    The output gate (:func:`boundcalc.report.io.check_output`) keeps each output off them; words
+    that name no existing file or folder are ignored there."""
+    out, skip = [], False
+    for word in map(str, argv):
+        if skip:
+            skip = False
+            continue
+        if word in OUTPUT_OPTIONS:
+            skip = True
+            continue
+        name, eq, value = word.partition("=")
+        if word.startswith("--") and eq:
+            if name not in OUTPUT_OPTIONS:
+                out.append(value)
+            continue
+        if word.startswith("-o") and not word.startswith("--"):
+            continue  # -oFILE
+        out.append(word)
+    return out
 
 
 def show_warnings(caught: list, console: Console | None = None) -> None:

@@ -153,8 +153,42 @@ def snap_notes(snaps: list) -> list[str]:
     return out
 
 
+# options that do nothing without another one: refused when given alone
+NEEDS = {"--compress": ("max_changed", "quantizer", "levels", "codebook_bits", "prefix"),
+         "--tune-data or --sigma-groups": ("tune_draws", "group_draws", "tune_slack"),
+         "--tune-data": ("allow_overlap",),
+         "--data": ("init_data",)}
+
+
+def _unused_options(ctx: typer.Context, given: dict[str, bool]) -> str | None:
+    """The first option the user gave whose prerequisite (a key of :data:`NEEDS`) is absent."""
+    from click.core import ParameterSource
+
+    for need, names in NEEDS.items():
+        if given[need]:
+            continue
+        for name in names:
+            if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                                  ParameterSource.ENVIRONMENT):
+                flag = next(o for p in ctx.command.params if p.name == name
+                            for o in p.opts if o.startswith("--"))
+                return f"{flag} does nothing without {need}; add {need} or leave {flag} out"
+    return None
+
+
+def _same_checkpoint(model: str, init: str | None) -> bool:
+    """Whether ``init`` names the model's own files (same folder or file, links included)."""
+    import os
+
+    try:
+        return init is not None and os.path.exists(init) and os.path.samefile(model, init)
+    except OSError:
+        return False
+
+
 @app.command("measure")
 def measure_cmd(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="HF folder, .safetensors file, sharded index json or "
                                           "torch state_dict; with --data a HF folder whose "
                                           "config names a task head"),
@@ -239,6 +273,13 @@ def measure_cmd(
     prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
     max_changed: Optional[float] = typer.Option(None, "--max-changed", help="refuse a quantizer "
                                                 "changing more than this fraction of predictions"),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="accept --tune-data rows "
+                                       "that are rows of DATA (compared by content: inputs and "
+                                       "label); the σ shape is then charged as if chosen on "
+                                       "DATA, and the shared rows are counted in the stats file"),
+    init_data: Optional[str] = typer.Option(None, "--init-data", help="the data --init was "
+                                            "trained on: refused if it shares a row (inputs "
+                                            "and label) with DATA"),
 ) -> None:
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file.
 
@@ -254,6 +295,13 @@ def measure_cmd(
     def run() -> None:
         from ..errors import BoundcalcError
 
+        unused = _unused_options(ctx, {"--compress": compress is not None,
+                                       "--tune-data or --sigma-groups":
+                                           tune_data is not None or sigma_groups,
+                                       "--tune-data": tune_data is not None,
+                                       "--data": data is not None})
+        if unused:
+            raise BoundcalcError(unused)
         if prior_data_dependent:
             raise BoundcalcError("--prior-data-dependent: a PAC-Bayes prior fit on the same data "
                                  "as the bound is not a valid prior; fit --init on a disjoint "
@@ -269,7 +317,14 @@ def measure_cmd(
         if init is not None:
             parse_centre(init)
         require_paths(model=model, init=None if is_keyword(init) else init,
-                      tune_data=tune_data)  # before torch and the model are loaded
+                      tune_data=tune_data, init_data=init_data)  # before torch is loaded
+        if _same_checkpoint(model, init):
+            import warnings
+
+            warnings.warn(f"--init {init} is the model itself: ‖w − w_prior‖ = 0 and the KL "
+                          "term is 0, which is honest only if these weights never saw DATA "
+                          "(a pretrained model measured on fresh data); a fine-tuned model "
+                          "needs the checkpoint it was fine-tuned from", stacklevel=1)
         stages = Stages("measure")
         from ..measure import measure
         from ..measure.data.dataset_io import TABLE_SUFFIXES
@@ -293,7 +348,8 @@ def measure_cmd(
                                  gibbs_samples=gibbs_samples,
                                  tune_data=tune_data, sigma_groups=sigma_groups,
                                  tune_draws=tune_draws, tune_slack=tune_slack,
-                                 group_draws=group_draws, threads=threads)
+                                 group_draws=group_draws, threads=threads,
+                                 allow_overlap=allow_overlap, init_data=init_data)
         else:
             if tune_data is not None or sigma_groups:
                 raise BoundcalcError("--tune-data / --sigma-groups need --data and a Hugging "

@@ -339,6 +339,7 @@ def compare_cmd(
     if json_out:
         emit_json({k: [_compare_row(r) for r in v] for k, v in groups.items()}
                   | {"failed": failed, "skipped": skipped})
+        _fail_if_nothing_computed(groups, failed)
         return
     if groups["certified"]:
         from ..report.tables import certified_table, floor_table
@@ -379,6 +380,16 @@ def compare_cmd(
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
         console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
+    _fail_if_nothing_computed(groups, failed)
+
+
+def _fail_if_nothing_computed(groups: dict[str, list], failed: list[dict[str, Any]]) -> None:
+    """Exit 4 (a domain error) when entries were evaluated and every bound and rate among them
+    failed (``--set delta=0``): a run that computed no bound is not a success, whatever
+    proxies it printed."""
+    if failed and not (groups["certified"] or groups["conditional"] or groups["rate"]):
+        fail(f"no bound computed: all {len(failed)} evaluated bounds failed, the first with: "
+             f"{failed[0]['id']}: {failed[0]['error']}", 4)
 
 
 def _conditional_table(results: list[Any], console: Any) -> None:
