@@ -32,7 +32,9 @@ class OneLineErrors(TyperGroup):
         tidy_help(self)
         argv = list(sys.argv[1:] if args is None else args)
         with warnings.catch_warnings(record=True) as caught, run_scope(input_arguments(argv)):
-            rv = self._main(args, prog_name, complete_var, **extra)
+            rv = _check_outputs(argv)  # up front: before any work
+            if rv is None:
+                rv = self._main(args, prog_name, complete_var, **extra)
         if rv in (0, None):  # an error line stands alone: warnings only after a success
             show_warnings(caught)
         if not standalone_mode:
@@ -83,6 +85,33 @@ def input_arguments(argv: list[str]) -> list[str]:
             continue  # -oFILE
         out.append(word)
     return out
+
+
+def output_arguments(argv: list[str]) -> list[str]:
+    """The values of the output options in ``argv``."""
+    out = []
+    for j, word in enumerate(map(str, argv)):
+        name, eq, value = word.partition("=")
+        if word in OUTPUT_OPTIONS and j + 1 < len(argv):
+            out.append(str(argv[j + 1]))
+        elif eq and name in OUTPUT_OPTIONS:
+            out.append(value)
+    return out
+
+
+def _check_outputs(argv: list[str]) -> int | None:
+    """Run the output gate on every output option's value before the command starts: an
+    output that is an input of the run, or a read-only file, is refused before any work."""
+    from ..report.io import check_output
+
+    try:
+        for value in output_arguments(argv):
+            check_output(value)
+    except BoundcalcError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(one_line(str(exc)))}",
+                                   highlight=False, soft_wrap=True)
+        return exc.exit_code
+    return None
 
 
 def show_warnings(caught: list, console: Console | None = None) -> None:
