@@ -162,14 +162,13 @@ NEEDS = {"--compress": ("max_changed", "quantizer", "levels", "codebook_bits", "
 
 def _unused_options(ctx: typer.Context, given: dict[str, bool]) -> str | None:
     """The first option the user gave whose prerequisite (a key of :data:`NEEDS`) is absent."""
-    from click.core import ParameterSource
-
     for need, names in NEEDS.items():
         if given[need]:
             continue
         for name in names:
-            if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
-                                                  ParameterSource.ENVIRONMENT):
+            # by name: typer may vendor its own click, with its own enum
+            source = getattr(ctx.get_parameter_source(name), "name", None)
+            if source in ("COMMANDLINE", "ENVIRONMENT"):
                 flag = next(o for p in ctx.command.params if p.name == name
                             for o in p.opts if o.startswith("--"))
                 return f"{flag} does nothing without {need}; add {need} or leave {flag} out"
