@@ -76,11 +76,12 @@ def _refuse_regression(config: dict[str, Any], task: str, p: Path) -> None:
     labels = config.get("num_labels")
     if labels is None and isinstance(config.get("id2label"), dict):
         labels = len(config["id2label"])
-    if config.get("problem_type") == "regression" or labels == 1:
-        raise CheckpointError(f"{p}: a regression head (num_labels = 1"
-                              f"{', problem_type = regression' if config.get('problem_type') == 'regression' else ''}"
-                              "): not supported; the bounds here are for classifiers (two or "
-                              "more classes, 0-1 and bounded cross-entropy losses)")
+    regression = config.get("problem_type") == "regression"
+    if regression or labels == 1:
+        what = f"num_labels = {labels}" + (", problem_type = regression" if regression else "")
+        raise CheckpointError(f"{p}: a regression head ({what}): not supported; the bounds "
+                              "here are for classifiers (two or more classes, 0-1 and bounded "
+                              "cross-entropy losses)")
 
 
 def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:

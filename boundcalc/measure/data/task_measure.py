@@ -142,6 +142,9 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         tune = read_batches(tune_data, tm, text_column=text_column, label_column=label_column,
                             max_length=max_length, batch_size=batch_size)
         shared = _overlap(batched, tune, data, tune_data, "--tune-data", allow_overlap)
+        plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
+                                     positions=max(batched.seq_len, tune.seq_len),
+                                     device=dev.type, tune_rows=tune.n))
     init_rows = None
     if init_data is not None:
         init_rows = read_batches(init_data, tm, text_column=text_column,
@@ -158,7 +161,10 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         report, stop = (progress if callable(progress) else None), (lambda: None)
     n_threads = data_threads(tm.model, dev, threads)
     stats.provenance["threads"] = {"data_side": n_threads or torch.get_num_threads(),
-                                   "rule": "requested (--threads)" if threads is not None else
+                                   "rule": ("requested (--threads)" + (
+                                       f", capped at the {n_threads} core(s) this process may "
+                                       "use" if n_threads != threads else ""))
+                                   if threads is not None else
                                    "one for a model no wider than "
                                    f"{SMALL_DATA_WIDTH} on a CPU, else torch's default"}
     try:
