@@ -20,17 +20,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints  # noqa: E402
-
-TUNE_TEXTS = ["red blue", "green tree", "a b c", "more words here", "the end", "final row"]
-TUNE_LABELS = [0, 1, 2, 0, 1, 2]
-
-
-def one_line_error(res, code: int) -> str:
-    """The single ``error:`` line of a refused CLI run with exit ``code``."""
-    assert res.exit_code == code, (res.exit_code, res.output[-1500:])
-    err = res.stderr.strip()
-    assert err.startswith("error:") and "\n" not in err and "Traceback" not in res.output, err
-    return err
+from tests.reliability._rel_helpers import MEASURE, TUNE_LABELS, TUNE_TEXTS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -54,10 +44,6 @@ def tiny(tmp_path_factory):
     pd.DataFrame({"sentence": TUNE_TEXTS, "label": TUNE_LABELS}).to_csv(out / "t.csv",
                                                                       index=False)
     return out
-
-
-MEASURE = ["--text-column", "sentence", "--sigma", "0.01", "--draws", "2", "--tune-draws", "1",
-           "--hessian-probes", "0"]
 
 
 @pytest.fixture(scope="session")

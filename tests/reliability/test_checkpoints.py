@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from tests._cli_helpers import invoke
 from tests._measure_helpers import state_dict_of, tiny_bert
-from tests.reliability.conftest import one_line_error
+from tests.reliability._rel_helpers import one_line_error
 
 
 def test_init_equal_to_the_model_folder_warns(tiny, tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 from tests._cli_helpers import invoke
 from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread
-from tests.reliability.conftest import MEASURE, TUNE_LABELS, TUNE_TEXTS, one_line_error
+from tests.reliability._rel_helpers import MEASURE, TUNE_LABELS, TUNE_TEXTS, one_line_error
 
 
 def _measure_tune(tiny, tune, *extra, out=None):

@@ -11,7 +11,7 @@ import pytest
 from boundcalc.measure.threads import available_cores
 from tests._cli_helpers import invoke
 from tests._measure_helpers import single_thread
-from tests.reliability.conftest import one_line_error
+from tests.reliability._rel_helpers import one_line_error
 
 
 def _measure(tiny, *extra, out):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tests._cli_helpers import invoke
-from tests.reliability.conftest import one_line_error
+from tests.reliability._rel_helpers import one_line_error
 
 ENTRY = "pac_bayes_kl_gaussian_mc"
 

@@ -16,7 +16,7 @@ from boundcalc.engine.functions import kl_inv_upper
 from boundcalc.errors import StatsError
 from boundcalc.stats import Curve, Quantity, Stats, load_stats
 from tests._cli_helpers import invoke
-from tests.reliability.conftest import one_line_error
+from tests.reliability._rel_helpers import one_line_error
 
 MC = "pac_bayes_kl_gaussian_mc"
 GROUPS = "pac_bayes_kl_gaussian_groups_mc"
