@@ -352,22 +352,24 @@ def row_digests(data: Batched) -> list[bytes]:
 
     out = []
     for inputs, labels in data.batches:
+        arrays = {k: v.detach().cpu().contiguous().numpy() for k, v in sorted(inputs.items())
+                  if k != "attention_mask"}
         mask = inputs.get("attention_mask")
+        keep = None if mask is None else mask.detach().cpu().numpy().astype(bool)
+        labs = (None if labels is None else
+                labels.detach().cpu().to(torch.int64).contiguous().numpy())
         n = next(iter(inputs.values())).shape[0]
+        heads = {k: f"{k}:{a.dtype}:".encode() for k, a in arrays.items()}
         for i in range(n):
             h = hashlib.sha256()
-            for key in sorted(inputs):
-                if key == "attention_mask":
-                    continue
-                t = inputs[key][i]
-                if mask is not None and t.shape == mask[i].shape:
-                    t = t[mask[i].bool()]
-                arr = t.detach().cpu().contiguous().numpy()
-                h.update(f"{key}:{arr.dtype}:{arr.shape};".encode())
-                h.update(arr.tobytes())
-            if labels is not None:
-                lab = labels[i].detach().cpu().to(torch.int64).contiguous().numpy()
-                h.update(f"label:{lab.shape};".encode() + lab.tobytes())
+            for key, arr in arrays.items():
+                row = arr[i]
+                if keep is not None and row.shape == keep[i].shape:
+                    row = row[keep[i]]
+                h.update(heads[key] + str(row.shape).encode() + b";")
+                h.update(row.tobytes())
+            if labs is not None:
+                h.update(b"label:" + str(labs[i].shape).encode() + b";" + labs[i].tobytes())
             out.append(h.digest())
     return out
 
