@@ -22,6 +22,11 @@ from .stats import Stats
 _MAX_ELEMENTS = 50_000_000  # dense zero-padded singular-value array (400 MB of float64)
 
 
+# Monte Carlo counts and the curve whose losses they count: a certified row takes N from the
+# curve (``n_samples``), not from the scalar (a stats file whose two disagree is refused on load)
+COUNTS_OF_CURVES = {"gibbs_draws": "gibbs_risk_mean", "gibbs_groups_units": "gibbs_risk_groups"}
+
+
 @dataclass
 class Binding:
     """Values for an entry's symbols, where each came from, and which are estimates."""
@@ -38,6 +43,10 @@ def lookup(stats: Stats, path: str, spec: SymbolSpec | None = None) -> tuple[Any
     Raises :class:`KeyError` when the stats file does not have the path.
     """
     head, _, rest = path.partition(".")
+    if head == "scalars" and rest in COUNTS_OF_CURVES:
+        curve = stats.curves.get(COUNTS_OF_CURVES[rest])
+        if curve is not None and curve.n_samples is not None:
+            return float(curve.n_samples), None  # the curve's own count, never a free-standing one
     if head == "scalars":
         q = stats.scalars[rest]
         why = None

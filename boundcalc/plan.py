@@ -56,13 +56,17 @@ def _seconds(forwards: float, calls: float, n_params: float, positions: float,
 def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_samples: int,
                  perturbation_draws: int, rows: int = 1, positions: int = 1,
                  n_params: int = 1, groups: int = 1, batch_size: int = 1,
-                 device: str = "cpu", gibbs_samples: int | None = None) -> list[Item]:
+                 device: str = "cpu", gibbs_samples: int | None = None,
+                 group_draws: int = 0, tune_draws: int = 0, tune_rows: int = 1) -> list[Item]:
     """The work of ``measure --data`` with these options (see the module docstring).
 
     ``rows``: samples of DATA; ``positions``: tokens (or patches) per sample; ``n_params``:
     trainable parameters; ``groups``: parameter groups of the Hessian trace. Unknown values
     are lower bounds (1). ``gibbs_samples``: rows per Monte Carlo pass when each pass is
-    evaluated on a subsample (``--gibbs-samples``), else every row."""
+    evaluated on a subsample (``--gibbs-samples``), else every row. ``group_draws``,
+    ``tune_draws``: the per-group σ measurement (``--group-draws`` passes over DATA at the
+    chosen vector; at least one σ vector tried with ``--tune-draws`` passes over ``tune_rows``
+    rows); 0 when there is none."""
     rows, positions, n_params = max(rows, 1), max(positions, 1), max(n_params, 1)
     batches = math.ceil(rows / max(batch_size, 1))
     hs = min(max(hessian_samples, 1), rows)
@@ -77,6 +81,14 @@ def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_sample
             f"--draws {draws} (× {sigmas} σ, {mc_rows:,} rows each)",
             8.0 * passes + 12.0 * n_params,  # losses per draw; saved weights + float64 noise
             _seconds(passes * mc_rows, passes * mc_batches, n_params, positions, device)))
+    for count, option, n_rows in ((group_draws, "--group-draws", rows),
+                                  (tune_draws, "--tune-draws", max(tune_rows, 1))):
+        if count > 0:
+            mc_rows = max(gibbs_samples, 1) if gibbs_samples and n_rows == rows else n_rows
+            items.append(Item(
+                f"{option} {count} ({mc_rows:,} rows each)", 8.0 * count + 12.0 * n_params,
+                _seconds(float(count) * mc_rows, count * math.ceil(mc_rows / max(batch_size, 1)),
+                         n_params, positions, device)))
     if hessian_probes > 0:
         hvps = float(hessian_probes) + 1
         items.append(Item(

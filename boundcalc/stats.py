@@ -27,6 +27,9 @@ formula symbols to it). Layout, version 1::
                      "method": "Monte Carlo, 64 draws of N(w, σ²I)"}}
     }
 
+``curves_sha256`` (written with ``curves``) is their content hash; a file is also checked as
+a whole on load (:mod:`boundcalc.stats_checks`: counts against the curves they summarise).
+
 ``curves`` (optional) holds statistics measured at a few values of a free parameter of the
 bounds (the Gibbs risk or the perturbed loss P̂ at each σ where it was measured). A formula may
 choose that parameter only among the ``at`` points, paying the union bound over them.
@@ -180,9 +183,18 @@ class Stats:
             "matrices": [m.to_json() for m in self.matrices],
             "scalars": {k: q.to_json() for k, q in sorted(self.scalars.items())},
             "groups": self.groups,
-            **({"curves": {k: c.to_json() for k, c in sorted(self.curves.items())}}
-               if self.curves else {}),
+            **(self._curves_json() if self.curves else {}),
         }
+
+    def _curves_json(self) -> dict[str, Any]:
+        from .stats_checks import curves_digest
+
+        curves = {k: c.to_json() for k, c in sorted(self.curves.items())}
+        try:
+            digest = curves_digest(curves)
+        except ValueError:  # a non-finite value: write_json_atomic refuses the whole file
+            return {"curves": curves}
+        return {"curves": curves, "curves_sha256": digest}
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write atomically: a temporary file in the same folder, then an atomic rename."""
@@ -424,7 +436,10 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
                 est = {}
             if not isinstance(est, dict) or not all(isinstance(b, bool) for b in est.values()):
                 raise StatsError("groups.estimated: expected an object of name -> true/false")
-        return Stats(
+        from .stats_checks import check_digest, check_whole
+
+        check_digest(data)
+        stats = Stats(
             model=model,
             matrices=[_matrix(m, i) for i, m in enumerate(data["matrices"])],
             scalars={str(k): _quantity(v, f"scalars.{k}") for k, v in data["scalars"].items()},
@@ -434,6 +449,8 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             provenance=dict(data.get("provenance", {}) or {}),
             curves=_curves(data.get("curves")),
         )
+        check_whole(stats)
+        return stats
     except StatsError as exc:
         raise StatsError(one_line(f"{source}: {exc}")) from None
 
@@ -458,6 +475,9 @@ def _load_stats(p: Path) -> Stats:
     if not os.path.lexists(p):
         raise StatsError(f"{p}: no such stats file")
     st = check_regular_file(p, StatsError, "stats file")
+    from .files.atomic_write import note_input
+
+    note_input(p)  # an output of the same run never replaces it
     # parsed JSON takes several times its text in memory: refuse up front what cannot fit
     check_allocation(JSON_INFLATION * st.st_size, f"{p}: stats file of {st.st_size} bytes")
     data = read_json(p, min(MAX_FILE_BYTES, st.st_size + 1), StatsError, "stats file")

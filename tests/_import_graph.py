@@ -24,12 +24,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "boundcalc"
 ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (0, "base", ("boundcalc", "boundcalc.errors", "boundcalc._lazy", "boundcalc.result",
                  "boundcalc.prior_spec", "boundcalc.codecheck", "boundcalc.certifies",
-                 "boundcalc.hints")),
+                 "boundcalc.hints", "boundcalc.bundled")),
     (1, "budgets", ("boundcalc.limits", "boundcalc.plan")),
     (1, "engine", ("boundcalc.engine.*",)),
     (2, "files", ("boundcalc.files.*",)),
     (3, "registry", ("boundcalc.registry.*",)),
-    (3, "stats", ("boundcalc.stats",)),
+    (3, "stats", ("boundcalc.stats", "boundcalc.stats_checks")),
     (4, "floor", ("boundcalc.floor",)),
     (4, "bind", ("boundcalc.bind",)),
     (4, "measure.base", tuple(f"boundcalc.measure.{m}" for m in (
@@ -45,6 +45,7 @@ ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (7, "measure.compress", ("boundcalc.measure.compress.*",)),
     (7, "measure", ("boundcalc.measure",)),
     (8, "sweep", ("boundcalc.sweep.*",)),
+    (8, "certify", ("boundcalc.certify.*",)),
     (9, "cli", ("boundcalc.cli.*", "boundcalc.__main__")),
 ]
 

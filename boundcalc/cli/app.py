@@ -27,9 +27,14 @@ class OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):  # type: ignore[override]
+        from ..files.atomic_write import run_scope
+
         tidy_help(self)
-        with warnings.catch_warnings(record=True) as caught:
-            rv = self._main(args, prog_name, complete_var, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        with warnings.catch_warnings(record=True) as caught, run_scope(input_arguments(argv)):
+            rv = _check_outputs(argv)  # up front: before any work
+            if rv is None:
+                rv = self._main(args, prog_name, complete_var, **extra)
         if rv in (0, None):  # an error line stands alone: warnings only after a success
             show_warnings(caught)
         if not standalone_mode:
@@ -53,6 +58,60 @@ class OneLineErrors(TyperGroup):
             Console(stderr=True).print("[bold red]error:[/] aborted", highlight=False)
             rv = 1
         return rv
+
+
+OUTPUT_OPTIONS = ("-o", "--output", "--out", "--plot", "--report")
+
+
+def input_arguments(argv: list[str]) -> list[str]:
+    """The command-line words that may name inputs of the run: every word, and every
+    ``--option=value`` value, except the values of the output options (:data:`OUTPUT_OPTIONS`).
+    The output gate (:func:`boundcalc.files.atomic_write.check_output`) keeps each output off them; words
+    that name no existing file or folder are ignored there."""
+    out, skip = [], False
+    for word in map(str, argv):
+        if skip:
+            skip = False
+            continue
+        if word in OUTPUT_OPTIONS:
+            skip = True
+            continue
+        name, eq, value = word.partition("=")
+        if word.startswith("--") and eq:
+            if name not in OUTPUT_OPTIONS:
+                out.append(value)
+            continue
+        if word.startswith("-o") and not word.startswith("--"):
+            continue  # -oFILE
+        out.append(word)
+    return out
+
+
+def output_arguments(argv: list[str]) -> list[str]:
+    """The values of the output options in ``argv``."""
+    out = []
+    for j, word in enumerate(map(str, argv)):
+        name, eq, value = word.partition("=")
+        if word in OUTPUT_OPTIONS and j + 1 < len(argv):
+            out.append(str(argv[j + 1]))
+        elif eq and name in OUTPUT_OPTIONS:
+            out.append(value)
+    return out
+
+
+def _check_outputs(argv: list[str]) -> int | None:
+    """Run the output gate on every output option's value before the command starts: an
+    output that is an input of the run, or a read-only file, is refused before any work."""
+    from ..files.atomic_write import check_output
+
+    try:
+        for value in output_arguments(argv):
+            check_output(value)
+    except BoundcalcError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(one_line(str(exc)))}",
+                                   highlight=False, soft_wrap=True)
+        return exc.exit_code
+    return None
 
 
 def show_warnings(caught: list, console: Console | None = None) -> None:

@@ -156,8 +156,41 @@ def snap_notes(snaps: list) -> list[str]:
     return out
 
 
+# options that do nothing without another one: refused when given alone
+NEEDS = {"--compress": ("max_changed", "quantizer", "levels", "codebook_bits", "prefix"),
+         "--tune-data or --sigma-groups": ("tune_draws", "group_draws", "tune_slack"),
+         "--tune-data": ("allow_overlap",),
+         "--data": ("init_data",)}
+
+
+def _unused_options(ctx: typer.Context, given: dict[str, bool]) -> str | None:
+    """The first option the user gave whose prerequisite (a key of :data:`NEEDS`) is absent."""
+    for need, names in NEEDS.items():
+        if given[need]:
+            continue
+        for name in names:
+            # by name: typer may vendor its own click, with its own enum
+            source = getattr(ctx.get_parameter_source(name), "name", None)
+            if source in ("COMMANDLINE", "ENVIRONMENT"):
+                flag = next(o for p in ctx.command.params if p.name == name
+                            for o in p.opts if o.startswith("--"))
+                return f"{flag} does nothing without {need}; add {need} or leave {flag} out"
+    return None
+
+
+def _same_checkpoint(model: str, init: str | None) -> bool:
+    """Whether ``init`` names the model's own files (same folder or file, links included)."""
+    import os
+
+    try:
+        return init is not None and os.path.exists(init) and os.path.samefile(model, init)
+    except OSError:
+        return False
+
+
 @app.command("measure")
 def measure_cmd(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="HF folder, .safetensors file, sharded index json or "
                                           "torch state_dict; with --data a HF folder whose "
                                           "config names a task head"),
@@ -249,6 +282,13 @@ def measure_cmd(
     prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
     max_changed: Optional[float] = typer.Option(None, "--max-changed", help="refuse a quantizer "
                                                 "changing more than this fraction of predictions"),
+    allow_overlap: bool = typer.Option(False, "--allow-overlap", help="accept --tune-data rows "
+                                       "that are rows of DATA (compared by content: inputs and "
+                                       "label); the σ shape is then charged as if chosen on "
+                                       "DATA, and the shared rows are counted in the stats file"),
+    init_data: Optional[str] = typer.Option(None, "--init-data", help="the data --init was "
+                                            "trained on: refused if it shares a row (inputs "
+                                            "and label) with DATA"),
 ) -> None:
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file.
 
@@ -264,6 +304,13 @@ def measure_cmd(
     def run() -> None:
         from ..errors import BoundcalcError
 
+        unused = _unused_options(ctx, {"--compress": compress is not None,
+                                       "--tune-data or --sigma-groups":
+                                           tune_data is not None or sigma_groups,
+                                       "--tune-data": tune_data is not None,
+                                       "--data": data is not None})
+        if unused:
+            raise BoundcalcError(unused)
         if prior_data_dependent:
             raise BoundcalcError("--prior-data-dependent: a PAC-Bayes prior fit on the same data "
                                  "as the bound is not a valid prior; fit --init on a disjoint "
@@ -279,7 +326,14 @@ def measure_cmd(
         if init is not None:
             parse_centre(init)
         require_paths(model=model, init=None if is_keyword(init) else init,
-                      tune_data=tune_data)  # before torch and the model are loaded
+                      tune_data=tune_data, init_data=init_data)  # before torch and the model are loaded
+        if _same_checkpoint(model, init):
+            import warnings
+
+            warnings.warn(f"--init {init} is the model itself: ‖w − w_prior‖ = 0 and the KL "
+                          "term is 0, which is honest only if these weights never saw DATA "
+                          "(a pretrained model measured on fresh data); a fine-tuned model "
+                          "needs the checkpoint it was fine-tuned from", stacklevel=1)
         check_device(device)  # before transformers and the model: a missing CUDA at once
         stages = Stages("measure")
         from ..measure import measure
@@ -305,7 +359,8 @@ def measure_cmd(
                                  tune_data=tune_data, sigma_groups=sigma_groups,
                                  tune_draws=tune_draws, tune_slack=tune_slack,
                                  group_draws=group_draws, threads=threads,
-                                 precision=precision)
+                                 precision=precision, allow_overlap=allow_overlap,
+                                 init_data=init_data)
         else:
             if precision is not None:
                 raise BoundcalcError("--precision sets the data side's arithmetic: it needs "

@@ -348,6 +348,7 @@ def compare_cmd(
         emit_json({k: [_compare_row(r) for r in v] for k, v in groups.items()}
                   | {"failed": failed, "skipped": skipped, "hidden": comparison.hidden}
                   | summary)
+        _fail_if_nothing_computed(groups, failed)
         return
     _print_summary(summary)
     from ..report.tables import (another_model_table, certified_models_table,
@@ -361,6 +362,7 @@ def compare_cmd(
     if comparison.about_another:
         console.print(another_model_table(comparison.about_another))
     if brief:
+        _fail_if_nothing_computed(groups, failed)
         return
     if groups["certified"]:
         console.print(floor_table(groups["certified"]))
@@ -402,6 +404,16 @@ def compare_cmd(
                        "boundcalc optimize ID", style="dim"))
     for f in failed:
         console.print(Text(f"{f['id']}: not computed: {f['error']}", style="yellow"))
+    _fail_if_nothing_computed(groups, failed)
+
+
+def _fail_if_nothing_computed(groups: dict[str, list], failed: list[dict[str, Any]]) -> None:
+    """Exit 4 (a domain error) when entries were evaluated and every bound and rate among them
+    failed (``--set delta=0``): a run that computed no bound is not a success, whatever
+    proxies it printed."""
+    if failed and not (groups["certified"] or groups["conditional"] or groups["rate"]):
+        fail(f"no bound computed: all {len(failed)} evaluated bounds failed, the first with: "
+             f"{failed[0]['id']}: {failed[0]['error']}", 4)
 
 
 def _summary(comparison: Any, test_error: float | None) -> dict[str, Any]:

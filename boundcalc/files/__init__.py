@@ -3,7 +3,9 @@
 * :mod:`.safe_read`: paths a user names, checked with ``stat`` before opening; size-capped
   reads; strict JSON (:func:`read_limited`, :func:`input_files`, :func:`read_json`, ...).
 * :mod:`.atomic_write`: outputs written through a temporary file and ``os.replace`` (never a
-  half-written file, never a replaced device or folder).
+  half-written file, never a replaced device or folder), behind one output gate that refuses
+  an output which is an input of the same run (:func:`check_output`, :func:`run_scope`,
+  :func:`note_input`).
 * :mod:`.table_read`: the one reader of tables (CSV, TSV, JSON Lines, Parquet) within the memory
   budget (:func:`read_arrow`, :func:`read_pandas`).
 
@@ -12,7 +14,8 @@ The memory and time budgets are not files: they stay in :mod:`boundcalc.limits`.
 
 from __future__ import annotations
 
-from .atomic_write import write_bytes_atomic, write_text_atomic
+from .atomic_write import (check_output, note_input, run_scope, write_bytes_atomic,
+                           write_text_atomic)
 from .safe_read import (MAX_FOLDER_DEPTH, MAX_FOLDER_ENTRIES, MAX_FORMULA_FILE_BYTES,
                         check_regular_file, finite_number, input_files, loads_json, open_regular,
                         read_json, read_limited)
@@ -20,6 +23,7 @@ from .table_read import (check_cells, check_parquet, plain, read_arrow, read_byt
                          stream_rows)
 
 __all__ = ["MAX_FOLDER_DEPTH", "MAX_FOLDER_ENTRIES", "MAX_FORMULA_FILE_BYTES", "check_cells",
+           "check_output", "note_input", "run_scope",
            "check_parquet", "check_regular_file", "finite_number", "input_files", "loads_json", "open_regular",
            "plain", "read_arrow", "read_bytes", "read_json", "read_limited", "read_pandas",
            "stream_rows",

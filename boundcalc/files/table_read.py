@@ -74,6 +74,8 @@ def read_arrow(path: str | os.PathLike, kind: str, err: type[BoundcalcError],
     raw = read_bytes(path, err, what)
     if not raw:
         raise err(f"{where}: empty file")
+    if kind in ("csv", "tsv", "json"):
+        check_utf8(raw, where, err, "\t" if kind == "tsv" else "," if kind == "csv" else None)
     try:
         if kind in ("csv", "tsv"):
             import pyarrow.csv as pcsv
@@ -102,10 +104,57 @@ def read_arrow(path: str | os.PathLike, kind: str, err: type[BoundcalcError],
         msg = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:120]
         raise err(f"{where}: not a readable {kind.upper()} file ({msg})") from None
     names = list(table.column_names)
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        at = [j + 1 for j, n in enumerate(names) if n == twice]
+        raise err(f"{where}: row 1 (the header), column '{twice}': the name appears "
+                  f"{len(at)} times (columns {', '.join(map(str, at))}); rename all but one")
     if columns is not None:
         table = table.select([c for c in names if c in columns])
     check_cells(table.num_rows, table.num_columns, 0, where)
     return table, names
+
+
+def check_utf8(raw: bytes, where: str, err: type[BoundcalcError],
+               delimiter: str | None) -> None:
+    """Refuse bytes that are not UTF-8 text with one line naming the line and the column
+    (``delimiter``: of a CSV/TSV file, whose header gives the column's name; None: JSON Lines,
+    where the key before the bad bytes is named)."""
+    import codecs
+    import re
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    step = 1 << 20
+    for start in range(0, len(raw), step):
+        try:
+            dec.decode(raw[start:start + step], final=start + step >= len(raw))
+        except UnicodeDecodeError as exc:
+            bad = max(0, start + exc.start - len(dec.getstate()[0]))
+            break
+    else:
+        return
+    # the decoder may hold up to 3 bytes of a split character: find the first bad byte exactly
+    while bad > 0:
+        try:
+            raw[:bad].decode("utf-8")
+            break
+        except UnicodeDecodeError as exc:
+            bad = exc.start
+    line_start = raw.rfind(b"\n", 0, bad) + 1
+    line = raw.count(b"\n", 0, bad) + 1
+    before = raw[line_start:bad].decode("utf-8", "replace")
+    if delimiter is not None:
+        header = raw[:raw.find(b"\n") if b"\n" in raw else len(raw)].decode("utf-8", "replace")
+        names = [h.strip().strip('"') for h in header.split(delimiter)]
+        j = before.count(delimiter)
+        column = names[j] if line > 1 and j < len(names) else f"field {j + 1}"
+        row = f"row {line - 1} (line {line})" if line > 1 else "row 1 (the header)"
+    else:
+        keys = re.findall(r'"([^"\\]{1,80})"\s*:', before)
+        column = keys[-1] if keys else "?"
+        row = f"row {line} (line {line})"
+    raise err(f"{where}: {row}, column '{column}': byte 0x{raw[bad]:02x} is not UTF-8 text; "
+              "save the file as UTF-8")
 
 
 def read_pandas(path: str | os.PathLike, err: type[BoundcalcError], what: str,

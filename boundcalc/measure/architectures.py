@@ -254,6 +254,27 @@ def _classify(src: TensorSource, arch: _Arch | None,
     return entries, excluded
 
 
+def _non_float_role(src: TensorSource, arch: _Arch | None, layer: int,
+                    role: str) -> str | None:
+    """The name of a non-floating tensor that the layer map would give ``role`` in ``layer``
+    (for a message naming its dtype), or None."""
+    if arch is None:
+        return None
+    layer_re = re.compile(arch.layer)
+    for name in src.names():
+        if src.is_float(name):
+            continue
+        m = layer_re.search(name)
+        if m is None or _layer_index(m.group("layer"), name) != layer:
+            continue
+        rest = name[m.end():]
+        got = next((r for pat, r in ((re.compile(r + "$"), r2) for r, r2 in arch.rules)
+                    if pat.fullmatch(rest)), None)
+        if got == role or (got == "qkv" and role in ("q", "k", "v")):
+            return name
+    return None
+
+
 def _user_entry(name: str, shape: tuple[int, ...],
                 rules: list[tuple[re.Pattern, str]]) -> Entry | None:
     for pat, role in rules:
@@ -329,6 +350,13 @@ def build_layer_map(src: TensorSource, n_heads: int | None = None,
     for l in layers:
         for role in needed:
             if role not in by_layer[l]:
+                held = _non_float_role(src, arch, l, role)
+                if held is not None:
+                    raise CheckpointError(
+                        f"{src.source}: layer {l}'s '{role}' weight '{held}' is stored as "
+                        f"{src.dtype_name(held)}, not a floating-point type; boundcalc measures "
+                        "float16/bfloat16/float32/float64 weights (dequantize the checkpoint "
+                        "first)")
                 raise CheckpointError(f"{src.source}: layer {l} has no '{role}' weight "
                                       f"({name} layer map)")
     for l in layers:

@@ -42,6 +42,12 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else exc.__class__.__name__)[:160]
 
 
+_ST_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
+             "I32": "int32", "U32": "uint32", "I64": "int64", "U64": "uint64",
+             "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F16": "float16",
+             "BF16": "bfloat16", "F32": "float32", "F64": "float64"}
+
+
 class TensorSource:
     """Read-only access to the named tensors of one checkpoint."""
 
@@ -170,7 +176,8 @@ class SafetensorsSource(TensorSource):
         return self._meta[name][1] in _FLOAT_ST
 
     def dtype_name(self, name: str) -> str:
-        return self._meta[name][1]
+        code = self._meta[name][1]  # safetensors' code (I8, BF16, ...), named as torch does
+        return _ST_NAMES.get(code, code)
 
     def get(self, name: str) -> torch.Tensor:
         path = self._where[name]

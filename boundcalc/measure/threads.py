@@ -52,11 +52,19 @@ def widest_layer(model: torch.nn.Module) -> int:
 def data_threads(model: torch.nn.Module, device: torch.device,
                  requested: int | None = None) -> int | None:
     """Torch threads for the data side of ``measure`` (forward passes, Hessian-vector
-    products): ``requested`` if given; on a CPU one thread for a model no wider than
+    products): ``requested`` if given, capped at :func:`available_cores` (with a warning
+    line); on a CPU one thread for a model no wider than
     :data:`SMALL_DATA_WIDTH`, whose kernels are too short for a thread pool to pay (the digits
     ViT, width 64, measured 3× faster on one thread than on two of a shared 2-core machine);
     otherwise None (torch's default)."""
     if requested is not None:
+        cores = available_cores()
+        if int(requested) > cores:
+            import warnings
+
+            warnings.warn(f"--threads {int(requested)}: this process may use {cores} core(s); "
+                          f"running {cores} thread(s)", stacklevel=2)
+            return cores
         return int(requested)
     if device.type == "cpu" and widest_layer(model) <= SMALL_DATA_WIDTH:
         return 1

@@ -163,7 +163,9 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
         if own and ex is not None and hasattr(ex, "close"):
             ex.close()
     table = _table(manifest, keys, results)
-    table.to_csv(out / "results.csv", index=False)
+    from ..files.atomic_write import write_bytes_atomic
+
+    write_bytes_atomic(out / "results.csv", table.to_csv(index=False).encode("utf-8"))
     try:
         table.to_parquet(out / "results.parquet", index=False)
     except ImportError:  # no pyarrow: the CSV alone (pip install 'boundcalc[ray]' adds it)

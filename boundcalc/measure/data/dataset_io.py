@@ -136,9 +136,9 @@ def _labels(raw: Any, n: int, tm: TaskModel, source: str, column: str) -> torch.
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise DataError(f"{source}: labels '{column}' must be integers, got {arr.dtype} "
                             "with fractional or non-finite values")
-        arr = arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
+    elif arr.dtype.kind not in "iu":
         raise DataError(f"{source}: labels '{column}' must be integers, got dtype {arr.dtype}")
+    # the range in the file's own values (a float or uint64 beyond int64 is never wrapped)
     lo, hi = int(arr.min()), int(arr.max())
     if lo < 0 or hi >= tm.n_outputs:
         raise DataError(f"{source}: labels '{column}' range over {lo}..{hi}, but the head of "
@@ -351,3 +351,40 @@ def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
                         "at least one next-token target")
     return Batched(batches, n, T, source, f"{n} sequences from {kind}{note}", tokens=tokens,
                    columns={"text": col, "label": label_col})
+
+
+def row_digests(data: Batched) -> list[bytes]:
+    """One SHA-256 digest per row of ``data``: the row's model inputs as the model sees them
+    (token ids at attended positions only, so padding to a batch's length does not count;
+    pixel values as stored) and its label. Two rows with the same digest are the same sample,
+    whatever file, link or copy they came from."""
+    import hashlib
+
+    out = []
+    for inputs, labels in data.batches:
+        arrays = {k: v.detach().cpu().contiguous().numpy() for k, v in sorted(inputs.items())
+                  if k != "attention_mask"}
+        mask = inputs.get("attention_mask")
+        keep = None if mask is None else mask.detach().cpu().numpy().astype(bool)
+        labs = (None if labels is None else
+                labels.detach().cpu().to(torch.int64).contiguous().numpy())
+        n = next(iter(inputs.values())).shape[0]
+        heads = {k: f"{k}:{a.dtype}:".encode() for k, a in arrays.items()}
+        for i in range(n):
+            h = hashlib.sha256()
+            for key, arr in arrays.items():
+                row = arr[i]
+                if keep is not None and row.shape == keep[i].shape:
+                    row = row[keep[i]]
+                h.update(heads[key] + str(row.shape).encode() + b";")
+                h.update(row.tobytes())
+            if labs is not None:
+                h.update(b"label:" + str(labs[i].shape).encode() + b";" + labs[i].tobytes())
+            out.append(h.digest())
+    return out
+
+
+def shared_rows(data: Batched, other: Batched) -> int:
+    """How many rows of ``other`` are rows of ``data`` (by :func:`row_digests`)."""
+    seen = set(row_digests(data))
+    return sum(d in seen for d in row_digests(other))

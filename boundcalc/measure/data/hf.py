@@ -68,6 +68,22 @@ def task_of(config: dict[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
+def _refuse_regression(config: dict[str, Any], task: str, p: Path) -> None:
+    """A classification head with one output (``num_labels = 1``) or ``problem_type =
+    regression`` is a regression head: its loss is not a bounded classification loss."""
+    if not task.endswith("classification"):
+        return
+    labels = config.get("num_labels")
+    if labels is None and isinstance(config.get("id2label"), dict):
+        labels = len(config["id2label"])
+    regression = config.get("problem_type") == "regression"
+    if regression or labels == 1:
+        what = f"num_labels = {labels}" + (", problem_type = regression" if regression else "")
+        raise CheckpointError(f"{p}: a regression head ({what}): not supported; the bounds "
+                              "here are for classifiers (two or more classes, 0-1 and bounded "
+                              "cross-entropy losses)")
+
+
 def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
     """Load the folder with transformers; a bare encoder gets an error naming the heads."""
     p = Path(path)
@@ -83,6 +99,7 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
         raise CheckpointError(f"{p}: config names {', '.join(map(str, archs))[:80]}, which has "
                               f"no task head; --data needs one of {SUPPORTED}")
     arch, task = found
+    _refuse_regression(config, task, p)  # before the weights are read
     transformers = transformers_module()
     cls = getattr(transformers, arch, None)
     if cls is None:
@@ -100,6 +117,7 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
                               f"{str(n_out)[:40]!r}")
     if n_out < 1:
         raise CheckpointError(f"{p}: config gives no class count / vocabulary size")
+    _refuse_regression({"num_labels": n_out}, task, p)
     return TaskModel(model, task, arch, n_out, None, str(p))
 
 

@@ -85,7 +85,8 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                  tune_data: str | None = None, sigma_groups: bool = False,
                  tune_draws: int = 4, tune_slack: float = 0.05,
                  group_draws: int | None = None, threads: int | None = None,
-                 precision: str | None = None) -> Stats:
+                 precision: str | None = None, allow_overlap: bool = False,
+                 init_data: str | None = None) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
@@ -99,6 +100,13 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     the data pass and the Monte Carlo passes (``fp32``, ``tf32``, ``bf16``; default
     :func:`~boundcalc.measure.device.default_precision`: fp32 on a CPU, tf32 on CUDA; the
     Hessian trace is fp32 whatever it is), recorded in ``provenance.precision``.
+
+    Disjointness is checked by content (:func:`~.dataset_io.row_digests`: each row's inputs
+    and label), never by path: a ``tune_data`` row that is a row of DATA is refused, unless
+    ``allow_overlap``, which charges the shape as if it were chosen on S; the count of shared
+    rows is recorded (``provenance.gibbs_groups.tune_shared_rows``). ``init_data``, the data
+    ``init`` was trained on when the user names it, must share no row with DATA (a prior fit on
+    S is not a prior); recorded in ``provenance.init_data``.
     """
     from ..weights.pipeline import measure
 
@@ -112,6 +120,9 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         raise BoundcalcError(f"--gibbs-samples must be >= 1, got {gibbs_samples}")
     if not 0 < delta_mc < 1:
         raise BoundcalcError(f"--delta-mc must lie in (0, 1), got {delta_mc}")
+    if 1.0 - delta_mc == 1.0:  # the confidence 1 − δ′ would be written as 1: no statement
+        raise BoundcalcError(f"--delta-mc {delta_mc:g}: too small; its confidence 1 − δ′ rounds "
+                             "to 1 in double precision (use δ′ ≥ 1e-15)")
     if not 0 < alpha < 1:
         raise BoundcalcError(f"--smoothing must lie in (0, 1), got {alpha}")
     snaps = snapped_sigmas(sigmas)
@@ -121,10 +132,12 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                   batch_size=batch_size)
     dev = resolve_device(device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
-    plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
     groups_wanted = sigma_groups or tune_data is not None
     if groups_wanted:
         group_draws = draws if group_draws is None else group_draws
+        counts.update(group_draws=group_draws, tune_draws=tune_draws)
+    plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
+    if groups_wanted:
         _check_tune(data, init, tune_data, group_draws)
     tm = load_task_model(model, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
@@ -133,6 +146,20 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                            max_length=max_length, batch_size=batch_size)
     plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
                                  positions=batched.seq_len, device=dev.type), budget)
+    tune, shared = None, 0
+    if groups_wanted and tune_data is not None:  # read and checked before any Monte Carlo
+        tune = read_batches(tune_data, tm, text_column=text_column, label_column=label_column,
+                            max_length=max_length, batch_size=batch_size)
+        shared = _overlap(batched, tune, data, tune_data, "--tune-data", allow_overlap)
+        plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
+                                     positions=max(batched.seq_len, tune.seq_len),
+                                     device=dev.type, tune_rows=tune.n), budget)
+    init_rows = None
+    if init_data is not None:
+        init_rows = read_batches(init_data, tm, text_column=text_column,
+                                 label_column=label_column, max_length=max_length,
+                                 batch_size=batch_size)
+        _overlap(batched, init_rows, data, init_data, "--init-data", False)
     stats = measure(model, init=init, device=device, progress=progress or False,
                     head_init=head_init)
     if progress is True:
@@ -143,7 +170,10 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         report, stop = (progress if callable(progress) else None), (lambda: None)
     n_threads = data_threads(tm.model, dev, threads)
     stats.provenance["threads"] = {"data_side": n_threads or torch.get_num_threads(),
-                                   "rule": "requested (--threads)" if threads is not None else
+                                   "rule": ("requested (--threads)" + (
+                                       f", capped at the {n_threads} core(s) this process may "
+                                       "use" if n_threads != threads else ""))
+                                   if threads is not None else
                                    "one for a model no wider than "
                                    f"{SMALL_DATA_WIDTH} on a CPU, else torch's default"}
     prec = precision or default_precision(dev)
@@ -157,13 +187,11 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
                 from .tune import measure_groups
 
                 prior = load_task_model(init, dev)
-                tune = (read_batches(tune_data, tm, text_column=text_column,
-                                     label_column=label_column, max_length=max_length,
-                                     batch_size=batch_size) if tune_data is not None else None)
                 measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
                                prior_source=init, draws=group_draws, tune_draws=tune_draws,
                                slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
-                               progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples)
+                               progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples,
+                               shared_rows=shared)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever --precision
             if perturbation_draws > 0:
                 probes = max(hessian_probes, 2)
@@ -180,7 +208,26 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     finally:
         stop()
     stats.provenance["sigma_snapped"] = snaps
+    if init_rows is not None:
+        stats.provenance["init_data"] = {"source": str(init_data), "rows": init_rows.n,
+                                         "shared_rows_with_S": 0}
     return stats
+
+
+def _overlap(S, other, data: str, other_source: str, option: str, allow: bool) -> int:
+    """Rows of ``other`` that are rows of S, by content; refused unless ``allow``."""
+    from .dataset_io import DataError, shared_rows
+
+    shared = shared_rows(S, other)
+    if shared and not allow:
+        hint = ("; pass a disjoint split, or --allow-overlap to pay for the shape as if it "
+                "were chosen on S" if option == "--tune-data" else
+                "; a prior trained on rows of S is not a PAC-Bayes prior: train --init on a "
+                "disjoint split")
+        raise DataError(f"{option} {other_source}: {shared} of its {other.n} rows are rows of "
+                        f"DATA {data} (same inputs and label), so it is not disjoint from "
+                        f"DATA{hint}")
+    return shared
 
 
 def _check_tune(data: str, init: str | None, tune_data: str | None, draws: int) -> None:

@@ -303,7 +303,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
                    draws: int = 100, tune_draws: int = 4, slack: float = 0.05,
                    delta: float = 0.05, delta_mc: float = 0.01, alpha: float = 0.01,
                    seed: int = 0, progress: Any = None, gibbs_mode: str = "auto",
-                   samples: int | None = None) -> None:
+                   samples: int | None = None, shared_rows: int = 0) -> None:
     """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``
     (:func:`final_risk` with ``gibbs_mode`` and ``samples``: per-sample draws where exact).
 
@@ -323,10 +323,15 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
     dist = group_distances(tm.model, prior.model, groups)
     sizes = {g: c for g, (c, _) in dist.items()}
     dist_sq = {g: d for g, (_, d) in dist.items()}
-    free = tune is not None
-    s_tm, s_data = (prior, tune) if free else (tm, data)
+    searched = tune is not None
+    # ``shared_rows``: rows of ``tune`` that are rows of S (measured by content by the caller,
+    # allowed with --allow-overlap): the shape then depends on S and is charged
+    free = searched and not shared_rows
+    s_tm, s_data = (prior, tune) if searched else (tm, data)
     search_seed = seed + 10_000  # never the seed of the final draws on S
-    what = "σ search" + (" on the tune data" if free else " on S (charged)")
+    what = "σ search" + (" on the tune data" if free else
+                         " on the tune data, sharing rows with S (charged)" if searched else
+                         " on S (charged)")
     # evaluations the search makes at most (bisections of choose_shape, then the scale grid):
     # the total of its progress, so that a long search is seen moving
     planned = search_evaluations(len(set(groups.values())))
@@ -347,7 +352,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
                                 alpha).mean())
 
     shape = choose_shape(shape_risk, groups, sizes, base, slack)
-    scale_data = tune if free else data
+    scale_data = tune if searched else data
 
     def scale_risk(sig: Mapping[str, float]) -> float:
         tick()
@@ -367,7 +372,10 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
     units, mean = fin.n_losses, fin.mean
     upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     where = (f"{tune_source} ({tune.n} samples) with the prior weights {prior_source} only"
-             if free else f"S itself with the posterior weights")
+             if free else
+             f"{tune_source} ({tune.n} samples, {shared_rows} of them rows of S) with the prior "
+             f"weights {prior_source}: not disjoint from S, charged as if chosen on S"
+             if searched else "S itself with the posterior weights")
     stats.curves["gibbs_risk_groups"] = Curve(
         "scale", np.array([c]), np.array([mean]), ci=np.array([[mean, upper]]),
         confidence=1 - delta_mc, estimated=True, n_samples=units,
@@ -387,12 +395,13 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         "shape_target": {"base_risk": shape.base, "slack": slack, "target": shape.target,
                          "draws": tune_draws, "evaluations": len(shape.trace)},
         "scale": c, "scale_grid": list(SCALE_GRID),
-        "scale_chosen_on": (f"{tune_source if free else 'S'} with the posterior weights and "
+        "scale_chosen_on": (f"{tune_source if searched else 'S'} with the posterior weights and "
                             f"the distances ‖w_g − w₀,g‖² (they depend on S): charged "
                             f"ln {len(SCALE_GRID)}"),
         "scale_search": scale_rows,
         "sigma": [sigma[g] for g in shape.groups],
-        "prior_centre": prior_source, "tune_data": tune_source if free else None,
+        "prior_centre": prior_source, "tune_data": tune_source if searched else None,
+        "tune_shared_rows": shared_rows if searched else None,
         "mc": {"mode": fin.mode, "passes": fin.passes, "rows_per_unit": fin.rows_per_unit,
                "units": units, "delta_mc": delta_mc,
                "samples_per_pass": samples if samples is not None else data.n},

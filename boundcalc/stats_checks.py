@@ -1,0 +1,159 @@
+"""A stats file checked as a whole on load: its counts agree with the curves and records they
+summarise, and its measured curves are the ones ``measure`` wrote.
+
+:func:`check_whole` (called by :func:`boundcalc.stats.stats_from_json`) refuses, with one line
+naming the fields, a file in which
+
+* ``scalars.gibbs_draws`` is not the ``n_samples`` of ``curves.gibbs_risk_mean`` (the N of the
+  Monte Carlo step), or N is not a whole number of ``scalars.gibbs_passes`` (whole mode: N is
+  the number of passes);
+* ``scalars.gibbs_groups_units``, ``curves.gibbs_risk_groups.n_samples`` and
+  ``provenance.gibbs_groups.mc.units`` disagree, or the units are not what the record's passes
+  and rows give (sample mode: passes × rows per pass; chunk mode: passes × rows / rows per unit;
+  whole mode: passes);
+* ``provenance.gibbs_groups`` says the shape ρ is free (``shape_disjoint_from_S``) while the same
+  record says it was chosen on S (no ``tune_data``, ``shape_chosen_on`` S itself, or rows of S
+  in the tune data);
+* the recorded σ_g are not ``scale · ρ_g``, or the scale is not the curve's point.
+
+``curves_sha256`` (written by :meth:`boundcalc.stats.Stats.to_json` whenever there are curves)
+is the SHA-256 of the curves as JSON (:func:`curves_digest`); a file whose curves do not match
+it was edited after it was written and is refused. A file without it (written before the hash
+existed, or by hand) is read as before, with the consistency checks above.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from .errors import StatsError
+
+REL = 1e-9
+
+
+def curves_digest(curves: Any) -> str:
+    """SHA-256 (hex) of the curves as canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(curves, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_digest(data: dict[str, Any]) -> None:
+    """Refuse curves that do not match the file's ``curves_sha256`` (when it has one)."""
+    want = data.get("curves_sha256")
+    if want is None:
+        return
+    if not isinstance(want, str):
+        raise StatsError("curves_sha256: expected a hex string")
+    if curves_digest(data.get("curves") or {}) != want:
+        raise StatsError("curves_sha256 does not match the curves: they were changed after "
+                         "`boundcalc measure` wrote them; measure again")
+
+
+def _int(x: Any) -> int | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
+            or x != int(x):
+        return None
+    return int(x)
+
+
+def _scalar(stats: Any, name: str) -> int | float | None:
+    q = stats.scalars.get(name)
+    return None if q is None else q.value
+
+
+def check_whole(stats: Any) -> None:
+    """Refuse a stats file whose counts contradict its curves and records (module docs)."""
+    _check_gibbs_mean(stats)
+    _check_groups(stats)
+
+
+def _check_gibbs_mean(stats: Any) -> None:
+    curve = stats.curves.get("gibbs_risk_mean")
+    N = curve.n_samples if curve is not None else None
+    draws = _scalar(stats, "gibbs_draws")
+    if N is not None and draws is not None and draws != N:
+        raise StatsError(f"scalars.gibbs_draws = {draws:g} but curves.gibbs_risk_mean holds "
+                         f"N = {N} Monte Carlo losses (n_samples): the counts contradict each "
+                         "other")
+    passes = _scalar(stats, "gibbs_passes")
+    if N is None or passes is None:
+        return
+    p = _int(passes)
+    mode = stats.provenance.get("gibbs_mode")
+    if p is None or p < 1 or N % p or (mode == "whole" and N != p):
+        raise StatsError(f"scalars.gibbs_passes = {passes:g} does not divide into the N = {N} "
+                         f"losses of curves.gibbs_risk_mean ({mode or '?'} mode)")
+
+
+def _check_groups(stats: Any) -> None:
+    rec = stats.provenance.get("gibbs_groups")
+    curve = stats.curves.get("gibbs_risk_groups")
+    units = _scalar(stats, "gibbs_groups_units")
+    N = curve.n_samples if curve is not None else None
+    if N is not None and units is not None and units != N:
+        raise StatsError(f"scalars.gibbs_groups_units = {units:g} but curves.gibbs_risk_groups "
+                         f"holds N = {N} Monte Carlo losses (n_samples): the counts contradict "
+                         "each other")
+    if not isinstance(rec, dict):
+        return
+    mc = rec.get("mc")
+    if isinstance(mc, dict) and N is not None:
+        _check_units(mc, N)
+    if rec.get("shape_disjoint_from_S") is True:
+        where = str(rec.get("shape_chosen_on", ""))
+        tune = rec.get("tune_data")
+        shared = rec.get("tune_shared_rows")
+        if not isinstance(tune, str) or not tune or where.startswith("S ") \
+                or (shared not in (None, 0)):
+            raise StatsError("provenance.gibbs_groups: shape_disjoint_from_S is true, but the "
+                             f"same record says the shape was chosen on S (tune_data {tune!r:.60}"
+                             f", shape_chosen_on {where[:60]!r}, tune_shared_rows {shared!r:.20})")
+    _check_sigma(rec, curve)
+
+
+def _check_units(mc: dict[str, Any], N: int) -> None:
+    mode, passes = mc.get("mode"), _int(mc.get("passes"))
+    rows, per_unit = _int(mc.get("samples_per_pass")), _int(mc.get("rows_per_unit"))
+    recorded = mc.get("units")
+    if recorded is not None and recorded != N:
+        raise StatsError(f"provenance.gibbs_groups.mc.units = {recorded!r:.30} but "
+                         f"curves.gibbs_risk_groups holds N = {N} losses")
+    if passes is None or passes < 1:
+        raise StatsError(f"provenance.gibbs_groups.mc.passes: expected a positive integer, "
+                         f"got {mc.get('passes')!r:.30}")
+    if mode == "sample":
+        expect, how = (None if rows is None else passes * rows), f"{passes} passes × {rows} rows"
+    elif mode == "chunk":
+        ok = rows is not None and per_unit and rows % per_unit == 0
+        expect = passes * (rows // per_unit) if ok else None
+        how = f"{passes} passes × {rows} rows / {per_unit} rows per unit"
+    elif mode == "whole":
+        expect, how = passes, f"{passes} passes, one loss each"
+    else:
+        raise StatsError(f"provenance.gibbs_groups.mc.mode: expected sample, chunk or whole, got "
+                         f"{mode!r:.30}")
+    if expect != N:
+        raise StatsError(f"provenance.gibbs_groups.mc: {how} give {expect} losses, but the curve "
+                         f"gibbs_risk_groups and its count say N = {N}")
+
+
+def _check_sigma(rec: dict[str, Any], curve: Any) -> None:
+    shape, sigma, scale = rec.get("shape"), rec.get("sigma"), rec.get("scale")
+    if not isinstance(shape, list) or not isinstance(sigma, list) or \
+            isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        return  # an older or partial record: the evaluator checks what it uses
+    if len(shape) != len(sigma):
+        raise StatsError(f"provenance.gibbs_groups: {len(shape)} shape values but "
+                         f"{len(sigma)} σ_g")
+    for g, (r, s) in enumerate(zip(shape, sigma)):
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (r, s)) \
+                or not math.isclose(s, scale * r, rel_tol=REL, abs_tol=0):
+            raise StatsError(f"provenance.gibbs_groups: shape[{g}] = ρ = {r!r:.20} does not match "
+                             f"the recorded σ_g = {s!r:.20} = scale {scale:g} · ρ_g")
+    if curve is not None and len(curve.at) == 1 and \
+            not math.isclose(float(curve.at[0]), scale, rel_tol=REL, abs_tol=0):
+        raise StatsError(f"provenance.gibbs_groups.scale = {scale:g} but the curve "
+                         f"gibbs_risk_groups was measured at {float(curve.at[0]):g}")
