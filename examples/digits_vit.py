@@ -28,6 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from typer.testing import CliRunner
 
     from boundcalc.cli import app
-    from boundcalc.experiments.digits_vit import DigitsConfig, build
+    from studies.digits_vit import DigitsConfig, build
 
     t0 = time.monotonic()
     _stage(t0, "training the prior on the prior split, then the posterior on S")

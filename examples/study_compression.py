@@ -8,7 +8,7 @@ grid paid inside the code), coded with an arithmetic code, and bounded with occa
 occam_catoni and occam_smoothed_nll_kl; the same model gets pac_bayes_kl_gaussian_mc and the
 edelman_cor45_rate, and the held-out test error is reported.
 
-The library code lives in boundcalc/experiments/compression_study.py; this script only parses
+The study code lives in studies/compression_study.py; this script only parses
 options.
 """
 
@@ -18,8 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from boundcalc.errors import BoundcalcError
-from boundcalc.experiments.compression_study import StudyConfig, run_study
+from studies.compression_study import StudyConfig, run_study
 
 EPILOG = """\
 what you get (in --out):

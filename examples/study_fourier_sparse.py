@@ -13,6 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 DESCRIPTION = """\
 Fourier-sparse Boolean targets (Lintilhac & Shaikh 2026, "A Sharper Picture of Generalization
 in Transformers").
@@ -67,7 +70,7 @@ PARITY_M = [10_000, 100_000, 1_000_000]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from boundcalc.experiments.report import add_study_options
+    from studies.report import add_study_options
 
     p = argparse.ArgumentParser(prog="study_fourier_sparse.py", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -257,11 +260,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import boundcalc as bc
     from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.fourier_sparse import (MASK, PLATEAU, SIGMA_MESH, FourierTarget,
-                                                      StudyConfig, TrainConfig,
-                                                      check_construction, parity_curves,
-                                                      run_study)
-    from boundcalc.experiments.report import StudyReport
+    from studies.fourier_sparse import (MASK, PLATEAU, SIGMA_MESH, FourierTarget,
+                                        StudyConfig, TrainConfig,
+                                        check_construction, parity_curves,
+                                        run_study)
+    from studies.report import StudyReport
 
     sc = FULL if args.full else REDUCED
     for name in ("T", "m", "functions", "max_epochs"):

@@ -13,6 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 DESCRIPTION = """\
 Sequence-length independence of norm-based quantities (Trauger & Tewari 2024, arXiv 2310.13088).
 
@@ -71,7 +74,7 @@ FULL = {"T": [10, 20, 50, 100, 200], "runs": 3, "n_test": 10_000, "recipe": "off
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from boundcalc.experiments.report import add_study_options
+    from studies.report import add_study_options
 
     p = argparse.ArgumentParser(prog="study_sequence_length.py", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -255,9 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.report import StudyReport
-    from boundcalc.experiments.sparse_majority import (EDELMAN_GAMMA, SPARSITY, StudyConfig,
-                                                       recipe, run_study)
+    from studies.report import StudyReport
+    from studies.sparse_majority import (EDELMAN_GAMMA, SPARSITY, StudyConfig,
+                                         recipe, run_study)
 
     scale = FULL if args.full else REDUCED
     for name in ("runs", "n_train", "n_test", "max_epochs", "batch_size"):

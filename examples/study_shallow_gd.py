@@ -9,7 +9,7 @@ d_m. For each run it measures what Theorem 5 needs (radii from initialisation ov
 η/ξ norms, α = σ_min of the pooled features at initialisation, Φ(θ⁰), R_X), evaluates the
 registry entries shallow_gd_rho4 / shallow_gd_rho2, and writes a Markdown report with figures.
 
-The library code lives in boundcalc/experiments/shallow_gd.py; this script only parses options.
+The study code lives in studies/shallow_gd.py; this script only parses options.
 """
 
 from __future__ import annotations
@@ -18,8 +18,11 @@ import argparse
 import sys
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from boundcalc.errors import BoundcalcError
-from boundcalc.experiments.shallow_gd import ShallowGDConfig, run_study
+from studies.shallow_gd import ShallowGDConfig, run_study
 
 EPILOG = """\
 what you get (in --out):
@@ -47,7 +50,7 @@ needs scikit-learn (its digits data set ships inside the package; nothing is dow
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    from boundcalc.experiments.report import add_study_options
+    from studies.report import add_study_options
 
     ap = argparse.ArgumentParser(
         prog="study_shallow_gd.py", description=__doc__.split("\n\n")[0] + "\n\n"

@@ -11,7 +11,7 @@ fixed N. Offline it builds small BERT-architecture models and trains them briefl
 masked-token task (NOT the paper's checkpoints); with --checkpoints it measures any list of
 Hugging Face checkpoints instead, e.g. the paper's 24 BERT miniatures.
 
-The library code lives in boundcalc/experiments/bert_scaling.py; this script only parses options.
+The study code lives in studies/bert_scaling.py; this script only parses options.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 EPILOG = """\
 what you get (in --out):
@@ -50,7 +53,7 @@ examples:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    from boundcalc.experiments.report import add_study_options
+    from studies.report import add_study_options
 
     ap = argparse.ArgumentParser(
         prog="study_spectrum_adaptive.py",
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.checkpoints and (args.model is None or Path(args.model).exists()):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")   # nothing to download
     from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.bert_scaling import SpectrumStudyConfig, run_study
+    from studies.bert_scaling import SpectrumStudyConfig, run_study
 
     cfg = SpectrumStudyConfig.full_grid() if args.full else SpectrumStudyConfig()
     cfg.model, cfg.decay_layers, cfg.seed = args.model, args.decay_layers, args.seed

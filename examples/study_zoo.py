@@ -8,7 +8,7 @@ ranks the entries against test error and generalization gap: Kendall τ, Spearma
 bootstrap intervals, and Jiang et al. 2020's granulated Kendall τ over the four
 hyper-parameters.
 
-The library code lives in boundcalc/experiments/zoo.py; this script only parses options.
+The study code lives in studies/zoo.py; this script only parses options.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 EPILOG = """\
 what you get (in --out):
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.zoo import ZooConfig, run_zoo
+    from studies.zoo import ZooConfig, run_zoo
 
     cfg = ZooConfig.full_grid() if args.full else ZooConfig()
     for opt, attr in (("widths", "widths"), ("depths", "depths"), ("sizes", "train_sizes"),

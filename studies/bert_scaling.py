@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import BoundcalcError, CheckpointError
+from boundcalc.errors import BoundcalcError, CheckpointError
 from .report import StudyReport
 
 OURS = "spectrum_adaptive_ours"
@@ -70,7 +70,7 @@ def open_model(spec: str) -> Any:
 
 def measure_stats(model: Any):
     """Per-matrix statistics of a checkpoint path or module (QK, Ṽ, M_in, M_out only)."""
-    from ..measure import measure
+    from boundcalc.measure import measure
 
     return measure(model, progress=False, raw=False)
 
@@ -335,7 +335,7 @@ def _point(stats, registry, label: str, source: str, **extra) -> ScalePoint:
 def scaling_local(depths: Sequence[int], widths: Sequence[int], head_dim: int, steps: int,
                   registry, seed: int = 0, threads: int | None = 1, log=print) -> list[ScalePoint]:
     """Build and briefly train a BERT at every (L, N), measure it, evaluate both proxies."""
-    from ..measure.threads import blas_threads
+    from boundcalc.measure.threads import blas_threads
 
     points = []
     for L in depths:
@@ -606,7 +606,7 @@ def run_study(out: str | Path, cfg: SpectrumStudyConfig | None = None, log=print
     """Measure the detailed model and the scaling grid; write ``<out>/report.md`` and CSVs."""
     import boundcalc as bc
 
-    from ..measure.threads import blas_threads
+    from boundcalc.measure.threads import blas_threads
 
     cfg = cfg or SpectrumStudyConfig()
     out = Path(out)

@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from ..measure.compress.compression import Compression, compress, quantize
-from ..stats import Quantity, Stats
+from boundcalc.measure.compress.compression import Compression, compress, quantize
+from boundcalc.stats import Quantity, Stats
 from .report import StudyReport
 
 EDELMAN_GAMMA = 1.0  # margin of the Edelman rate, fixed before any run
@@ -339,7 +339,7 @@ def _run(cfg: StudyConfig, out: Path, progress) -> dict[str, Any]:
 
 def _quantized(comp: Compression, full, init_state, sub, rebuild, fulls, subs, full_from):
     """The decoded model the code describes (re-quantized here from the coded vector)."""
-    from ..measure.compress.compression import coded_vector, decoded_state
+    from boundcalc.measure.compress.compression import coded_vector, decoded_state
 
     if comp.select == "given":
         wk = next(v for c, v in subs if c is comp)

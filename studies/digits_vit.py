@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..measure.threads import blas_threads
+from boundcalc.measure.threads import blas_threads
 
 
 @dataclass

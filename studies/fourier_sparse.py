@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BoundcalcError, DomainError
+from boundcalc.errors import BoundcalcError, DomainError
 from .tiny_transformers import BooleanTransformer, count_parameters, parameter_norm
 
 MASK = -40.0           # [C]: logit of non-members / non-representatives
@@ -91,7 +91,7 @@ def verify_spectrum(target: FourierTarget) -> dict[str, Any]:
     Compares the spectrum of the value table with the one implied by the parity-indicator terms
     (f̂(∅) = ½Σc_t, f̂(S_t) = c_t/2), and reads degree and sparsity off the computed spectrum.
     """
-    from ..measure import fourier as ft
+    from boundcalc.measure import fourier as ft
 
     spec = ft.fourier_spectrum(target, n=target.T)
     expected = ft.from_parity_indicators(target.terms(), target.T)
@@ -105,7 +105,7 @@ def verify_spectrum(target: FourierTarget) -> dict[str, Any]:
 
 def all_inputs(T: int) -> np.ndarray:
     """All 2^T bit strings (row x = bits of the integer x, bit i = coordinate i)."""
-    from ..measure.fourier import all_points
+    from boundcalc.measure.fourier import all_points
 
     return all_points(T)
 
@@ -258,7 +258,7 @@ def gauss_newton_trace(model: nn.Module, X: torch.Tensor, chunk: int = 64) -> di
 def perturbed_loss(model: nn.Module, loss_fn: Callable[[], torch.Tensor], sigma: float,
                    draws: int, seed: int) -> dict[str, float]:
     """Monte Carlo ``E_u L̂(θ + u)``, ``u ~ N(0, σ² I)`` over every trainable parameter."""
-    from ..measure.data.gibbs import perturbed
+    from boundcalc.measure.data.gibbs import perturbed
 
     gen = torch.Generator().manual_seed(seed)
     vals = []
@@ -278,8 +278,8 @@ def perturbation_deltas(model: nn.Module, loss_fn: Callable[[], torch.Tensor], s
     Both traces are Hutchinson estimates with the *same* Rademacher probes (common random
     numbers), so most probe noise cancels in the difference.
     """
-    from ..measure.data.curvature import hutchinson_trace
-    from ..measure.data.gibbs import perturbed
+    from boundcalc.measure.data.curvature import hutchinson_trace
+    from boundcalc.measure.data.gibbs import perturbed
 
     before = hutchinson_trace(model, loss_fn, n_probes=probes, groups=None, seed=seed).samples
     gen = torch.Generator().manual_seed(seed + 1)
@@ -364,7 +364,7 @@ class StudyConfig:
 def _bound_values(reg, omega: int, D: int, T: int, m: int, sigma_hat: float, delta: float,
                   p_hat: float | None, sigma_p: float | None) -> dict[str, Any]:
     import boundcalc as bc
-    from ..stats import Quantity, Stats
+    from boundcalc.stats import Quantity, Stats
 
     def stats(extra: dict[str, Quantity]) -> Stats:
         return Stats(scalars={"subgaussian_sigma": Quantity(sigma_hat, estimated=True,
@@ -374,7 +374,7 @@ def _bound_values(reg, omega: int, D: int, T: int, m: int, sigma_hat: float, del
     base = {"omega": omega, "D_f": D, "T": T, "m": m, "delta": delta}
     out: dict[str, Any] = {}
     try:
-        from ..optimize import optimize
+        from boundcalc.optimize import optimize
         tr = optimize("ls_truncated", stats=stats({}), values=base, registry=reg)
         how = "boundcalc.optimize"
     except ImportError:  # pragma: no cover - optimize is part of the package
@@ -388,7 +388,7 @@ def _bound_values(reg, omega: int, D: int, T: int, m: int, sigma_hat: float, del
     if p_hat is not None and sigma_p is not None:
         import numpy as np
 
-        from ..stats import Curve
+        from boundcalc.stats import Curve
 
         st = stats({})
         st.curves["perturbation_term"] = Curve(
@@ -405,8 +405,8 @@ def run_cell(D: int, omega: int, cfg: StudyConfig, registry=None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Targets, learned models, constructions and bound values of one (D_f, ω) class."""
     import boundcalc as bc
-    from ..measure.data.curvature import hutchinson_trace
-    from ..measure.subgaussian import subgaussian_constant
+    from boundcalc.measure.data.curvature import hutchinson_trace
+    from boundcalc.measure.subgaussian import subgaussian_constant
 
     reg = registry or bc.load_registry()
     T = cfg.T

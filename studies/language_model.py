@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError
+from boundcalc.errors import BoundcalcError
 from .stdlib_text import (SPLITS, iid_draws, package_of, run_cli, split_by_file, stage,
                           stdlib_files, stdlib_root, write_json)
 

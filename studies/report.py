@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..report.io import write_text_atomic
+from boundcalc.report.io import write_text_atomic
 
 
 @dataclass

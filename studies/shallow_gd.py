@@ -32,8 +32,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError
-from ..measure.threads import blas_threads
+from boundcalc.errors import BoundcalcError
+from boundcalc.measure.threads import blas_threads
 from .report import StudyReport
 
 DTYPE = torch.float64

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import BoundcalcError
+from boundcalc.errors import BoundcalcError
 from .tiny_transformers import KerasSGD, SparseMajorityTransformer
 
 EMBED_DIM = 64
@@ -290,7 +290,7 @@ def weight_norms(model: SparseMajorityTransformer) -> dict[str, Any]:
     """Entrywise ℓ1 of every trainable tensor (Keras names) and their sum, as the official code
     reports; spectral, Frobenius and (2,1) norms of every matrix and of the per-head products
     QK_h = W_Q,hᵀ W_K,h / √key_dim and Ṽ_h = (W_O,h W_V,h)ᵀ, via :mod:`boundcalc.measure.weights.spectra`."""
-    from ..measure.weights.spectra import matrix_stats, product_stats
+    from boundcalc.measure.weights.spectra import matrix_stats, product_stats
 
     l1 = {name: float(p.detach().double().abs().sum()) for name, p in model.named_tensors_keras()}
     mats = {}

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BoundcalcError
+from boundcalc.errors import BoundcalcError
 
 EXCLUDED_DIRS = frozenset({"site-packages", "__pycache__", "test", "tests", "idle_test"})
 SPLITS = ("prior", "bound", "heldout")
@@ -123,7 +123,7 @@ def stage(msg: str) -> None:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parents[2])  # this checkout first on the path
+    here = str(Path(__file__).resolve().parents[1])  # this checkout first on the path
     env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")

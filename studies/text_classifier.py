@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BoundcalcError
-from ..measure.threads import blas_threads
+from boundcalc.errors import BoundcalcError
+from boundcalc.measure.threads import blas_threads
 from .stdlib_text import (SPLITS, docstrings, iid_draws, package_of, run_cli, split_by_file,
                           stage, stdlib_files, stdlib_root, write_json)
 
@@ -332,7 +332,7 @@ def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, 
     weights are bit for bit the prior model's (a 1-level code whose one level rounds to 0)."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from ..measure.compress.compression import coded_vector, decoded_state, quantize
+    from boundcalc.measure.compress.compression import coded_vector, decoded_state, quantize
 
     model = BertForSequenceClassification.from_pretrained(out / "model").eval()
     init = BertForSequenceClassification.from_pretrained(out / "prior").eval()
@@ -359,7 +359,7 @@ def certified_model(entry_id: str, compression: dict[str, Any] | None) -> str:
     """Which model a certified row is about, from the statistics its registry entry reads:
     the quantized (coded) model, a Gaussian Gibbs posterior around the fine-tuned weights,
     or the fine-tuned weights themselves."""
-    from ..registry.registry import load_registry
+    from boundcalc.registry.registry import load_registry
 
     try:
         stats = {s.stat for s in load_registry().get(entry_id).symbols.values() if s.stat}

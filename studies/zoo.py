@@ -159,8 +159,8 @@ def build_zoo(out: Path, cfg: ZooConfig, log=print) -> tuple[Path, list[dict[str
 
 def run_zoo(out: str | Path, cfg: ZooConfig, log=print):
     """Train, sweep, correlate; write ``report.md`` with the ranking and figures."""
-    from ..sweep import run_sweep
-    from ..sweep.correlate import correlate, plot_correlation
+    from boundcalc.sweep import run_sweep
+    from boundcalc.sweep.correlate import correlate, plot_correlation
     from .report import StudyReport
 
     out = Path(out)

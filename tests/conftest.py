@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# the studies (studies/, outside the package) import from the repository root
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402

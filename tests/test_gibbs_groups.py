@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import boundcalc as bc
 from boundcalc.cli import app
 from boundcalc.errors import StatsError
-from boundcalc.experiments.digits_vit import DigitsConfig, build
+from studies.digits_vit import DigitsConfig, build
 from boundcalc.measure.data import tune as tune_mod
 from boundcalc.measure.data.dataset_io import Batched
 from boundcalc.optimize import optimize

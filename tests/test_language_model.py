@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from boundcalc.experiments.language_model import (PAD, VOCAB, LMConfig, byte_tokenizer, collect,
-                                                  cut, encode, run)
-from boundcalc.experiments.stdlib_text import SPLITS
+from studies.language_model import (PAD, VOCAB, LMConfig, byte_tokenizer, collect,
+                                    cut, encode, run)
+from studies.stdlib_text import SPLITS
 from tests._measure_helpers import single_thread
 from tests._reference import kl_inv_exact
 

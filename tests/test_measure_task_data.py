@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from boundcalc.cli import app
-from boundcalc.experiments.digits_vit import DigitsConfig, build, error
+from studies.digits_vit import DigitsConfig, build, error
 from tests._measure_helpers import (TEXT_LABELS, TEXTS, single_thread,
                                     tiny_text_checkpoints)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from boundcalc.errors import DomainError
-from boundcalc.experiments import fourier_sparse as fs
+from studies import fourier_sparse as fs
 
 from _study_helpers import (check_png, figure_refs, load_example,  # noqa: E402
                             run_capturing_figures)

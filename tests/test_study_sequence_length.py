@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from boundcalc.experiments import sparse_majority as sm
-from boundcalc.experiments.tiny_transformers import KerasSGD, SparseMajorityTransformer
+from studies import sparse_majority as sm
+from studies.tiny_transformers import KerasSGD, SparseMajorityTransformer
 
 from _study_helpers import (check_png, figure_refs, load_example,  # noqa: E402
                             run_capturing_figures)

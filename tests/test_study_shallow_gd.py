@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("sklearn", reason="the study's digits data ships with scikit-learn")
 
-from boundcalc.experiments import shallow_gd as sg  # noqa: E402
+from studies import shallow_gd as sg  # noqa: E402
 from _measure_helpers import single_thread  # noqa: E402
 from _study_helpers import check_png, figure_refs, load_example  # noqa: E402
 

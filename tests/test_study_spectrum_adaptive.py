@@ -36,7 +36,7 @@ def reference():
     """Both proxies and the per-matrix arg-min p of MiniLM-L6, straight from its weights."""
     from safetensors.numpy import load_file
 
-    from boundcalc.experiments.bert_scaling import minilm_path
+    from studies.bert_scaling import minilm_path
 
     w = {k: v.astype(np.float64) for k, v in
          load_file(f"{minilm_path()}/model.safetensors").items()}

@@ -24,7 +24,7 @@ def test_study_zoo_small_grid(tmp_path):
     # the recorded test error is the saved model's error on the fixed test split
     from safetensors.torch import load_file
 
-    from boundcalc.experiments.zoo import DigitsTransformer, load_digits_split
+    from studies.zoo import DigitsTransformer, load_digits_split
 
     r = rows[3]
     model = DigitsTransformer(16, 1, 2)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from boundcalc.experiments.stdlib_text import SPLITS, package_of, split_by_file
-from boundcalc.experiments.text_classifier import ClassifierConfig, run
+from studies.stdlib_text import SPLITS, package_of, split_by_file
+from studies.text_classifier import ClassifierConfig, run
 from tests._measure_helpers import single_thread
 from tests._reference import kl_inv_exact
 
