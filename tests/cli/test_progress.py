@@ -15,7 +15,7 @@ import pytest
 from _measure_helpers import save_safetensors, tiny_bert
 from test_optimize_sensitivity import spectrum_stats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_cli(*args: str, after: str = "0", cwd: Path | None = None):

@@ -19,7 +19,7 @@ from boundcalc.errors import BoundcalcError
 from boundcalc.registry import cache, load_file
 from boundcalc.registry.registry import _CACHE
 
-FORMULAS = Path(__file__).resolve().parents[1] / "formulas"
+FORMULAS = Path(__file__).resolve().parents[2] / "formulas"
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 import boundcalc as bc
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTE = re.compile(r"docs/sources/([a-z_]+)\.md")
 SECTION = re.compile(r"§\s?(\d+(?:\.\d+)?)")
 MD = re.compile(r"[\w./-]+\.md\b")

@@ -284,7 +284,7 @@ def test_every_data_stage_reports_progress_lines_when_not_a_terminal(digits, tmp
     from pathlib import Path
 
     out, _, _ = digits
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = dict(os.environ, PYTHONPATH=str(root), BOUNDCALC_PROGRESS_AFTER="0",
                OMP_NUM_THREADS="1")
     args = [sys.executable, "-m", "boundcalc", "measure", str(out / "model"), "--data",

@@ -15,7 +15,7 @@ import sympy as sp
 import boundcalc as bc
 from boundcalc.registry import cache, load_file
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FORMULAS = ROOT / "formulas"
 
 

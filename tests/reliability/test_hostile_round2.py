@@ -37,7 +37,7 @@ from boundcalc.report.io import write_text_atomic
 from boundcalc.stats import load_stats
 
 REG = bc.load_registry()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "MPLBACKEND": "Agg"}
 FAST = dict(deadline=None, derandomize=True, database=None, max_examples=60,

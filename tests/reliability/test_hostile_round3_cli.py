@@ -32,7 +32,7 @@ from boundcalc.limits import parse_duration, set_time_budget
 from boundcalc.sweep.manifest import ManifestError, read_manifest
 from tests._measure_helpers import TEXT_LABELS, TEXTS, one_thread, tiny_text_checkpoints  # noqa: F401
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
        "TRANSFORMERS_VERBOSITY": "error", "MPLBACKEND": "Agg"}
 runner = CliRunner()

@@ -41,7 +41,7 @@ from boundcalc.measure.data import hf
 from boundcalc.measure.data.dataset_io import DataError, read_batches
 from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 LONG = " ".join(["word"] * 150)  # about 150 tokens: more than the 64 positions of the models
 

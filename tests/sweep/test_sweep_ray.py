@@ -19,7 +19,7 @@ from _sweep_helpers import make_zoo
 from boundcalc.sweep import run_sweep
 
 ray = pytest.importorskip("ray")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
