@@ -42,11 +42,11 @@ how to read it:
   more slowly than B_Edelman in depth and width.
 
 examples:
-  python examples/study_spectrum_adaptive.py                  # offline, reduced grid, < 1 min
-  python examples/study_spectrum_adaptive.py --full           # L in 2..12, N in 128..768
-  python examples/study_spectrum_adaptive.py --depths 2 4 8 --widths 64 128 256 --steps 60
+  python examples/bert_scaling.py                  # offline, reduced grid, < 1 min
+  python examples/bert_scaling.py --full           # L in 2..12, N in 128..768
+  python examples/bert_scaling.py --depths 2 4 8 --widths 64 128 256 --steps 60
   # the paper's 24 BERT miniatures and BERT-Base in detail (needs network access):
-  python examples/study_spectrum_adaptive.py --model google/bert_uncased_L-12_H-768_A-12 \\
+  python examples/bert_scaling.py --model google/bert_uncased_L-12_H-768_A-12 \\
       --checkpoints $(for L in 2 4 6 8 10 12; do for H in 128 256 512 768; do \\
                       echo google/bert_uncased_L-${L}_H-${H}_A-$((H/64)); done; done)
 """
@@ -56,7 +56,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     from studies.report import add_study_options
 
     ap = argparse.ArgumentParser(
-        prog="study_spectrum_adaptive.py",
+        prog="bert_scaling.py",
         description="\n\n".join(__doc__.split("\n\n")[:3]), epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_study_options(ap, "spectrum_adaptive",

@@ -38,9 +38,9 @@ how to read it:
   parameterisations; δ = 0.05. Edelman's entry is a rate with hidden constants 1, not a bound.
 
 examples:
-  python examples/study_compression.py                        # n = 1000, d_int = 100, ~1-2 min
-  python examples/study_compression.py --full --out out/comp  # n = 1400, d_int = 150, longer
-  python examples/study_compression.py --n-train 400 --d-int 50 --steps 100
+  python examples/compression_study.py                        # n = 1000, d_int = 100, ~1-2 min
+  python examples/compression_study.py --full --out out/comp  # n = 1400, d_int = 150, longer
+  python examples/compression_study.py --n-train 400 --d-int 50 --steps 100
 
 needs scikit-learn (its digits data set ships inside the package; nothing is downloaded).
 """
@@ -48,7 +48,7 @@ needs scikit-learn (its digits data set ships inside the package; nothing is dow
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
-        prog="study_compression.py", description=__doc__.split("\n\n")[0] + "\n\n"
+        prog="compression_study.py", description=__doc__.split("\n\n")[0] + "\n\n"
         + __doc__.split("\n\n")[1], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("out/study_compression"),
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         results = run_study(cfg, args.out,
-                            progress=lambda s: print(f"[study_compression] {s}", file=sys.stderr))
+                            progress=lambda s: print(f"[compression_study] {s}", file=sys.stderr))
     except BoundcalcError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -2,7 +2,7 @@
 """Fourier-sparse Boolean targets (Lintilhac & Shaikh 2026): learned Transformers against the
 paper's hard-coded construction, and the PAC-Bayes sharpness bound, end to end.
 
-Run ``python examples/study_fourier_sparse.py --help`` for what it does and how to read it.
+Run ``python examples/fourier_sparse.py --help`` for what it does and how to read it.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ sparsities {1, 7, 14, 20}, m = 8192, 5 targets per class, hidden width 51, FFN 1
 
 EPILOG = """\
 examples:
-  python examples/study_fourier_sparse.py --out runs/fourier             # reduced, ~1 min
-  python examples/study_fourier_sparse.py --out runs/fourier --degrees 1 2 3 --functions 3
-  python examples/study_fourier_sparse.py --out runs/fourier --full      # the paper's grid
+  python examples/fourier_sparse.py --out runs/fourier             # reduced, ~1 min
+  python examples/fourier_sparse.py --out runs/fourier --degrees 1 2 3 --functions 3
+  python examples/fourier_sparse.py --out runs/fourier --full      # the paper's grid
 
 output: OUT/report.md (tables, plots, honest labels), OUT/*.png, OUT/results.json.
 """
@@ -72,7 +72,7 @@ PARITY_M = [10_000, 100_000, 1_000_000]
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from studies.report import add_study_options
 
-    p = argparse.ArgumentParser(prog="study_fourier_sparse.py", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog="fourier_sparse.py", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_study_options(p, "fourier_sparse", "the paper's grid and sample size")
     p.add_argument("--T", type=int, help="number of input bits (default 10; 20 with --full)")

@@ -40,10 +40,10 @@ how to read it:
   where one fails the theorem does not apply and the number only shows how the rate scales.
 
 examples:
-  python examples/study_shallow_gd.py                         # reduced grid, ~10-30 s
-  python examples/study_shallow_gd.py --full --out out/gd     # N ≤ 260, d_m ≤ 1024, 5-10 min
-  python examples/study_shallow_gd.py --sizes 10 50 250 --widths 32 512 --steps 800
-  python examples/study_shallow_gd.py --hidden-constant 0.1   # rescale the O(·) part
+  python examples/shallow_gd.py                         # reduced grid, ~10-30 s
+  python examples/shallow_gd.py --full --out out/gd     # N ≤ 260, d_m ≤ 1024, 5-10 min
+  python examples/shallow_gd.py --sizes 10 50 250 --widths 32 512 --steps 800
+  python examples/shallow_gd.py --hidden-constant 0.1   # rescale the O(·) part
 
 needs scikit-learn (its digits data set ships inside the package; nothing is downloaded).
 """
@@ -53,7 +53,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     from studies.report import add_study_options
 
     ap = argparse.ArgumentParser(
-        prog="study_shallow_gd.py", description=__doc__.split("\n\n")[0] + "\n\n"
+        prog="shallow_gd.py", description=__doc__.split("\n\n")[0] + "\n\n"
         + __doc__.split("\n\n")[1], epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     add_study_options(ap, "shallow_gd",

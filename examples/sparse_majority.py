@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Sequence-length independence (Trauger & Tewari 2024): the sparse-majority study, end to end.
 
-Run ``python examples/study_sequence_length.py --help`` for what it does and how to read it.
+Run ``python examples/sparse_majority.py --help`` for what it does and how to read it.
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ T in {10, 20, 50, 100, 200}, 3 runs each): hours to days on a CPU.
 
 EPILOG = """\
 examples:
-  python examples/study_sequence_length.py --out runs/seqlen            # reduced, fast recipe
-  python examples/study_sequence_length.py --out runs/seqlen --runs 3   # seed spread, ~1-2 min
-  python examples/study_sequence_length.py --out runs/seqlen --recipe official --max-epochs 20000
-  python examples/study_sequence_length.py --out runs/seqlen --full     # the paper's scale
+  python examples/sparse_majority.py --out runs/seqlen            # reduced, fast recipe
+  python examples/sparse_majority.py --out runs/seqlen --runs 3   # seed spread, ~1-2 min
+  python examples/sparse_majority.py --out runs/seqlen --recipe official --max-epochs 20000
+  python examples/sparse_majority.py --out runs/seqlen --full     # the paper's scale
 
 output: OUT/report.md (tables, plots, honest labels), OUT/*.png, OUT/results.json.
 """
@@ -76,7 +76,7 @@ FULL = {"T": [10, 20, 50, 100, 200], "runs": 3, "n_test": 10_000, "recipe": "off
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from studies.report import add_study_options
 
-    p = argparse.ArgumentParser(prog="study_sequence_length.py", description=DESCRIPTION,
+    p = argparse.ArgumentParser(prog="sparse_majority.py", description=DESCRIPTION,
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_study_options(p, "sequence_length",
                       "the paper's scale (300/10,000 strings, 5 T x 3 runs, official recipe)")

@@ -35,14 +35,14 @@ how to read it:
   rate and proxy entries are ranked together; tracking never turns a proxy into a bound.
 
 examples:
-  python examples/study_zoo.py                       # 24 models, a few CPU minutes
-  python examples/study_zoo.py --full                # 81 models, 60 epochs
-  python examples/study_zoo.py --ray --workers 2     # the sweep on a local Ray
+  python examples/zoo.py                       # 24 models, a few CPU minutes
+  python examples/zoo.py --full                # 81 models, 60 epochs
+  python examples/zoo.py --ray --workers 2     # the sweep on a local Ray
 """
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="study_zoo.py",
+    ap = argparse.ArgumentParser(prog="zoo.py",
                                  description="\n\n".join(__doc__.split("\n\n")[:2]),
                                  epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

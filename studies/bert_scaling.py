@@ -532,7 +532,7 @@ close to BERT's N(0, 0.02²) initialisation. Grid: L ∈ {list(cfg.depths)}, N �
 To rerun the paper's 24 BERT miniatures (network access needed):
 
 ```
-python examples/study_spectrum_adaptive.py --checkpoints \\
+python examples/bert_scaling.py --checkpoints \\
   $(for L in 2 4 6 8 10 12; do for H in 128 256 512 768; do \\
     echo google/bert_uncased_L-${{L}}_H-${{H}}_A-$((H/64)); done; done)
 ```""" if local else f"Checkpoints: {', '.join(f'`{c}`' for c in cfg.checkpoints)}."))

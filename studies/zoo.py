@@ -218,7 +218,7 @@ The ψ columns show where the association comes from: ψ[hp:width] and ψ[hp:dep
 that differ only in size, ψ[hp:n_train] only in data (a weight-only measure sees more data only
 through the trained weights), ψ[hp:seed] only in the random seed (noise-level effects).
 
-Reproduce: `python examples/study_zoo.py --out {out}`; the table behind this report is
+Reproduce: `python examples/zoo.py --out {out}`; the table behind this report is
 `{(out / 'sweep' / 'results.csv').as_posix()}` (one row per checkpoint × entry).""")
     rep.write()
     return ZooResult(manifest=manifest, sweep=sweep, correlation=corr, models=rows,

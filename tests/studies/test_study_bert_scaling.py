@@ -1,4 +1,4 @@
-"""End to end: examples/study_spectrum_adaptive.py at reduced scale on the real MiniLM-L6.
+"""End to end: examples/bert_scaling.py at reduced scale on the real MiniLM-L6.
 
 The proxies and every matrix's selected Schatten index are checked against a direct numpy
 implementation of the authors' code (spectrum_adaptive.md §4), written here from the packaged
@@ -26,7 +26,7 @@ FIGURES = {"selected_p.png", "p_contribution.png", "spectral_decay.png", "scalin
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study_sa")
     with single_thread():
-        rc = load_example("study_spectrum_adaptive").main(["--out", str(out)])
+        rc = load_example("bert_scaling").main(["--out", str(out)])
     assert rc == 0
     return out
 
@@ -139,7 +139,7 @@ def test_scaling_grid_is_labelled_as_locally_trained(study):
 
 
 def test_help_teaches(capsys):
-    mod = load_example("study_spectrum_adaptive")
+    mod = load_example("bert_scaling")
     with pytest.raises(SystemExit) as exc:
         mod.main(["--help"])
     assert exc.value.code == 0
@@ -149,7 +149,7 @@ def test_help_teaches(capsys):
 
 
 def test_unknown_model_is_one_line_error(tmp_path, capsys):
-    mod = load_example("study_spectrum_adaptive")
+    mod = load_example("bert_scaling")
     rc = mod.main(["--out", str(tmp_path), "--model", str(tmp_path / "nope"),
                    "--depths", "2", "--widths", "32"])
     err = capsys.readouterr().err.strip()
@@ -175,7 +175,7 @@ def test_checkpoint_list_replaces_the_local_grid(tmp_path):
             paths[(layers, hidden)] = str(path)
     out = tmp_path / "out"
     with single_thread():
-        rc = load_example("study_spectrum_adaptive").main(
+        rc = load_example("bert_scaling").main(
             ["--out", str(out), "--model", paths[(2, 64)], "--checkpoints", *paths.values()])
     assert rc == 0
     df = pd.read_csv(out / "observed_bounds.csv")

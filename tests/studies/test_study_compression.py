@@ -1,4 +1,4 @@
-"""End to end: examples/study_compression.py at reduced scale (digits, one-block Transformer).
+"""End to end: examples/compression_study.py at reduced scale (digits, one-block Transformer).
 
 The bounds in the study's results are recomputed here from its own reported inputs (code bits,
 quantized training error, n) with an independent kl inverse (60-digit mpmath), and the subspace
@@ -25,7 +25,7 @@ ARGS = ["--n-train", "200", "--d-int", "30", "--steps", "60", "--qat-steps", "20
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study_comp")
-    assert load_example("study_compression").main(ARGS + ["--out", str(out)]) == 0
+    assert load_example("compression_study").main(ARGS + ["--out", str(out)]) == 0
     return out, json.loads((out / "results.json").read_text())
 
 
@@ -73,7 +73,7 @@ def test_pac_bayes_and_edelman_are_reported_honestly(study):
 
 
 def test_bad_option_is_one_line(capsys, tmp_path):
-    rc = load_example("study_compression").main(["--n-train", "5", "--out", str(tmp_path)])
+    rc = load_example("compression_study").main(["--n-train", "5", "--out", str(tmp_path)])
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--n-train" in err[0]

@@ -170,7 +170,7 @@ def test_parity_curves_against_the_transcribed_formula(registry):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("fourier")
-    rc, figures = run_capturing_figures("study_fourier_sparse", out)
+    rc, figures = run_capturing_figures("fourier_sparse", out)
     return out, rc, {"figures": figures}
 
 
@@ -237,7 +237,7 @@ def test_bound_values_against_the_formulas(study):
 
 
 def test_help_teaches(capsys):
-    mod = load_example("study_fourier_sparse")
+    mod = load_example("fourier_sparse")
     with pytest.raises(SystemExit):
         mod.main(["--help"])
     text = capsys.readouterr().out
@@ -246,7 +246,7 @@ def test_help_teaches(capsys):
 
 
 def test_bad_arguments_give_one_line_errors(tmp_path, capsys):
-    mod = load_example("study_fourier_sparse")
+    mod = load_example("fourier_sparse")
     assert mod.main(["--out", str(tmp_path), "--sparsities", "12"]) == 2
     assert mod.main(["--out", str(tmp_path), "--m", "0"]) == 2
     err = [l for l in capsys.readouterr().err.splitlines() if l.startswith("error")]

@@ -1,4 +1,4 @@
-"""End to end: examples/study_shallow_gd.py at reduced scale (the shallow Transformer of docs/sources/shallow_gd.md).
+"""End to end: examples/shallow_gd.py at reduced scale (the shallow Transformer of docs/sources/shallow_gd.md).
 
 The model, the measured inputs of Theorem 5 and the bound are checked against independent
 computations written here: a numpy loop over positions for the paper's f(X), numpy SVDs for α
@@ -27,7 +27,7 @@ FIGURES = {"radii_vs_N.png", "rate_vs_N.png", "loss_curves.png"}
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("study_gd")
     with single_thread():
-        assert load_example("study_shallow_gd").main(["--out", str(out)]) == 0
+        assert load_example("shallow_gd").main(["--out", str(out)]) == 0
     return out
 
 
@@ -156,7 +156,7 @@ def test_tokenize_refuses_too_narrow_models():
 
 def test_help_teaches(capsys):
     with pytest.raises(SystemExit) as exc:
-        load_example("study_shallow_gd").main(["--help"])
+        load_example("shallow_gd").main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for word in ("--full", "--hidden-constant", "RATE", "rate_vs_N.png", "scikit-learn"):

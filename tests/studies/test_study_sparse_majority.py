@@ -269,7 +269,7 @@ def test_norms_and_registry_quantities_against_direct_formulas(registry):
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("seqlen")
-    rc, figures = run_capturing_figures("study_sequence_length", out)
+    rc, figures = run_capturing_figures("sparse_majority", out)
     return out, rc, {"figures": figures}
 
 
@@ -326,7 +326,7 @@ def test_example_report_labels_and_results(study):
 
 
 def test_example_official_recipe_short_run_carries_the_caution(tmp_path):
-    mod = load_example("study_sequence_length")
+    mod = load_example("sparse_majority")
     out = tmp_path / "official"
     rc = mod.main(["--out", str(out), "--recipe", "official", "--T", "9", "11", "13",
                    "--max-epochs", "3", "--n-test", "40"])
@@ -341,7 +341,7 @@ def test_example_official_recipe_short_run_carries_the_caution(tmp_path):
 
 
 def test_help_teaches(capsys):
-    mod = load_example("study_sequence_length")
+    mod = load_example("sparse_majority")
     with pytest.raises(SystemExit):
         mod.main(["--help"])
     text = capsys.readouterr().out
@@ -351,7 +351,7 @@ def test_help_teaches(capsys):
 
 
 def test_bad_arguments_give_one_line_errors(tmp_path, capsys):
-    mod = load_example("study_sequence_length")
+    mod = load_example("sparse_majority")
     assert mod.main(["--out", str(tmp_path), "--T", "5"]) == 2
     assert mod.main(["--out", str(tmp_path), "--runs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,4 +1,4 @@
-"""examples/study_zoo.py at a tiny grid: trains real models on digits, sweeps, ranks, reports."""
+"""examples/zoo.py at a tiny grid: trains real models on digits, sweeps, ranks, reports."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from _study_helpers import check_png, figure_refs, load_example
 @pytest.mark.slow
 def test_study_zoo_small_grid(tmp_path):
     out = tmp_path / "zoo"
-    rc = load_example("study_zoo").main([
+    rc = load_example("zoo").main([
         "--out", str(out), "--widths", "16", "--depths", "1", "--sizes", "100", "300",
         "--seeds", "0", "1", "--epochs", "3", "--bootstrap", "50", "--workers", "2"])
     assert rc == 0
