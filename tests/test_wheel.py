@@ -175,6 +175,9 @@ def test_every_module_of_the_wheel_imports_without_the_extras(installed):
     The module list is checked against the wheel's files, so no failing package is skipped."""
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     assert {n.split("/")[0] for n in names} == {"boundcalc", "boundcalc-0.1.0.dist-info"}
+    members = tarfile.open(installed["sdist"]).getnames()  # the sdist: the studies its tests run
+    top = members[0].split("/")[0]
+    assert f"{top}/studies/zoo.py" in members and f"{top}/examples/zoo.py" in members
     in_wheel = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in names
                       if n.endswith(".py") and n != "boundcalc/__init__.py")
     code = (
