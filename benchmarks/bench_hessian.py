@@ -158,8 +158,8 @@ def run(quick: bool, device: str) -> list[Record]:
 
 def _fourier_model(device: str):
     """The Fourier-sparse study's learned model (T = 10, D_f = 2, ω = 3, m = 256), float64,
-    squared loss, as in ``experiments/fourier_sparse.run_cell``."""
-    from boundcalc.experiments.fourier_sparse import TrainConfig, random_target, train_learned
+    squared loss, as in ``studies/fourier_sparse.run_cell``."""
+    from studies.fourier_sparse import TrainConfig, random_target, train_learned
 
     rng = np.random.default_rng([0, 2, 3])
     target = random_target(10, 2, 3, rng)

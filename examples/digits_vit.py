@@ -30,6 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -47,10 +50,10 @@ def _kind(row: dict) -> str:
 
 
 def _certifies(row: dict) -> str:
-    """Which model a certified row is about (``boundcalc.experiments.report.certified_model``:
+    """Which model a certified row is about (``studies.report.certified_model``:
     what a compression code decodes to, as ``compare`` names it; the Gibbs posterior around
     model/; or model/ itself)."""
-    from boundcalc.experiments.report import certified_model
+    from studies.report import certified_model
 
     return certified_model(row["id"], row)
 
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from typer.testing import CliRunner
 
     from boundcalc.cli import app
-    from boundcalc.experiments.digits_vit import DigitsConfig, build
+    from studies.digits_vit import DigitsConfig, build
     from boundcalc.report.summary import floor_line
 
     t0 = time.monotonic()

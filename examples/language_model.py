@@ -26,6 +26,9 @@ import os
 import sys
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -34,7 +37,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 def main(argv: list[str] | None = None) -> int:
     from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.language_model import FULL, LMConfig, run
+    from studies.language_model import FULL, LMConfig, run
     from boundcalc.report.summary import floor_line
 
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))

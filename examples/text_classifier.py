@@ -30,6 +30,9 @@ import os
 import sys
 from pathlib import Path
 
+# studies/ imports from the repository root (this checkout), wherever the script is run from
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -47,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                          "only measure and compare again")
     args = ap.parse_args(argv)
     from boundcalc.errors import BoundcalcError
-    from boundcalc.experiments.text_classifier import FULL, ClassifierConfig, run
+    from studies.text_classifier import FULL, ClassifierConfig, run
     from boundcalc.report.summary import floor_line
 
     cfg = ClassifierConfig(seed=args.seed, **(FULL if args.full else {}))

@@ -49,7 +49,9 @@ ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (9, "cli", ("boundcalc.cli.*", "boundcalc.__main__")),
 ]
 
-OUTSIDE = ("boundcalc.experiments.*",)  # clients of the public API, not rooms of the library
+# clients of the public API, not rooms of the library: the studies live outside the package
+# (studies/ at the repository root), and no library module may import them
+OUTSIDE = ("studies.*",)
 
 
 def _matches(module: str, pattern: str) -> int:
@@ -76,7 +78,10 @@ def _is_package(path: Path) -> bool:
 
 
 def _resolve(target: str, modules: dict[str, Path]) -> str | None:
-    """The longest prefix of ``target`` that is a module of the package, or None."""
+    """The longest prefix of ``target`` that is a module of the package, ``target`` itself for
+    an OUTSIDE module (kept so that an import of it is seen), or None."""
+    if any(_matches(target, p) >= 0 for p in OUTSIDE):
+        return target
     parts = target.split(".")
     while parts:
         name = ".".join(parts)

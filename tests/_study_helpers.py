@@ -39,7 +39,7 @@ def figure_refs(report_text: str) -> list[str]:
 def run_capturing_figures(name: str, out: Path) -> tuple[int, list[str]]:
     """Run ``examples/<name>.py --out OUT``; return its exit code and the figures its
     StudyReport listed when it wrote the report."""
-    from boundcalc.experiments.report import StudyReport
+    from studies.report import StudyReport
 
     captured: list[str] = []
     original = StudyReport.write

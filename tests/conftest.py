@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# the studies (studies/, outside the package) import from the repository root
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
+# test modules that tests in other rooms import from (`from test_optimize_sensitivity import
+# spectrum_stats`, `from test_spectrum_adaptive import random_bert`), whichever runs first
+for _room in ("optimize", "formulas"):
+    sys.path.append(str(Path(__file__).resolve().parent / _room))
 
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402

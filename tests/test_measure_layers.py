@@ -82,7 +82,7 @@ def test_every_room_of_the_package_imports_lower_floors_only():
 
 
 def test_no_library_module_imports_the_studies():
-    """boundcalc/experiments/ is a client of the public API, outside the rooms."""
+    """studies/ (outside the package) is a client of the public API, never imported by it."""
     out = graph.outside_imports(graph.module_graph())
     assert not out, "; ".join(out)
 
@@ -144,3 +144,10 @@ def test_no_submodule_shadows_a_name_of_the_public_api():
     shadowing = sorted(name for name in boundcalc._EXPORTS if name != "bind"
                        and f"boundcalc.{name}" in graph.module_files())
     assert not shadowing, shadowing
+
+
+def test_the_checker_sees_a_library_module_importing_the_studies(tmp_path):
+    """Not vacuous: a deferred import of studies/ from a library module is caught."""
+    root = _fake_package(tmp_path, {"low.py": "def f():\n    from studies.digits_vit import build\n"})
+    out = graph.outside_imports(graph.module_graph(root), ROOMS)
+    assert out == ["boundcalc.low:2 imports studies.digits_vit"]

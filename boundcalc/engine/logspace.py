@@ -6,7 +6,7 @@ where it overflows or underflows, the log form takes over. Products over many la
 (spectral norms multiplied across 96 layers, say) therefore stay finite in ``a`` long after
 float64 gives up. Everything is element-wise and broadcasts like numpy.
 
-Contract with float64 (tested in ``tests/test_engine.py``):
+Contract with float64 (tested in ``tests/engine/test_engine.py``):
 
 * One operation on plain floats (``from_float``) gives, through ``to_float()``, numpy's float64
   result bit for bit wherever that result is finite: normal, subnormal, or zero, including a
