@@ -47,6 +47,16 @@ def _fixed_global_seeds():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _default_budgets():
+    """Every test starts from the default memory and time budgets: no override left by an
+    earlier test, and no 'largest tensor seen' grown by a model an earlier test loaded (the
+    default memory budget is 1 GiB plus that tensor)."""
+    from boundcalc import limits
+
+    limits._state.update(override=None, largest_tensor=0, time=None)
+
+
 def pytest_addoption(parser):
     parser.addoption("--hypothesis-scale", type=int, default=1, metavar="K",
                      help="run every Hypothesis test with K times its max_examples, at random "

@@ -165,7 +165,7 @@ def test_examples_help_reads_whole_and_prints_the_floor(name):
     src = path.read_text()
     assert "floor_line(r" in src
     if name != "digits_vit":
-        lib = (ROOT / "boundcalc" / "experiments" / f"{name}.py").read_text()
+        lib = (ROOT / "studies" / f"{name}.py").read_text()
         assert '"floor", "vacuous", "vacuous_against"' in lib
 
 
