@@ -173,6 +173,26 @@ class Result:
         }
 
 
+def jsonable(obj: Any) -> Any:
+    """``obj`` as plain JSON values: dict keys as strings, tuples and arrays as lists, numpy
+    scalars as Python ones, and non-finite floats as the strings 'inf', '-inf', 'nan' (JSON has
+    no number for them)."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        x = float(obj)
+        return x if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
+    return obj
+
+
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _jsonable(v) for k, v in obj.items()}

@@ -287,28 +287,9 @@ def guarded(fn: Callable[[], Any]) -> Any:
 
 def emit_json(obj: Any) -> None:
     """Write ``obj`` as JSON to stdout (finite numbers only; infinities become strings)."""
-    sys.stdout.write(json.dumps(_clean(obj), indent=2, sort_keys=False) + "\n")
+    from ..result import jsonable
 
-
-def _clean(obj: Any) -> Any:
-    import math
-
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _clean(obj.tolist())
-    if isinstance(obj, (np.floating, float)):
-        x = float(obj)
-        return x if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    return obj
+    sys.stdout.write(json.dumps(jsonable(obj), indent=2, sort_keys=False) + "\n")
 
 
 _state: dict[str, Any] = {"formulas": None, "replace": None, "quiet": False}

@@ -8,14 +8,14 @@ executor retries that.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+
+from ..result import jsonable
 
 
 def _one_thread() -> None:
@@ -60,24 +60,6 @@ def _is_ours(exc: BaseException) -> bool:
     from ..errors import BoundcalcError
 
     return isinstance(exc, BoundcalcError)
-
-
-def jsonable(obj: Any) -> Any:
-    """Parameters and other values as plain JSON (arrays → lists, non-finite → strings)."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        x = float(obj)
-        return x if math.isfinite(x) else ("inf" if x > 0 else "-inf" if x < 0 else "nan")
-    return obj
 
 
 def result_row(r: Any) -> dict[str, Any]:
