@@ -278,8 +278,27 @@ def build(out: str | Path, cfg: ClassifierConfig | None = None,
 def write_tune(out: Path, cfg: ClassifierConfig) -> Path:
     """``OUT/tune.jsonl``: ``cfg.tune_rows`` docstrings of the prior split (seeded, without
     replacement), the ``--tune-data`` of measure. Disjoint from S by file and chosen without S,
-    so the per-group σ shape searched on it is free; a subset keeps the search in minutes."""
+    so the per-group σ shape searched on it is free; a subset keeps the search in minutes.
+
+    Disjoint by file is not disjoint by content: two docstrings of different files can agree in
+    their first ``max_length`` tokens and their package, and then they are the same row to the
+    model, which ``measure`` refuses (the shape would depend on S). Such prior-split rows are
+    left out before the draw. Which rows they are depends on S's texts, not on anything
+    measured on S, and they are never used."""
+    import json
+
+    from transformers import AutoTokenizer
+
     rows = (out / "prior.jsonl").read_text(encoding="utf-8").splitlines()
+    tok = AutoTokenizer.from_pretrained(out / "prior")
+
+    def seen(lines: list[str]) -> list[tuple]:
+        recs = [json.loads(line) for line in lines]
+        ids = tok([r["text"] for r in recs], truncation=True, max_length=cfg.max_length)
+        return [(tuple(i), int(r["label"])) for i, r in zip(ids["input_ids"], recs)]
+
+    in_s = set(seen((out / "S.jsonl").read_text(encoding="utf-8").splitlines()))
+    rows = [row for row, key in zip(rows, seen(rows)) if key not in in_s]
     rng = np.random.default_rng(cfg.seed + 11)
     keep = np.sort(rng.choice(len(rows), min(cfg.tune_rows, len(rows)), replace=False))
     path = out / "tune.jsonl"
