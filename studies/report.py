@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from boundcalc.report.io import write_text_atomic
+from boundcalc.files.atomic_write import write_text_atomic
 
 
 @dataclass

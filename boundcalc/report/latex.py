@@ -21,7 +21,7 @@ import sympy as sp
 from ..errors import BoundcalcError
 from ..evaluation import Result, confidence_symbol, gridmin_params
 from ..registry.schema import Domain, Entry, ParameterSpec
-from .io import write_text_atomic
+from ..files.atomic_write import write_text_atomic
 from .latex_formula import BOUND_SYMBOL, entry_latex, symbol_latex
 from .latex_formula import EntryPrinter as _Printer
 from .latex_formula import entry_names as _names

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..evaluation import Result
-from .io import write_text_atomic
+from ..files.atomic_write import write_text_atomic
 from .tables import floor_rows, fmt
 
 

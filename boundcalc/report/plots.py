@@ -45,7 +45,7 @@ def value_word(result: Result) -> str:
 def _save(fig, path: Path) -> Path:
     import io
 
-    from .io import write_bytes_atomic
+    from ..files.atomic_write import write_bytes_atomic
 
     fig.tight_layout()
     buf = io.BytesIO()

@@ -34,7 +34,7 @@ from boundcalc.limits import check_allocation, set_memory_budget
 from boundcalc.files import loads_json, read_limited
 from boundcalc.measure.io import open_source
 from boundcalc.registry.loader import load_file
-from boundcalc.report.io import write_text_atomic
+from boundcalc.files.atomic_write import write_text_atomic
 from boundcalc.stats import load_stats
 
 REG = bc.load_registry()

@@ -138,7 +138,7 @@ def test_a_replaced_output_keeps_its_mode(tmp_path):
 
 def test_the_python_api_is_not_gated(tmp_path):
     """Outside a CLI run there is no run scope: the API writes where it is told."""
-    from boundcalc.report.io import note_input, write_text_atomic
+    from boundcalc.files.atomic_write import note_input, write_text_atomic
 
     p = tmp_path / "x.txt"
     p.write_text("a")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import boundcalc as bc
-from boundcalc.report.io import write_text_atomic
+from boundcalc.files.atomic_write import write_text_atomic
 from boundcalc.report.latex import (entry_latex, latex_document, symbol_latex, tex_escape,
                                     write_latex)
 
