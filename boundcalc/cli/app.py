@@ -28,10 +28,13 @@ class OneLineErrors(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **extra):  # type: ignore[override]
         from ..files.atomic_write import run_scope
+        from ..words import use_words
+        from .words import CLI_WORDS
 
         tidy_help(self)
         argv = list(sys.argv[1:] if args is None else args)
-        with warnings.catch_warnings(record=True) as caught, run_scope(input_arguments(argv)):
+        with warnings.catch_warnings(record=True) as caught, run_scope(input_arguments(argv)), \
+                use_words(CLI_WORDS):
             rv = _check_outputs(argv)  # up front: before any work
             if rv is None:
                 rv = self._main(args, prog_name, complete_var, **extra)

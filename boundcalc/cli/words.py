@@ -1,0 +1,39 @@
+"""The CLI's words for the library's options and commands (see :mod:`boundcalc.words`).
+
+An option's flag is its keyword name with ``_`` written ``-`` after ``--`` (typer's rule for the
+commands' parameters), except the names in :data:`FLAGS`. A suggested command is written as a
+user types it: ``boundcalc measure MODEL --data DATA``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..words import NO_VALUE, Words
+
+# keyword names whose flag does not follow the rule
+FLAGS: dict[str, str] = {
+    "output": "-o",
+}
+
+
+def flag(name: str) -> str:
+    """The flag of the keyword option ``name``."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+class CliWords(Words):
+    """``--tune-data 5``; ``boundcalc measure MODEL --data DATA --draws K``."""
+
+    def option(self, name: str, value: Any = NO_VALUE) -> str:
+        return flag(name) if value is NO_VALUE else f"{flag(name)} {value}"
+
+    def command(self, name: str, positional: list[str], options: list[tuple[str, str | None]]
+                ) -> str:
+        parts = ["boundcalc", name, *positional]
+        for key, value in options:
+            parts.append(flag(key) if value is None else f"{flag(key)} {value}")
+        return " ".join(parts)
+
+
+CLI_WORDS = CliWords()
