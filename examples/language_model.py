@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rep["certified"]:
         v = "—" if r["value"] is None else f"{r['value']:.3f}"
         d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
-        print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {h:7.3f}  {g:6.3f}  {r['label'][:34]}")
+        print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {h:7.3f}  {g:6.3f}  {r['label']}")
         scale = r["value"] / r["value_normalized"] if r.get("value_normalized") else 1.0
         print(f"{'':32s} {floor_line(r, scale)}")
         if r.get("certifies"):
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\non the top-1 next-byte error (a probability, not bits):")
         for r in rep["certified_other"]:
             v = "—" if r["value"] is None else f"{r['value']:.4f}"
-            print(f"  {r['id']:30s} {v:>8s}  {r['label'][:40]}")
+            print(f"  {r['id']:30s} {v:>8s}  {r['label']}")
             if r.get("certifies"):
                 print(f"  {'':30s} certifies {r['certifies']}")
             print(f"  {'':30s} {floor_line(r)}")
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\ncertified, but about ANOTHER model than the fine-tuned one (listed apart):")
         for r in rep["certified_other_model"]:
             v = "—" if r["value"] is None else f"{r['value']:.4f}"
-            print(f"  {r['id']:30s} {v:>8s}  {r['label'][:40]}")
+            print(f"  {r['id']:30s} {v:>8s}  {r['label']}")
             print(f"  {'':30s} certifies {r['certifies']}")
     print(f"\nreport: {args.out / 'report.json'}")
     return 0

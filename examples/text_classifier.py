@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         for at, m, u in zip(g["at"], g["mean"], g["upper"]):
             print(f"{name} at {at:.4g}: Monte Carlo mean {m:.4f}, upper {u:.4f} "
                   f"(N = {g['N']:.0f} {g['mode']} losses)")
-    for title, key in (("certified, about the fine-tuned model", "certified"),
+    for title, key in (("about the fine-tuned model (a bound only where the label says 'certified bound')",
+                        "certified"),
                        ("certified, but about ANOTHER model (listed apart)",
                         "certified_other_model")):
         if not rep[key]:
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in rep[key]:
             v = "—" if r["value"] is None else f"{r['value']:.4f}"
             d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
-            print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label'][:40]}")
+            print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label']}")
             print(f"{'':32s} certifies {r['certifies']}")
             print(f"{'':32s} {floor_line(r)}")
     if rep.get("minimum_text"):
