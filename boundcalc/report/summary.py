@@ -10,7 +10,8 @@ def floor_line(row: Mapping[str, Any], scale: float = 1.0) -> str:
     """'floor 0.0940; vacuous no (< 0.9, the error of …); dominated by KL 23.3 nats (+0.059)'
     from a row of ``boundcalc compare --json`` (keys ``floor``, ``vacuous``,
     ``vacuous_against``); a piece the row lacks says so. ``scale`` multiplies the floor (a
-    value the caller converted, e.g. to bits); the effects stay in the entry's own unit."""
+    value the caller converted, e.g. to bits); the vacuity level and the effects stay in the entry's
+    own unit, and the line says so when ``scale`` is not 1."""
     from ..floor import breakdown_text
 
     f = row.get("floor")
@@ -19,7 +20,9 @@ def floor_line(row: Mapping[str, Any], scale: float = 1.0) -> str:
     if row.get("vacuous") is None:
         parts.append("vacuous — (not a [0, 1] risk bound)")
     else:
-        parts.append(f"vacuous {row.get('vacuous_against') or ('yes' if row['vacuous'] else 'no')}")
+        text = row.get('vacuous_against') or ('yes' if row['vacuous'] else 'no')
+        parts.append(f"vacuous {text}" if scale == 1.0 else
+                     f"vacuous {text} on the entry's own scale (the value ÷ {scale:.4g})")
     parts.append(f"dominated by {breakdown_text(f, short=True)}" if f and f.get("effects")
                  else "dominated by —")
     return "; ".join(parts)
