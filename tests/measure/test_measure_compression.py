@@ -1,4 +1,4 @@
-"""Code length and quantized risk (boundcalc/measure/compression.py, measure --compress).
+"""Code length and quantized risk (boundcalc/measure/compress/, measure --compress).
 
 Code lengths are recomputed here from the decoded tensors alone (distinct values and their
 counts, np.unique), never from the module's codes; risks from a direct forward pass of a model
@@ -19,8 +19,12 @@ from typer.testing import CliRunner
 import boundcalc as bc
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, StatsError
-from boundcalc.measure.compress.compression import (ALPHA_GRID, check_compression_scalars, code_length,
-                                           compress, parse_levels, quantize)
+from boundcalc.codecheck import check_compression_scalars
+from boundcalc.measure.compress.codelength import code_length
+from boundcalc.measure.compress.compression import compress
+from boundcalc.measure.compress.options import parse_levels
+from boundcalc.measure.compress.quantizer import quantize
+from boundcalc.measure.compress.risk import ALPHA_GRID
 from boundcalc.stats import Quantity, Stats
 
 REG = bc.load_registry()

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from boundcalc.certifies import classify
-from boundcalc.measure.compress.compression import compress, model_fingerprint
+from boundcalc.measure.compress.coded import model_fingerprint
+from boundcalc.measure.compress.compression import compress
 from tests._cli_helpers import BOX, invoke
 
 
@@ -186,7 +187,7 @@ def test_the_code_with_merged_levels_satisfies_kraft_as_the_docs_say():
     with every K′ ≤ K and every sorted distinct codebook, summed by brute force."""
     import itertools
 
-    from boundcalc.measure.compress.compression import code_length
+    from boundcalc.measure.compress.codelength import code_length
 
     m, b, grid = 4, 2, (1, 2, 4)
     total = 0.0
