@@ -123,6 +123,14 @@ def prior_stats(tmp_path_factory):
     return out, agree, model_fingerprint(prior.state_dict())
 
 
+def test_the_stored_warning_names_options_in_the_apis_words(prior_stats):
+    """The warning kept in the stats file does not depend on the front end that measured it:
+    written by the CLI, it names the API's keyword, not the flag."""
+    path, _, _ = prior_stats
+    line = json.loads(path.read_text())["provenance"]["compression"]["warning"]
+    assert "decodes to the prior" in line and line.endswith("; allow more levels (levels_grid)")
+
+
 def test_plain_compare_shows_the_row_as_certifying_the_prior(prior_stats, tmp_path):
     path, agree, prior_fp = prior_stats
     rec = json.loads(path.read_text())["provenance"]["compression"]["decoded"]

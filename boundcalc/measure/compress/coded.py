@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError
+from ...words import option
 
 SELECTIONS = ("all", "delta")
 
@@ -35,15 +36,22 @@ def _float_tensors(obj: Any, what: str) -> dict[str, torch.Tensor]:
             if isinstance(v, torch.Tensor) and v.is_floating_point()}
 
 
+def require_init(init: Any) -> None:
+    """A delta needs the weights it is from: a one-line error when ``init`` is None."""
+    if init is None:
+        raise BoundcalcError(f"{option('select', 'delta')} needs {option('init')} (the weights "
+                             "the delta is from)")
+
+
 def coded_vector(model: Any, init: Any = None, select: str = "all") -> tuple[np.ndarray,
                                                                             list[tuple[str, tuple]]]:
     """The vector to code (float64) and its layout ``[(name, shape), ...]``."""
     if select not in SELECTIONS:
-        raise BoundcalcError(f"--compress must be one of {', '.join(SELECTIONS)}, got '{select}'")
+        raise BoundcalcError(f"{option('select')} must be one of {', '.join(SELECTIONS)}, got "
+                             f"'{select}'")
     W = _float_tensors(model, "model")
     if select == "delta":
-        if init is None:
-            raise BoundcalcError("--compress delta needs --init (the weights the delta is from)")
+        require_init(init)
         W0 = _float_tensors(init, "init")
         for k, v in W.items():
             if k not in W0 or tuple(W0[k].shape) != tuple(v.shape):

@@ -21,10 +21,12 @@ import torch
 
 from ...codecheck import check_compression_scalars
 from ...errors import BoundcalcError
+from ...words import option
 from ..samples import load_data
 from .codelength import code_length
-from .coded import coded_vector, code_fingerprint, decoded_state, model_fingerprint, with_state
-from .options import LEVELS_GRID, MAX_LEVELS, check_options, resolve_select
+from .coded import (code_fingerprint, coded_vector, decoded_state, model_fingerprint,
+                    require_init, with_state)
+from .options import LEVELS_GRID, MAX_LEVELS, check_options, require_data, resolve_select
 from .quantizer import quantize
 from .record import Compression
 from .risk import ALPHA_GRID, Forward, Risk, batched_risk, default_forward, model_risk
@@ -62,7 +64,8 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
             return model_risk(m, sample, forward, alphas, causal=causal)
     grid = tuple(int(k) for k in levels_grid)
     if not grid or len(set(grid)) != len(grid) or min(grid) < 1 or max(grid) > MAX_LEVELS:
-        raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}], got {list(grid)}")
+        raise BoundcalcError(f"{option('levels_grid')}: distinct integers in [1, {MAX_LEVELS}], "
+                             f"got {list(grid)}")
     if (coded is None) != (rebuild is None):
         raise BoundcalcError("coded tensors and a rebuild function go together")
     if coded is not None:
@@ -156,9 +159,7 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     (``delta``), else all weights; ``init`` is matched to the model as ``measure --init``
     matches it (prefixes, a new head at ``head_init``)."""
     select = resolve_select(select, init)
-    if data is None:
-        raise BoundcalcError("--compress needs --data: a code length is only usable with the "
-                             "quantized model's risk, measured on the same data")
+    require_data(data)
     check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
     from ..data import hf
     from ..data.dataset_io import read_batches
@@ -176,8 +177,7 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
     causal = tm.task == "causal_lm"
     centre = None
     if select == "delta":
-        if init is None:
-            raise BoundcalcError("--compress delta needs --init (the weights the delta is from)")
+        require_init(init)
         init_state, centre = centre_state(module, init, head_init)
     else:
         init_state = None
@@ -192,7 +192,7 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
                                        "data": str(data), "select": result.select,
                                        "agreement": result.agreement,
                                        "decoded": result.decoded(),
-                                       "warning": result.warning()}
+                                       "warning": result.warning(stored=True)}
     if centre is not None:
         stats.provenance["compression"]["prior"] = centre.provenance()
     check_compression_scalars(stats.scalars, curves=stats.curves,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import BoundcalcError
+from ...words import option
 from .codelength import PREFIXES
 from .coded import SELECTIONS
 from .quantizer import CODEBOOK_BITS, QUANTIZERS
@@ -31,6 +32,14 @@ def resolve_select(select: str, init: Any) -> str:
     return select
 
 
+def require_data(data: Any) -> None:
+    """A code length needs data to measure the quantized risk on: a one-line error when
+    ``data`` is None."""
+    if data is None:
+        raise BoundcalcError(f"{option('select')} needs {option('data')}: a code length is only "
+                             "usable with the quantized model's risk, measured on the same data")
+
+
 def default_levels(select: str, init: Any) -> tuple[int, ...]:
     """The level counts tried when none are given: :data:`DELTA_LEVELS_GRID` for a delta from
     an init (``delta``, or ``auto`` with an init), else :data:`LEVELS_GRID`."""
@@ -40,11 +49,10 @@ def default_levels(select: str, init: Any) -> tuple[int, ...]:
 def compression_options(select: str, quantizer: str, levels: str | None, codebook_bits: int,
                         prefix: str, max_changed: float | None, data: Any,
                         init: Any = None) -> dict[str, Any]:
-    """The CLI's --compress options, checked (one-line errors), as keywords of
-    :func:`add_compression`; ``levels`` None: :func:`default_levels`."""
-    if data is None:
-        raise BoundcalcError("--compress needs --data: a code length is only usable with the "
-                             "quantized model's risk, measured on the same data")
+    """The compression options as the CLI receives them (``levels`` a text, None:
+    :func:`default_levels`), checked (one-line errors), as keywords of
+    :func:`.compression.add_compression`."""
+    require_data(data)
     grid = parse_levels(levels) if levels is not None else default_levels(select, init)
     check_options(select, quantizer, grid, codebook_bits, prefix, max_changed)
     return {"select": select, "quantizer": quantizer, "levels_grid": grid,
@@ -53,21 +61,22 @@ def compression_options(select: str, quantizer: str, levels: str | None, codeboo
 
 def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,
                   prefix: str, max_changed: float | None) -> None:
-    """Cheap checks of the --compress options, before any model is loaded (one-line errors)."""
+    """Cheap checks of the compression options, before any model is loaded (one-line errors
+    naming the option)."""
     if select not in OPTION_SELECTIONS:
-        raise BoundcalcError(f"--compress must be one of {', '.join(OPTION_SELECTIONS)}, got "
-                             f"'{select}'")
+        raise BoundcalcError(f"{option('select')} must be one of {', '.join(OPTION_SELECTIONS)}, "
+                             f"got '{select}'")
     if quantizer not in QUANTIZERS:
-        raise BoundcalcError(f"--quantizer must be one of {', '.join(QUANTIZERS)}, "
+        raise BoundcalcError(f"{option('quantizer')} must be one of {', '.join(QUANTIZERS)}, "
                              f"got '{quantizer}'")
     if codebook_bits not in CODEBOOK_BITS:
-        raise BoundcalcError(f"--codebook-bits must be 16 or 32, got {codebook_bits}")
+        raise BoundcalcError(f"{option('codebook_bits')} must be 16 or 32, got {codebook_bits}")
     if prefix not in PREFIXES:
-        raise BoundcalcError(f"--prefix must be 'none' or 'authors', got '{prefix}'")
+        raise BoundcalcError(f"{option('prefix')} must be 'none' or 'authors', got '{prefix}'")
     if max_changed is not None and not 0 <= max_changed <= 1:
-        raise BoundcalcError(f"--max-changed must lie in [0, 1], got {max_changed}")
+        raise BoundcalcError(f"{option('max_changed')} must lie in [0, 1], got {max_changed}")
     if not levels_grid or max(levels_grid) > MAX_LEVELS:
-        raise BoundcalcError(f"--levels: at most {MAX_LEVELS} levels")
+        raise BoundcalcError(f"{option('levels_grid')}: at most {MAX_LEVELS} levels")
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -75,8 +84,9 @@ def parse_levels(text: str) -> tuple[int, ...]:
     try:
         out = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise BoundcalcError(f"--levels: comma-separated integers expected, got '{text}'") from None
+        raise BoundcalcError(f"{option('levels')}: comma-separated integers expected, got "
+                             f"'{text}'") from None
     if not out or min(out) < 1 or len(set(out)) != len(out) or max(out) > MAX_LEVELS:
-        raise BoundcalcError(f"--levels: distinct integers in [1, {MAX_LEVELS}] expected, got "
-                             f"'{text}'")
+        raise BoundcalcError(f"{option('levels')}: distinct integers in [1, {MAX_LEVELS}] "
+                             f"expected, got '{text}'")
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import BoundcalcError
+from ...words import option
 
 QUANTIZERS = ("uniform", "kmeans")
 CODEBOOK_BITS = (16, 32)  # the stored precisions of a level
@@ -22,7 +23,7 @@ def _round_codebook(values: np.ndarray, codebook_bits: int) -> np.ndarray:
         out = values.astype(np.float16)
         if not np.all(np.isfinite(out)):
             raise BoundcalcError("quantizer: a level does not fit in float16; use "
-                                 "--codebook-bits 32")
+                                 f"{option('codebook_bits', 32)}")
         return out.astype(np.float64)
     if codebook_bits == 32:
         return values.astype(np.float32).astype(np.float64)

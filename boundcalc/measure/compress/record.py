@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...stats import Curve, Quantity
+from ...words import keyword, option
 from .codelength import CodeLength
 
 DISAGREE = 0.5  # warn when the quantized model changes at least this fraction of predictions
@@ -65,17 +66,21 @@ class Compression:
         rec["about"] = classify({"decoded": rec})["about"]
         return rec
 
-    def warning(self) -> str | None:
+    def warning(self, stored: bool = False) -> str | None:
         """One line when the compression bounds are not about the trained model: its code
         decodes to the prior, or the decoded model disagrees with the trained one on more
-        than 1 − MIN_AGREEMENT of the samples (:mod:`boundcalc.certifies`)."""
+        than 1 − MIN_AGREEMENT of the samples (:mod:`boundcalc.certifies`). Its hint names
+        options in the caller's words (:func:`boundcalc.words.option`), or with ``stored``
+        (the text kept in a stats file) in the API's words whatever the front end."""
         from ...certifies import MIN_AGREEMENT
 
         about = self.decoded()["about"]
         if about == "measured" or (about == "unknown" and self.changed < DISAGREE):
             return None
-        hint = ("code the change from the prior checkpoint (--compress delta --init CKPT)"
-                if self.select == "all" else "allow more levels (--levels)")
+        say = keyword if stored else option
+        hint = (f"code the change from the prior checkpoint ({say('select', 'delta')} "
+                f"{say('init', 'CKPT')})" if self.select == "all"
+                else f"allow more levels ({say('levels_grid')})")
         if about == "prior":
             return (f"the quantized model ({self.levels} level(s)) decodes to the prior "
                     f"(distance {self.distance_from_prior:.3g} from it, the trained model's "
