@@ -315,6 +315,9 @@ def test_library_compress_errors_name_the_keywords(digits_mlp):
     with pytest.raises(BoundcalcError) as err:
         coded_vector(model, None, "auto")
     assert str(err.value) == "select must be one of all, delta, got 'auto'"
+    with pytest.raises(BoundcalcError) as err:  # was a ValueError from torch.cat
+        compress(model, data, coded={}, rebuild=lambda tensors: model)
+    assert str(err.value) == "coded: no tensors to code"
 
 
 # ---- the data side of `measure --data`: text tables, tokenized by the checkpoint's tokenizer --

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ...codecheck import check_compression_scalars
-from ...errors import BoundcalcError
+from ...errors import BoundcalcError, CheckpointError
 from ...words import option
 from ..samples import load_data
 from .codelength import code_length
@@ -68,6 +68,8 @@ def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = 
                              f"got {list(grid)}")
     if (coded is None) != (rebuild is None):
         raise BoundcalcError("coded tensors and a rebuild function go together")
+    if coded is not None and not coded:
+        raise BoundcalcError("coded: no tensors to code")
     if coded is not None:
         layout = [(k, tuple(v.shape)) for k, v in sorted(coded.items())]
         vec = torch.cat([coded[k].detach().double().reshape(-1) for k, _ in layout]).numpy()
@@ -121,7 +123,6 @@ def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> t
     """The prior centre under the names of ``module``'s float tensors (``init``: a
     checkpoint, ``zero`` or ``random:SEED``; matched across the usual prefixes, a new head
     centred at ``head_init``; see :mod:`boundcalc.measure.prior`) and the centre itself."""
-    from ...errors import CheckpointError
     from ..architectures import build_layer_map
     from ..io import open_source
     from ..prior import open_centre
@@ -138,7 +139,6 @@ def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> t
         return {n: centre.get(n).detach().clone() for n in names}, centre
     finally:
         centre.close()
-
 
 
 def add_compression(stats: Any, model: str, data: str | None, init: str | None = None,
