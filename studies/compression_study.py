@@ -27,7 +27,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from boundcalc.measure.compress.compression import Compression, compress, quantize
+from boundcalc.measure.compress.compression import compress
+from boundcalc.measure.compress.quantizer import quantize
+from boundcalc.measure.compress.record import Compression
 from boundcalc.stats import Quantity, Stats
 from .report import StudyReport
 
@@ -339,7 +341,7 @@ def _run(cfg: StudyConfig, out: Path, progress) -> dict[str, Any]:
 
 def _quantized(comp: Compression, full, init_state, sub, rebuild, fulls, subs, full_from):
     """The decoded model the code describes (re-quantized here from the coded vector)."""
-    from boundcalc.measure.compress.compression import coded_vector, decoded_state
+    from boundcalc.measure.compress.coded import coded_vector, decoded_state
 
     if comp.select == "given":
         wk = next(v for c, v in subs if c is comp)

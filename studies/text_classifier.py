@@ -353,7 +353,8 @@ def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, 
     itself (``provenance.compression.decoded``, :mod:`boundcalc.certifies`)."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
-    from boundcalc.measure.compress.compression import coded_vector, decoded_state, quantize
+    from boundcalc.measure.compress.coded import coded_vector, decoded_state
+    from boundcalc.measure.compress.quantizer import quantize
 
     model = BertForSequenceClassification.from_pretrained(out / "model").eval()
     init = BertForSequenceClassification.from_pretrained(out / "prior").eval()

@@ -321,7 +321,8 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
                          tune_data=str(out / "tune.jsonl") if cfg.tune_rows else None,
                          tune_draws=cfg.tune_draws, group_draws=cfg.group_draws)
     if cfg.compress:
-        from ..measure.compress.compression import add_compression, parse_levels
+        from ..measure.compress.compression import add_compression
+        from ..measure.compress.options import parse_levels
 
         add_compression(stats, str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),

@@ -316,7 +316,8 @@ def measure_cmd(
                                  "as the bound is not a valid prior; fit --init on a disjoint "
                                  "split (or use the pretrained / initial weights)")
         if compress is not None:  # option checks: cheapest first
-            from ..measure.compress.compression import add_compression, compression_options
+            from ..measure.compress.compression import add_compression
+            from ..measure.compress.options import compression_options
 
             opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
                                        max_changed, data, init=init)

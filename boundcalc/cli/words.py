@@ -14,6 +14,8 @@ from ..words import NO_VALUE, Words
 # keyword names whose flag does not follow the rule
 FLAGS: dict[str, str] = {
     "output": "-o",
+    "select": "--compress",  # which weights a compression codes (measure)
+    "levels_grid": "--levels",  # the level counts a compression tries (measure)
 }
 
 

@@ -96,7 +96,7 @@ def test_grid_notes_only_for_a_given_sigma(tiny):
 
 
 def test_compress_auto_with_init_defaults_to_levels_a_delta_can_use(tiny):
-    from boundcalc.measure.compress.compression import default_levels
+    from boundcalc.measure.compress.options import default_levels
 
     assert default_levels("auto", "prior/") == (1, 16) == default_levels("delta", None)
     assert default_levels("auto", None) == (2, 4, 8, 16, 32, 64) == default_levels("all", "x")

@@ -1,4 +1,4 @@
-"""Code length and quantized risk (boundcalc/measure/compression.py, measure --compress).
+"""Code length and quantized risk (boundcalc/measure/compress/, measure --compress).
 
 Code lengths are recomputed here from the decoded tensors alone (distinct values and their
 counts, np.unique), never from the module's codes; risks from a direct forward pass of a model
@@ -19,8 +19,13 @@ from typer.testing import CliRunner
 import boundcalc as bc
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, StatsError
-from boundcalc.measure.compress.compression import (ALPHA_GRID, check_compression_scalars, code_length,
-                                           compress, parse_levels, quantize)
+from boundcalc.codecheck import check_compression_scalars
+from boundcalc.measure.compress.codelength import code_length
+from boundcalc.measure.compress.compression import compress
+from boundcalc.measure.compress.coded import coded_vector
+from boundcalc.measure.compress.options import compression_options, parse_levels
+from boundcalc.measure.compress.quantizer import quantize
+from boundcalc.measure.compress.risk import ALPHA_GRID
 from boundcalc.stats import Quantity, Stats
 
 REG = bc.load_registry()
@@ -86,8 +91,9 @@ def test_quantizer_refuses_bad_input():
         quantize(np.array([1.0, np.nan]), 2)
     with pytest.raises(BoundcalcError, match="quantizer must be"):
         quantize(np.ones(3), 2, "lattice")
-    with pytest.raises(BoundcalcError, match="--levels"):
+    with pytest.raises(BoundcalcError) as err:
         parse_levels("2,x")
+    assert str(err.value) == "levels: comma-separated integers expected, got '2,x'"
 
 
 def test_compress_delta_matches_an_independent_recount(digits_mlp):
@@ -278,6 +284,40 @@ def test_cli_bad_compress_options_are_one_line(tmp_path, opts, msg):
     assert res.exit_code != 0
     assert len(res.output.strip().splitlines()) == 1, res.output
     assert msg in res.output
+
+
+@pytest.mark.parametrize("given,msg", [
+    ({"select": "some"}, "select must be one of all, delta, auto, got 'some'"),
+    ({"quantizer": "lattice"}, "quantizer must be one of uniform, kmeans, got 'lattice'"),
+    ({"codebook_bits": 8}, "codebook_bits must be 16 or 32, got 8"),
+    ({"prefix": "mine"}, "prefix must be 'none' or 'authors', got 'mine'"),
+    ({"levels": "1000000"}, "levels: distinct integers in [1, 65536] expected, got '1000000'"),
+    ({"max_changed": 2.0}, "max_changed must lie in [0, 1], got 2.0"),
+    ({"data": None}, "select needs data: a code length is only usable with the quantized"),
+])
+def test_library_bad_compress_options_name_the_keywords(given, msg):
+    """The same checks called from Python name the API's keywords, not the CLI's flags."""
+    opts = {"select": "all", "quantizer": "uniform", "levels": None, "codebook_bits": 16,
+            "prefix": "none", "max_changed": None, "data": "d.pt"} | given
+    with pytest.raises(BoundcalcError) as err:
+        compression_options(**opts)
+    assert str(err.value).startswith(msg) and "--" not in str(err.value)
+
+
+def test_library_compress_errors_name_the_keywords(digits_mlp):
+    model, _, data = digits_mlp
+    with pytest.raises(BoundcalcError) as err:
+        compress(model, data, levels_grid=(0, 2))
+    assert str(err.value) == "levels_grid: distinct integers in [1, 65536], got [0, 2]"
+    with pytest.raises(BoundcalcError) as err:
+        coded_vector(model, None, "delta")
+    assert str(err.value) == "select=delta needs init (the weights the delta is from)"
+    with pytest.raises(BoundcalcError) as err:
+        coded_vector(model, None, "auto")
+    assert str(err.value) == "select must be one of all, delta, got 'auto'"
+    with pytest.raises(BoundcalcError) as err:  # was a ValueError from torch.cat
+        compress(model, data, coded={}, rebuild=lambda tensors: model)
+    assert str(err.value) == "coded: no tensors to code"
 
 
 # ---- the data side of `measure --data`: text tables, tokenized by the checkpoint's tokenizer --

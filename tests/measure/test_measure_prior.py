@@ -18,10 +18,12 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from boundcalc.cli import app
+from boundcalc.cli.words import CLI_WORDS
 from boundcalc.errors import CheckpointError
 from boundcalc.measure import measure
 from boundcalc.measure.compress.compression import add_compression, compress
 from boundcalc.stats import Stats
+from boundcalc.words import use_words
 from tests._measure_helpers import minilm_path, one_thread  # noqa: F401  (autouse fixture)
 
 runner = CliRunner()
@@ -300,8 +302,13 @@ def test_a_quantized_model_that_disagrees_is_flagged():
     assert res.agreement == pytest.approx(float((trained == quant).double().mean()), abs=1e-12)
     assert constant["agreement"] == res.agreement and res.agreement < 0.5
     line = res.warning()
-    assert line is not None and f"{res.changed:.1%}" in line and "--compress delta" in line
+    # called from the library: the hint names the API's keywords; inside the CLI, its flags
+    assert line is not None and f"{res.changed:.1%}" in line
+    assert line.endswith("code the change from the prior checkpoint (select=delta init=CKPT)")
     assert len(line.splitlines()) == 1
+    with use_words(CLI_WORDS):
+        assert res.warning().endswith("(--compress delta --init CKPT)")
+        assert res.warning(stored=True) == line  # the stats file's text: never the CLI's words
     good = compress(model, {"inputs": X, "targets": y}, select="all", levels_grid=(64,))
     assert good.agreement > 0.5 and good.warning() is None
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from boundcalc.certifies import classify
-from boundcalc.measure.compress.compression import compress, model_fingerprint
+from boundcalc.measure.compress.coded import model_fingerprint
+from boundcalc.measure.compress.compression import compress
 from tests._cli_helpers import BOX, invoke
 
 
@@ -122,6 +123,14 @@ def prior_stats(tmp_path_factory):
     return out, agree, model_fingerprint(prior.state_dict())
 
 
+def test_the_stored_warning_names_options_in_the_apis_words(prior_stats):
+    """The warning kept in the stats file does not depend on the front end that measured it:
+    written by the CLI, it names the API's keyword, not the flag."""
+    path, _, _ = prior_stats
+    line = json.loads(path.read_text())["provenance"]["compression"]["warning"]
+    assert "decodes to the prior" in line and line.endswith("; allow more levels (levels_grid)")
+
+
 def test_plain_compare_shows_the_row_as_certifying_the_prior(prior_stats, tmp_path):
     path, agree, prior_fp = prior_stats
     rec = json.loads(path.read_text())["provenance"]["compression"]["decoded"]
@@ -186,7 +195,7 @@ def test_the_code_with_merged_levels_satisfies_kraft_as_the_docs_say():
     with every K′ ≤ K and every sorted distinct codebook, summed by brute force."""
     import itertools
 
-    from boundcalc.measure.compress.compression import code_length
+    from boundcalc.measure.compress.codelength import code_length
 
     m, b, grid = 4, 2, (1, 2, 4)
     total = 0.0
