@@ -2,158 +2,14 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from .app import app, console, emit_json, err_console, guarded
 from .progress import Stages, check_device, require_paths
-
-
-def _summary(stats, output: Path) -> dict:
-    counts = Counter(m.type for m in stats.matrices)
-    return {"output": str(output), "model": stats.model,
-            "matrices": dict(sorted(counts.items())),
-            "roles": dict(sorted(Counter(e["role"] for e in stats.layer_map).items())),
-            "excluded": stats.excluded, "prior": stats.provenance.get("prior"),
-            "scalars": {k: q.to_json() for k, q in sorted(stats.scalars.items())}}
-
-
-def _mean(rows: list, key: str) -> float:
-    vals = [r[key] for r in rows if key in r and r[key] == r[key]]
-    return sum(vals) / len(vals) if vals else float("nan")
-
-
-def _print(stats, output: Path, show_map: bool) -> None:
-    m = stats.model
-    console.print(f"[bold]{escape(str(m['architecture']))}[/]: {m['n_layers']} layers x {m['n_heads']} heads "
-                  f"(kv {m['n_kv_heads']}), hidden {m['hidden']}, head dim {m['head_dim']}, "
-                  f"intermediate {m['intermediate']}, {m['n_params']:,} parameters",
-                  highlight=False)
-    for note in m.get("notes", []):
-        console.print(f"  note: {escape(str(note))}", highlight=False)
-    roles = Counter(e["role"] for e in stats.layer_map)
-    console.print("layer map: " + ", ".join(f"{r} {c}" for r, c in sorted(roles.items()))
-                  + f"; excluded {len(stats.excluded)}", highlight=False)
-    if show_map:
-        for e in stats.layer_map:
-            extra = (f" rows {e['rows']}" if "rows" in e else "") + \
-                    (" (transposed)" if e.get("transposed") else "")
-            console.print(f"  {escape(str(e['name']))}  {e['role']}  layer={e['layer']}  group={escape(str(e['group']))}"
-                          f"{extra}", highlight=False)
-    for x in stats.excluded:
-        console.print(f"  excluded {escape(str(x['name']))}: {escape(str(x['reason']))}", highlight=False)
-    table = Table(title="per-type summary (mean over matrices)")
-    for col in ("type", "count", "spectral", "frobenius", "norm_21", "rank", "stable_rank"):
-        table.add_column(col, justify="right" if col != "type" else "left")
-    by_type: dict[str, list] = {}  # grouped by hand: pandas would add ~0.5 s to every measure
-    for mat in stats.matrices:
-        by_type.setdefault(mat.type, []).append(mat.stats)
-    for mtype, sub in by_type.items():
-        table.add_row(str(mtype), str(len(sub)), *(f"{_mean(sub, c):.4g}" for c in
-                                                   ("spectral", "frobenius", "norm_21", "rank",
-                                                    "stable_rank")))
-    console.print(table)
-    for name, q in sorted(stats.scalars.items()):
-        if name in ("n_layers", "n_heads", "n_kv_heads", "hidden", "head_dim", "intermediate"):
-            continue
-        console.print(f"  {escape(str(name))} = {q.value:.6g}", highlight=False)
-    console.print(_prior_line(stats), highlight=False)
-    console.print(f"wrote {escape(str(output))}", highlight=False)
-
-
-def _prior_line(stats) -> str:
-    """One line: the prior centre (kind, tensors it lacked), or which one to choose."""
-    from ..prior_spec import HINT
-
-    prior = stats.provenance.get("prior")
-    if not prior:
-        return escape(HINT)
-    return escape(str(prior.get("summary") or f"prior centre: {prior.get('init')}"))
-
-
-def _print_compression(stats) -> None:
-    comp = stats.provenance.get("compression")
-    if not comp:
-        return
-    sc = stats.scalars
-    console.print(f"compression ({escape(str(comp.get('select')))}): "
-                  f"{int(sc['quant_levels'].value)} levels, {sc['code_bits'].value:,.0f} bits; "
-                  f"quantized error {sc['quantized_error'].value:.4g} (trained "
-                  f"{sc['float_error'].value:.4g}); agrees with the trained model on "
-                  f"{comp['agreement']:.1%} of the predictions", highlight=False)
-
-
-def _print_data(stats, output: Path, sigma_given: bool = True) -> None:
-    sc = stats.scalars
-    pv = stats.provenance
-    console.print(f"data: {pv.get('data')} ({int(sc['n'].value)} samples, task "
-                  f"{pv.get('task')})", highlight=False)
-    note = str(pv.get("prior_note"))
-    console.print(escape(note if not pv.get("prior") else f"prior centre: {note}"),
-                  highlight=False)
-    rows = [("n", "n"), ("emp_risk", "0-1 risk"), ("loss_mean", "mean loss (nats)"),
-            ("margin_q05", "margin 5%"), ("margin_q50", "margin median"),
-            ("input_token_norm_max", "B_X"), ("seq_len", "T"),
-            ("dist_init_total", "‖w − w_prior‖"), ("hessian_trace", "tr H")]
-    table = Table(title="data statistics")
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    table.add_column("name in stats file", overflow="fold")
-    for key, label in rows:
-        if key in sc:
-            q = sc[key]
-            ci = f" [{q.ci[0]:.3g}, {q.ci[1]:.3g}]" if q.ci is not None else ""
-            table.add_row(label, f"{q.value:.4g}{ci}", key)
-    console.print(table)
-    c = stats.curves.get("gibbs_risk_mean")
-    if c is not None:
-        mode = stats.provenance.get("gibbs_mode", "whole")
-        prec = (pv.get("precision") or {}).get("data_side", "fp32")
-        t = Table(title=f"Monte Carlo Gibbs risk (N = {c.n_samples} losses per σ, {mode} mode, "
-                        f"{prec} arithmetic)")
-        t.add_column("σ", justify="right")
-        t.add_column("mean", justify="right")
-        t.add_column(f"kl upper ({c.confidence:.0%})", justify="right")
-        for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
-            t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
-        console.print(t)
-        for line in snap_notes(pv.get("sigma_snapped", [])) if sigma_given else []:
-            console.print(f"  note: {line}", highlight=False)
-    rec, c = pv.get("gibbs_groups"), stats.curves.get("gibbs_risk_groups")
-    if rec is not None and c is not None:
-        t = Table(title=f"per-group σ_g = {rec['scale']:.3g}·ρ_g; Gibbs risk on DATA "
-                        f"{c.value[0]:.4f}, kl upper {c.ci[0][1]:.4f} ({c.n_samples} draws)")
-        for col in ("group", "params", "‖w_g − w₀,g‖²", "σ_g"):
-            t.add_column(col, justify="left" if col == "group" else "right")
-        for g, d, dist, s in zip(rec["groups"], rec["n_params"], rec["dist_sq"], rec["sigma"]):
-            t.add_row(escape(str(g)), str(d), f"{dist:.3g}", f"{s:.3g}")
-        console.print(t)
-        console.print(f"ρ (shape): {escape(str(rec['shape_chosen_on']))}: "
-                      f"{escape(str(rec['shape_note']))}; scale: "
-                      f"{escape(str(rec['scale_chosen_on']))}", highlight=False)
-    _print_compression(stats)
-    console.print(f"wrote {output}", highlight=False)
-
-
-def snap_notes(snaps: list) -> list[str]:
-    """One line per --sigma that was moved to a Dziugaite–Roy grid point (or merged with
-    another σ on the same point), each short enough for one 80-column line after
-    '  note: '. Printed only for σ the user gave (the default σ are grid points by design)."""
-    out, seen = [], {}
-    for p in snaps:
-        if p["j"] in seen:
-            out.append(f"--sigma {p['requested']:.6g} shares grid point j = {p['j']} with "
-                       f"{seen[p['j']]:.6g}")
-        elif p.get("moved"):
-            out.append(f"--sigma {p['requested']:.6g} measured at grid point "
-                       f"σ = {p['used']:.6g} (j = {p['j']})")
-        seen.setdefault(p["j"], p["requested"])
-    return out
 
 
 # options that do nothing without another one: refused when given alone
@@ -199,9 +55,10 @@ def measure_cmd(
                                        "fine-tuned from (names matched across bert./roberta./"
                                        "model./… prefixes), 'random:SEED' (the model's own "
                                        "initialisation, re-drawn) or 'zero'"),
-    head_init: str = typer.Option("zero", "--head-init", help="centre of model tensors the "
-                                  "--init checkpoint lacks (a new task head): 'zero' or "
-                                  "'random:SEED'"),
+    head_init: str = typer.Option(
+        "zero", "--head-init",
+        help="centre of model tensors the --init checkpoint lacks (a new task head): 'zero' or "
+             "'random:SEED'"),
     data: Optional[str] = typer.Option(None, "--data", help="CSV, JSON Lines, Parquet, a "
                                        "datasets.save_to_disk folder, or .pt/.npz/.safetensors "
                                        "tensors; the sample the bounds are about"),
@@ -347,21 +204,21 @@ def measure_cmd(
                                          Path(data).suffix.lower() in TABLE_SUFFIXES)
         task = data is not None and (is_table or task_of(cfg) is not None)
         if task:
-            from ..measure.data.task_measure import DEFAULT_SIGMAS, measure_task
+            from ..measure.data.options import MeasureOptions
+            from ..measure.data.sigma_grid import DEFAULT_SIGMAS
+            from ..measure.data.task_measure import measure_task
 
-            stats = measure_task(model, data, init, device=device, text_column=text_column,
-                                 label_column=label_column, max_length=max_length,
-                                 batch_size=batch_size, sigmas=tuple(sigma or DEFAULT_SIGMAS),
-                                 draws=draws, delta_mc=delta_mc, hessian_probes=hessian_probes,
-                                 hessian_samples=hessian_samples, alpha=smoothing,
-                                 perturbation_draws=perturbation_draws, progress=progress,
-                                 head_init=head_init, gibbs_mode=gibbs_mode,
-                                 gibbs_samples=gibbs_samples,
-                                 tune_data=tune_data, sigma_groups=sigma_groups,
-                                 tune_draws=tune_draws, tune_slack=tune_slack,
-                                 group_draws=group_draws, threads=threads,
-                                 precision=precision, allow_overlap=allow_overlap,
-                                 init_data=init_data)
+            options = MeasureOptions(
+                device=device, text_column=text_column, label_column=label_column,
+                max_length=max_length, batch_size=batch_size, head_init=head_init,
+                sigmas=tuple(sigma or DEFAULT_SIGMAS), draws=draws, delta_mc=delta_mc,
+                gibbs_mode=gibbs_mode, gibbs_samples=gibbs_samples, smoothing=smoothing,
+                hessian_probes=hessian_probes, hessian_samples=hessian_samples,
+                perturbation_draws=perturbation_draws, sigma_groups=sigma_groups,
+                tune_data=tune_data, tune_draws=tune_draws, tune_slack=tune_slack,
+                group_draws=group_draws, allow_overlap=allow_overlap, init_data=init_data,
+                threads=threads, precision=precision)
+            stats = measure_task(model, data, init, options, progress=progress)
         else:
             if precision is not None:
                 raise BoundcalcError("--precision sets the data side's arithmetic: it needs "
@@ -379,15 +236,13 @@ def measure_cmd(
                 err_console.print(f"warning: {escape(result.warning())}", highlight=False)
         path = stats.save(output)
         stages.done()
+        from ..report.measure_view import measure_summary, print_data, print_weights
+
         if as_json:
-            summary = _summary(stats, path)
-            if task:
-                summary["curves"] = {k: c.to_json() for k, c in sorted(stats.curves.items())}
-                summary["provenance"] = stats.provenance
-            emit_json(summary)
+            emit_json(measure_summary(stats, path, data_side=task))
         elif task:
-            _print_data(stats, path, sigma_given=bool(sigma))
+            print_data(stats, path, console, sigma_given=bool(sigma))
         else:
-            _print(stats, path, show_map)
+            print_weights(stats, path, console, show_map)
 
     guarded(run)

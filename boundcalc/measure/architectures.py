@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import CheckpointError, one_line
+from ..words import option
 from .io import TensorSource
 
 MATRIX_ROLES = ("q", "k", "v", "o", "ffn_gate", "ffn_in", "ffn_out")
@@ -372,8 +373,8 @@ def build_layer_map(src: TensorSource, n_heads: int | None = None,
     heads = n_heads or _config_int(config, _HEAD_KEYS)
     if heads is None:
         raise CheckpointError(f"{src.source}: the number of attention heads is not stored "
-                              f"({name} checkpoint without config.json); pass n_heads "
-                              "(--n-heads N)")
+                              f"({name} checkpoint without config.json); pass "
+                              f"{option('n_heads', 'N')}")
     if q_rows % heads:
         raise CheckpointError(f"{src.source}: {q_rows} query rows cannot be split into {heads} "
                               "heads; check n_heads")

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import torch
 
 from ..errors import BoundcalcError
+from ..words import keyword, option
 
 DTYPE = torch.float64  # every statistic is accumulated in float64
 
@@ -24,7 +25,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     if spec == "cuda" or spec.startswith("cuda:"):
         if not torch.cuda.is_available():
             raise BoundcalcError(f"device '{spec}': CUDA is not available in this torch build or "
-                                 "machine; use --device cpu or auto")
+                                 f"machine; use {option('device', 'cpu')} or auto")
         try:
             dev = torch.device(spec)
         except RuntimeError:
@@ -83,7 +84,7 @@ def precision_record(name: str, device: torch.device) -> dict[str, str]:
            "bf16": f"bfloat16 autocast on {device.type} (8-bit mantissa matmuls; layer norms, "
                    "softmax and the loss in float32)"}[name]
     return {"data_side": name, "arithmetic": how,
-            "hessian": "fp32 (the Hessian trace and P̂ ignore --precision)"}
+            "hessian": f"fp32 (the Hessian trace and P̂ ignore {keyword('precision')})"}
 
 
 @contextmanager

@@ -31,6 +31,7 @@ import torch
 from ..errors import CheckpointError, one_line
 from ..limits import check_allocation
 from ..prior_spec import HINT, CentreSpec, is_keyword, parse_centre, parse_head_init  # noqa: F401
+from ..words import option
 from .io import DictSource, TensorSource, open_source
 
 BASE_PREFIXES = ("bert", "roberta", "xlm-roberta", "roberta_prelayernorm", "electra",
@@ -83,8 +84,8 @@ def draw_initialisation(model: Any, seed: int) -> dict[str, torch.Tensor]:
                         break
         if not reset:
             raise CheckpointError(f"random:{seed}: <{type(model).__name__}> has no "
-                                  "reset_parameters to re-draw its initialisation; give --init "
-                                  "a checkpoint or zero")
+                                  "reset_parameters to re-draw its initialisation; give "
+                                  f"{option('init')} a checkpoint or zero")
         return dict(fresh.state_dict())
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
@@ -92,7 +93,7 @@ def draw_initialisation(model: Any, seed: int) -> dict[str, torch.Tensor]:
         if not (folder / "config.json").is_file():
             raise CheckpointError(f"random:{seed}: {one_line(str(model))} has no config.json "
                                   "naming its architecture, so its initialisation cannot be "
-                                  "re-drawn; give --init a checkpoint or zero")
+                                  f"re-drawn; give {option('init')} a checkpoint or zero")
         import transformers
 
         try:
@@ -103,7 +104,7 @@ def draw_initialisation(model: Any, seed: int) -> dict[str, torch.Tensor]:
                                   f"transformers ({text})") from None
         return _fresh_hf(config, seed)
     raise CheckpointError(f"random:{seed}: a {type(model).__name__} carries no architecture to "
-                          "re-draw; give --init a checkpoint or zero")
+                          f"re-draw; give {option('init')} a checkpoint or zero")
 
 
 # ---- matching names across prefixes --------------------------------------------------------
@@ -256,8 +257,9 @@ class PriorCentre(TensorSource):
             self._drawn[seed] = draw_initialisation(self._model_obj, seed)
         t = self._drawn[seed].get(name)
         if t is None or tuple(t.shape) != self.shape(name):
-            raise CheckpointError(f"--head-init random:{seed}: a fresh draw of the model has no "
-                                  f"tensor '{name}' of shape {list(self.shape(name))}")
+            raise CheckpointError(f"{option('head_init', f'random:{seed}')}: a fresh draw of the "
+                                  f"model has no tensor '{name}' of shape "
+                                  f"{list(self.shape(name))}")
         return t
 
     def close(self) -> None:

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 
 import torch
 
+from ..words import option
+
 PARALLEL_MAX_HIDDEN = 2048
 SMALL_DATA_WIDTH = 512  # the data side of a model no wider than this runs on one thread
 
@@ -62,8 +64,8 @@ def data_threads(model: torch.nn.Module, device: torch.device,
         if int(requested) > cores:
             import warnings
 
-            warnings.warn(f"--threads {int(requested)}: this process may use {cores} core(s); "
-                          f"running {cores} thread(s)", stacklevel=2)
+            warnings.warn(f"{option('threads', int(requested))}: this process may use {cores} "
+                          f"core(s); running {cores} thread(s)", stacklevel=2)
             return cores
         return int(requested)
     if device.type == "cpu" and widest_layer(model) <= SMALL_DATA_WIDTH:

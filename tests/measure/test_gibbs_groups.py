@@ -21,6 +21,7 @@ from boundcalc.errors import StatsError
 from studies.digits_vit import DigitsConfig, build
 from boundcalc.measure.data import tune as tune_mod
 from boundcalc.measure.data.dataset_io import Batched
+from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.optimize import optimize
 from boundcalc.stats import Curve, Quantity, Stats
 from tests._measure_helpers import single_thread
@@ -132,9 +133,10 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
     _Guarded.open = False
     stats = Stats()
     with single_thread():
-        tune_mod.measure_groups(stats, tm, guarded, torch.device("cpu"), prior, tune=T,
-                                tune_source="prior.npz", prior_source="prior", draws=5,
-                                tune_draws=2)
+        tune_mod.measure_groups(stats, tm, guarded, torch.device("cpu"), prior,
+                                MeasureOptions(tune_data="prior.npz", group_draws=5,
+                                               tune_draws=2),
+                                tune=T, prior_source="prior")
     _Guarded.open = False
     shape = [c for c in calls if c[0] == "shape"]
     scale = [c for c in calls if c[0] == "scale"]

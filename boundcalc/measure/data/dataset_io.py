@@ -23,6 +23,7 @@ import torch
 from ...errors import BoundcalcError
 from ...limits import check_allocation
 from ...files import check_cells, input_files, loads_json, read_arrow, read_limited
+from ...words import option
 from ..safety import MAX_JSON_BYTES
 from .hf import TaskModel, load_tokenizer, position_limit
 
@@ -169,7 +170,8 @@ def read_batches(data: str | Path, tm: TaskModel, *, text_column: str = "text",
     if batch_size < 1:
         raise DataError(f"batch size must be >= 1, got {batch_size}")
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise DataError(f"--max-length must be a positive integer, got {max_length!r}")
+        raise DataError(f"{option('max_length')} must be a positive integer, got "
+                        f"{max_length!r}")
     cols, kind, source = read_columns(data, {text_column, label_column})
     if tm.task == "image_classification":
         return _image_batches(cols, tm, source, kind, label_column, batch_size)

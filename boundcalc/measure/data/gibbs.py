@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError, DomainError
+from ...words import option
 from ...limits import check_allocation
 from ...stats import Quantity
 from .curvature import Closure, _params
@@ -216,7 +217,8 @@ def resolve_mode(tm: TaskModel, mode: str) -> tuple[str, str]:
     from .row_noise import unsupported_reason
 
     if mode not in MODES:
-        raise BoundcalcError(f"--gibbs-mode {mode!r}: expected one of {', '.join(MODES)}")
+        raise BoundcalcError(f"{option('gibbs_mode', repr(mode))}: expected one of "
+                             f"{', '.join(MODES)}")
     if mode == "whole":
         return "whole", "weights"
     reason = unsupported_reason(tm.model, [n for n, _ in _params(tm.model)])
@@ -307,7 +309,7 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
     if passes < 1:
         raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
     if samples is not None and samples < 1:
-        raise BoundcalcError(f"--gibbs-samples must be >= 1, got {samples}")
+        raise BoundcalcError(f"{option('gibbs_samples')} must be >= 1, got {samples}")
     requested = mode
     mode, engine = resolve_mode(tm, mode)
     model = tm.model

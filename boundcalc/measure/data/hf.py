@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import CheckpointError
+from ...words import option
 from ..offline import check_folder, from_pretrained, transformers_module
 from ..safety import read_small_json
 
@@ -91,13 +92,13 @@ def load_task_model(path: str | Path, device: Any = "cpu") -> TaskModel:
     if config is not None:
         check_folder(p)  # before anything else: an auto_map is refused whatever the head
     if config is None:
-        raise CheckpointError(f"{p}: --data needs a Hugging Face folder with a config.json "
-                              f"naming a task head ({SUPPORTED})")
+        raise CheckpointError(f"{p}: {option('data')} needs a Hugging Face folder with a "
+                              f"config.json naming a task head ({SUPPORTED})")
     found = task_of(config)
     if found is None:
         archs = config.get("architectures") or ["no 'architectures' entry"]
         raise CheckpointError(f"{p}: config names {', '.join(map(str, archs))[:80]}, which has "
-                              f"no task head; --data needs one of {SUPPORTED}")
+                              f"no task head; {option('data')} needs one of {SUPPORTED}")
     arch, task = found
     _refuse_regression(config, task, p)  # before the weights are read
     transformers = transformers_module()

@@ -36,10 +36,16 @@ import torch
 from torch import nn
 
 from ...errors import BoundcalcError
+from ...words import option
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, nn.Conv2d)
 NAMES = "Linear, Embedding, LayerNorm, Conv2d"
 Plan = dict[nn.Module, tuple[str, dict[str, float]]]
+
+
+def refused(why: str) -> BoundcalcError:
+    """The error of a model the per-sample draws cannot serve: ``why``, and the way out."""
+    return BoundcalcError(f"per-sample Gibbs draws: {why}; use {option('gibbs_mode', 'whole')}")
 
 
 def _owners(model: nn.Module) -> dict[int, list[tuple[str, nn.Module, str]]]:
@@ -145,7 +151,7 @@ class RowNoise:
                  generator: torch.Generator) -> None:
         hooked, replayed, reason = plan(model, sigma_of)
         if reason is not None:
-            raise BoundcalcError(f"per-sample Gibbs draws: {reason}; use --gibbs-mode whole")
+            raise refused(reason)
         self.gen = generator
         self.rows = 0
         self.calls: dict[str, int] = {}
@@ -208,9 +214,8 @@ class RowNoise:
         n = self.calls.get(path, 0) + 1
         self.calls[path] = n
         if n > 1:
-            raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' ran twice in one "
-                                 "forward pass, so its two uses would need the same draw; use "
-                                 "--gibbs-mode whole")
+            raise refused(f"module '{path}' ran twice in one forward pass, so its two uses "
+                          "would need the same draw")
 
     def _replayer(self, mod: nn.Module, path: str, sig: dict[str, float],
                   forward: Callable) -> Callable:
@@ -231,8 +236,7 @@ class RowNoise:
             lead = next((x.shape[0] for x in (*args, *kwargs.values())
                          if isinstance(x, torch.Tensor) and x.ndim > 0), 1)
             if lead not in (1, R):
-                raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' saw {lead} rows, "
-                                     f"expected {R}; use --gibbs-mode whole")
+                raise refused(f"module '{path}' saw {lead} rows, expected {R}")
             if path not in self._checked:
                 self._check_rows(path, forward, args, kwargs, R, lead)
                 if R > 1 and all(p.ndim > 0 and p.shape[0] == 1 for p in params.values()):
@@ -277,9 +281,8 @@ class RowNoise:
                     p.normal_(0.0, sig[a], generator=self.gen).add_(saved[a])
                 out = _row_call(forward, args, kwargs, b, lead)
                 if not isinstance(out, torch.Tensor):
-                    raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' returns "
-                                         f"{type(out).__name__}, not a tensor; use "
-                                         "--gibbs-mode whole")
+                    raise refused(f"module '{path}' returns {type(out).__name__}, not a "
+                                  "tensor")
                 outs.append(out)
         finally:
             self.rows = R
@@ -296,8 +299,7 @@ class RowNoise:
         finally:
             self._quiet = False
         if not _same_rows(whole, rows, R):
-            raise BoundcalcError(f"per-sample Gibbs draws: module '{path}' does not treat its "
-                                 "rows independently; use --gibbs-mode whole")
+            raise refused(f"module '{path}' does not treat its rows independently")
         self._checked.add(path)
 
     def _check_stacked(self, mod: nn.Module, path: str, sig: dict[str, float], params: dict,
@@ -330,8 +332,7 @@ class RowNoise:
             return t
         if t.shape[0] == 1:
             return t.expand(R, *t.shape[1:])
-        raise BoundcalcError(f"per-sample Gibbs draws: a module saw {t.shape[0]} rows, "
-                             f"expected {R}; use --gibbs-mode whole")
+        raise refused(f"a module saw {t.shape[0]} rows, expected {R}")
 
     def _affine(self, X: torch.Tensor, y3: torch.Tensor, sw: float, sb: float) -> torch.Tensor:
         """y3 + X·Eᵀ + 1·eᵀ for one draw (E, e) per row: X (R, T, d_in), y3 (R, T, d_out).
@@ -379,8 +380,7 @@ class RowNoise:
         x = self._rows_of(x)
         y = self._rows_of(y)
         if x.ndim != 4:
-            raise BoundcalcError("per-sample Gibbs draws: a Conv2d input without a batch axis; "
-                                 "use --gibbs-mode whole")
+            raise refused("a Conv2d input without a batch axis")
         P = torch.nn.functional.unfold(x, mod.kernel_size, mod.dilation, mod.padding, mod.stride)
         X = P.transpose(1, 2)  # (R, L, C·kh·kw)
         y3 = y.reshape(R, mod.out_channels, -1).transpose(1, 2)

@@ -20,74 +20,39 @@ groups   ``hessian_trace`` per stats group (estimated).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ...errors import BoundcalcError, DomainError
+from ...errors import BoundcalcError
 from ...stats import Curve, Quantity, Stats
+from ...words import keyword, option
 from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, ramp_risk,
                         run_pass)
 from .dataset_io import read_batches
 from .gibbs import gibbs_estimate
 from ... import plan
-from ..device import (check_precision, default_precision, device_name,
-                      precision as data_precision, precision_record, resolve_device,
-                      work_budget_for)
+from ..device import (default_precision, device_name, precision as data_precision,
+                      precision_record, resolve_device, work_budget_for)
 from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
-from .tune import DR_B, DR_C, dr_sigma
+from .options import MeasureOptions
+from .sigma_grid import DEFAULT_SIGMAS, SNAP_TOLERANCE, dr_point, snapped_sigmas  # noqa: F401
 
-DEFAULT_SIGMAS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
-
-
-SNAP_TOLERANCE = 0.01  # neighbouring grid points differ by 0.5 %: anything further is off-grid
-
-
-def dr_point(sigma: float) -> tuple[int, float]:
-    """The Dziugaite–Roy grid point nearest to ``sigma``: (j, σ_j). A σ with no grid point
-    within 1 % (above σ_1 ≈ 0.315, or below the smallest positive double's grid point) is
-    refused with one line: it would otherwise be measured at a σ nobody asked for."""
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise DomainError(f"--sigma {sigma}: expected a positive number")
-    j = max(1, round(-DR_B * (2 * math.log(sigma) - math.log(DR_C))))
-    used = dr_sigma(j)
-    if not (used > 0 and abs(used / sigma - 1) <= SNAP_TOLERANCE):
-        raise DomainError(
-            f"--sigma {sigma:g}: no point of the Dziugaite–Roy grid σ_j² = {DR_C}·e^(−j/{DR_B:g}) "
-            f"lies within {SNAP_TOLERANCE:.0%} of it (nearest: j = {j}, σ = {used:.4g}); give a σ "
-            f"between 1e-300 and {dr_sigma(1):.4g}")
-    return j, used
+__all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "measure_task",
+           "snapped_sigmas"]
 
 
-def snapped_sigmas(sigmas: Sequence[float]) -> list[dict[str, float]]:
-    """Every requested σ with the grid point it is measured at (``requested``, ``used``,
-    ``j``, ``moved``: whether the value changed), in the order given; refuses far-off σ."""
-    out = []
-    for s in sigmas:
-        j, used = dr_point(float(s))
-        out.append({"requested": float(s), "used": used, "j": j,
-                    "moved": not math.isclose(used, float(s), rel_tol=1e-12)})
-    return out
-
-
-def measure_task(model: str, data: str, init: str | None = None, *, device: str = "auto",
-                 text_column: str = "text", label_column: str = "label", max_length: int = 128,
-                 batch_size: int = 32, sigmas: Sequence[float] = DEFAULT_SIGMAS,
-                 draws: int = 20, delta_mc: float = 0.01, hessian_probes: int = 20,
-                 hessian_samples: int = 256, alpha: float = 0.01, seed: int = 0,
-                 perturbation_draws: int = 0, progress: Any = None,
-                 head_init: Any = None, gibbs_mode: str = "auto",
-                 gibbs_samples: int | None = None,
-                 tune_data: str | None = None, sigma_groups: bool = False,
-                 tune_draws: int = 4, tune_slack: float = 0.05,
-                 group_draws: int | None = None, threads: int | None = None,
-                 precision: str | None = None, allow_overlap: bool = False,
-                 init_data: str | None = None) -> Stats:
+def measure_task(model: str, data: str, init: str | None = None,
+                 options: MeasureOptions | None = None, *, progress: Any = None,
+                 **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
+
+    ``options`` (:class:`~.options.MeasureOptions`, checked when built) says what to measure;
+    ``keywords`` are its fields given one by one (``draws=5``, ``sigmas=(0.01,)``; ``alpha`` is
+    ``smoothing``), in place of the values of ``options`` when both are given. ``progress``:
+    True for a terminal bar, a callable ``(done, total, what)``, or None.
 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
     :mod:`.tune`: σ_g searched on ``tune_data`` (disjoint from DATA, e.g. the split the prior
@@ -110,148 +75,134 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
     """
     from ..weights.pipeline import measure
 
-    if precision is not None:
-        check_precision(precision)
-    if draws < 0 or hessian_probes < 0 or hessian_probes == 1:
-        raise BoundcalcError("--draws must be >= 0 and --hessian-probes 0 or >= 2")
-    if gibbs_mode not in ("auto", "sample", "whole"):
-        raise BoundcalcError(f"--gibbs-mode {gibbs_mode!r}: expected auto, sample or whole")
-    if gibbs_samples is not None and gibbs_samples < 1:
-        raise BoundcalcError(f"--gibbs-samples must be >= 1, got {gibbs_samples}")
-    if not 0 < delta_mc < 1:
-        raise BoundcalcError(f"--delta-mc must lie in (0, 1), got {delta_mc}")
-    if 1.0 - delta_mc == 1.0:  # the confidence 1 − δ′ would be written as 1: no statement
-        raise BoundcalcError(f"--delta-mc {delta_mc:g}: too small; its confidence 1 − δ′ rounds "
-                             "to 1 in double precision (use δ′ ≥ 1e-15)")
-    if not 0 < alpha < 1:
-        raise BoundcalcError(f"--smoothing must lie in (0, 1), got {alpha}")
-    snaps = snapped_sigmas(sigmas)
-    counts = dict(sigmas=len({p["j"] for p in snaps}), draws=draws, hessian_probes=hessian_probes,
-                  hessian_samples=hessian_samples, perturbation_draws=perturbation_draws,
-                  gibbs_samples=gibbs_samples,
-                  batch_size=batch_size)
-    dev = resolve_device(device)
+    opts = MeasureOptions.of(options, **keywords)
+    snaps = snapped_sigmas(opts.sigmas)
+    counts = dict(sigmas=len({p["j"] for p in snaps}), draws=opts.draws,
+                  hessian_probes=opts.hessian_probes, hessian_samples=opts.hessian_samples,
+                  perturbation_draws=opts.perturbation_draws, gibbs_samples=opts.gibbs_samples,
+                  batch_size=opts.batch_size)
+    dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
-    groups_wanted = sigma_groups or tune_data is not None
-    if groups_wanted:
-        group_draws = draws if group_draws is None else group_draws
-        counts.update(group_draws=group_draws, tune_draws=tune_draws)
+    if opts.groups:
+        counts.update(group_draws=opts.group_passes, tune_draws=opts.tune_draws)
     plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
-    if groups_wanted:
-        _check_tune(data, init, tune_data, group_draws)
+    if opts.groups:
+        _check_tune(data, init, opts.tune_data)
     tm = load_task_model(model, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
     plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
-    batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
-                           max_length=max_length, batch_size=batch_size)
+
+    def read(source: str):
+        return read_batches(source, tm, text_column=opts.text_column,
+                            label_column=opts.label_column, max_length=opts.max_length,
+                            batch_size=opts.batch_size)
+
+    batched = read(data)
     plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
                                  positions=batched.seq_len, device=dev.type), budget)
     tune, shared = None, 0
-    if groups_wanted and tune_data is not None:  # read and checked before any Monte Carlo
-        tune = read_batches(tune_data, tm, text_column=text_column, label_column=label_column,
-                            max_length=max_length, batch_size=batch_size)
-        shared = _overlap(batched, tune, data, tune_data, "--tune-data", allow_overlap)
+    if opts.groups and opts.tune_data is not None:  # read and checked before any Monte Carlo
+        tune = read(opts.tune_data)
+        shared = _overlap(batched, tune, data, opts.tune_data, "tune_data", opts.allow_overlap)
         plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
                                      positions=max(batched.seq_len, tune.seq_len),
                                      device=dev.type, tune_rows=tune.n), budget)
     init_rows = None
-    if init_data is not None:
-        init_rows = read_batches(init_data, tm, text_column=text_column,
-                                 label_column=label_column, max_length=max_length,
-                                 batch_size=batch_size)
-        _overlap(batched, init_rows, data, init_data, "--init-data", False)
-    stats = measure(model, init=init, device=device, progress=progress or False,
-                    head_init=head_init)
+    if opts.init_data is not None:
+        init_rows = read(opts.init_data)
+        _overlap(batched, init_rows, data, opts.init_data, "init_data", False)
+    stats = measure(model, init=init, device=opts.device, progress=progress or False,
+                    head_init=opts.head_init)
     if progress is True:
         from ..weights.pipeline import _rich_progress
 
         report, stop = _rich_progress()
     else:
         report, stop = (progress if callable(progress) else None), (lambda: None)
+    threads = opts.threads
     n_threads = data_threads(tm.model, dev, threads)
     stats.provenance["threads"] = {"data_side": n_threads or torch.get_num_threads(),
-                                   "rule": ("requested (--threads)" + (
+                                   "rule": (f"requested ({keyword('threads')})" + (
                                        f", capped at the {n_threads} core(s) this process may "
                                        "use" if n_threads != threads else ""))
                                    if threads is not None else
                                    "one for a model no wider than "
                                    f"{SMALL_DATA_WIDTH} on a CPU, else torch's default"}
-    prec = precision or default_precision(dev)
+    prec = opts.precision or default_precision(dev)
     stats.provenance["precision"] = precision_record(prec, dev)
     try:
         with blas_threads(n_threads), data_precision(prec, dev):
-            _data_side(stats, tm, batched, dev, data, init, sigmas, draws, delta_mc,
-                       hessian_probes, hessian_samples, alpha, seed, report, gibbs_mode,
-                       gibbs_samples)
-            if groups_wanted:
+            _data_side(stats, tm, batched, dev, data, init, opts, report)
+            if opts.groups:
                 from .tune import measure_groups
 
                 prior = load_task_model(init, dev)
-                measure_groups(stats, tm, batched, dev, prior, tune=tune, tune_source=tune_data,
-                               prior_source=init, draws=group_draws, tune_draws=tune_draws,
-                               slack=tune_slack, delta_mc=delta_mc, alpha=alpha, seed=seed,
-                               progress=report, gibbs_mode=gibbs_mode, samples=gibbs_samples,
-                               shared_rows=shared)
-        with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever --precision
-            if perturbation_draws > 0:
-                probes = max(hessian_probes, 2)
-                values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
-                                           hessian_samples, seed, report)
-                stats.curves["perturbation_term"] = Curve(
-                    "sigma", np.array(LS_MESH), values, estimated=True,
-                    n_samples=perturbation_draws,
-                    method=(f"P̂(σ) = 90th percentile over {perturbation_draws} draws u ~ "
-                            f"N(0, σ²I) of |tr H(θ+u) − tr H(θ)|, Hutchinson with {probes} "
-                            f"common probes on the first {min(hessian_samples, batched.n)} "
-                            "samples; σ is the std, on the Lintilhac–Shaikh mesh "
-                            "linspace(0.01, 1e-5, 20)"))
+                measure_groups(stats, tm, batched, dev, prior, opts, tune=tune,
+                               prior_source=init, progress=report, shared_rows=shared)
+        with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
+            if opts.perturbation_draws > 0:
+                _perturbation(stats, tm, batched, dev, opts, report)
     finally:
         stop()
     stats.provenance["sigma_snapped"] = snaps
     if init_rows is not None:
-        stats.provenance["init_data"] = {"source": str(init_data), "rows": init_rows.n,
+        stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
     return stats
 
 
-def _overlap(S, other, data: str, other_source: str, option: str, allow: bool) -> int:
-    """Rows of ``other`` that are rows of S, by content; refused unless ``allow``."""
+def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) -> None:
+    """The curve ``perturbation_term``: P̂ of Lintilhac–Shaikh at each σ of their mesh."""
+    draws, samples, seed = opts.perturbation_draws, opts.hessian_samples, opts.seed
+    probes = max(opts.hessian_probes, 2)
+    values = perturbation_term(tm, batched, dev, LS_MESH, draws, probes, samples, seed, report)
+    stats.curves["perturbation_term"] = Curve(
+        "sigma", np.array(LS_MESH), values, estimated=True, n_samples=draws,
+        method=(f"P̂(σ) = 90th percentile over {draws} draws u ~ "
+                f"N(0, σ²I) of |tr H(θ+u) − tr H(θ)|, Hutchinson with {probes} "
+                f"common probes on the first {min(samples, batched.n)} "
+                "samples; σ is the std, on the Lintilhac–Shaikh mesh "
+                "linspace(0.01, 1e-5, 20)"))
+
+
+def _overlap(S, other, data: str, other_source: str, name: str, allow: bool) -> int:
+    """Rows of ``other`` (the option ``name``: tune_data or init_data) that are rows of S, by
+    content; refused unless ``allow``."""
     from .dataset_io import DataError, shared_rows
 
     shared = shared_rows(S, other)
     if shared and not allow:
-        hint = ("; pass a disjoint split, or --allow-overlap to pay for the shape as if it "
-                "were chosen on S" if option == "--tune-data" else
-                "; a prior trained on rows of S is not a PAC-Bayes prior: train --init on a "
-                "disjoint split")
-        raise DataError(f"{option} {other_source}: {shared} of its {other.n} rows are rows of "
-                        f"DATA {data} (same inputs and label), so it is not disjoint from "
+        hint = (f"; pass a disjoint split, or {option('allow_overlap')} to pay for the shape as "
+                "if it were chosen on S" if name == "tune_data" else
+                "; a prior trained on rows of S is not a PAC-Bayes prior: train "
+                f"{option('init')} on a disjoint split")
+        raise DataError(f"{option(name, other_source)}: {shared} of its {other.n} rows are rows "
+                        f"of DATA {data} (same inputs and label), so it is not disjoint from "
                         f"DATA{hint}")
     return shared
 
 
-def _check_tune(data: str, init: str | None, tune_data: str | None, draws: int) -> None:
+def _check_tune(data: str, init: str | None, tune_data: str | None) -> None:
     from pathlib import Path
 
     from ...prior_spec import is_keyword
 
+    groups = f"{option('tune_data')} / {option('sigma_groups')}"
     if init is None or is_keyword(init):
-        raise BoundcalcError("--tune-data / --sigma-groups need --init: a checkpoint with the "
-                             "model's task head (e.g. the prior trained on the tune split), "
-                             "where the per-group prior N(w_init, diag σ_g²) is centred")
-    if draws < 1:
-        raise BoundcalcError("--tune-data / --sigma-groups need --group-draws (default "
-                             "--draws) >= 1: the Gibbs risk on DATA at the chosen σ vector")
+        raise BoundcalcError(f"{groups} need {option('init')}: a checkpoint with the model's "
+                             "task head (e.g. the prior trained on the tune split), where the "
+                             "per-group prior N(w_init, diag σ_g²) is centred")
     if tune_data is not None and Path(tune_data).resolve() == Path(data).resolve():
-        raise BoundcalcError(f"--tune-data {tune_data}: is DATA itself; it must be a split "
-                             "disjoint from DATA (without --tune-data, --sigma-groups searches "
-                             "on DATA and pays for it)")
+        raise BoundcalcError(f"{option('tune_data', tune_data)}: is DATA itself; it must be a "
+                             f"split disjoint from DATA (without {option('tune_data')}, "
+                             f"{option('sigma_groups')} searches on DATA and pays for it)")
 
 
-def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
-               delta_mc: float, hessian_probes: int, hessian_samples: int, alpha: float,
-               seed: int, report, gibbs_mode: str = "auto",
-               gibbs_samples: int | None = None) -> None:
+def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
+               report) -> None:
+    """The data side's scalars and curves on S (see the module docstring)."""
+    sigmas, draws, delta_mc, alpha, seed = (opts.sigmas, opts.draws, opts.delta_mc,
+                                            opts.smoothing, opts.seed)
     torch.manual_seed(seed)
     base = run_pass(tm, batched, dev, alpha=alpha, progress=report)
     n = batched.n
@@ -302,7 +253,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
         points = sorted({dr_point(s) for s in sigmas}, key=lambda t: t[1])
         sig = [p[1] for p in points]
         est = gibbs_estimate(tm, batched, dev, sig, draws, seed, alpha, report,
-                             mode=gibbs_mode, samples=gibbs_samples)
+                             mode=opts.gibbs_mode, samples=opts.gibbs_samples)
         means = est.means.mean(1)
         uppers = est.upper(delta_mc / len(sig))
         N = est.n_losses
@@ -325,9 +276,10 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, sigmas, draws: int,
         stats.provenance["gibbs_mode"] = est.mode
         if est.note:
             stats.provenance["gibbs_mode_note"] = est.note
-    if hessian_probes >= 2:
-        with data_precision("fp32", dev):  # curvature ignores --precision
-            _hessian(stats, tm, batched, dev, hessian_probes, hessian_samples, seed, report)
+    if opts.hessian_probes >= 2:
+        with data_precision("fp32", dev):  # curvature ignores the precision option
+            _hessian(stats, tm, batched, dev, opts.hessian_probes, opts.hessian_samples, seed,
+                     report)
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,

@@ -33,11 +33,13 @@ import numpy as np
 import torch
 
 from ...errors import BoundcalcError
+from ...words import keyword, option
 from .dataset_io import Batched
 from .gibbs import gibbs_estimate, gibbs_risk, perturbed, resolve_mode
 from .hf import TaskModel
+from .options import MeasureOptions
+from .sigma_grid import dr_sigma
 
-DR_C, DR_B = 0.1, 100.0  # the Dziugaite–Roy grid σ_j² = c·e^{−j/b} of pac_bayes.toml
 J_MAX = 1400  # σ ≈ 2.9e-4: below this the search stops refining
 SCALE_GRID = tuple(float(x) for x in np.geomspace(0.25, 4.0, 17))  # = the formula's grid
 FREE = "chosen on data disjoint from S: no union-bound cost"
@@ -45,11 +47,6 @@ CHARGED = ("chosen with data that depend on S: each ρ_g pays its Dziugaite–Ro
            "2 ln j_g + ln(π²/6)")
 
 Risk = Callable[[Mapping[str, float]], float]
-
-
-def dr_sigma(j: int) -> float:
-    """σ_j = √(c·e^{−j/b}) on the Dziugaite–Roy grid."""
-    return math.sqrt(DR_C) * math.exp(-j / (2 * DR_B))
 
 
 def sigma_groups(model: torch.nn.Module) -> dict[str, str]:
@@ -75,8 +72,8 @@ def group_distances(model: torch.nn.Module, prior: torch.nn.Module,
         q = ref.get(n)
         if q is None or q.shape != p.shape:
             raise BoundcalcError(f"prior weights: parameter '{n}' is missing or has another "
-                                 f"shape ({tuple(p.shape)} expected); --init must be the same "
-                                 "architecture as MODEL")
+                                 f"shape ({tuple(p.shape)} expected); {option('init')} must be "
+                                 "the same architecture as MODEL")
         d = float((p.detach().double().cpu() - q.detach().double().cpu()).square().sum())
         acc = out.setdefault(groups[n], [0, 0.0])
         acc[0] += p.numel()
@@ -134,7 +131,8 @@ def final_risk(tm: TaskModel, data: Batched, device: torch.device,
         return FinalRisk(float(losses.mean()), n, draws, "whole", rows, how)
     how = (f"{draws} passes over the {data.n} rows of S, cut into chunks of {rows} rows, every "
            f"chunk its own draw u ∼ N(0, diag σ_g²) (per-sample draws are not exact for this "
-           f"model or --gibbs-mode whole was asked): N = {n} independent chunk means")
+           f"model or {keyword('gibbs_mode', 'whole')} was asked): N = {n} independent "
+           "chunk means")
     return FinalRisk(float(losses.mean()), n, draws, "chunk", rows, how)
 
 
@@ -298,34 +296,35 @@ def choose_scale(risk: Risk, groups: Mapping[str, str], shape: Shape,
 
 
 def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.device,
-                   prior: TaskModel, *, tune: Batched | None = None,
-                   tune_source: str | None = None, prior_source: str | None = None,
-                   draws: int = 100, tune_draws: int = 4, slack: float = 0.05,
-                   delta: float = 0.05, delta_mc: float = 0.01, alpha: float = 0.01,
-                   seed: int = 0, progress: Any = None, gibbs_mode: str = "auto",
-                   samples: int | None = None, shared_rows: int = 0) -> None:
+                   prior: TaskModel, options: MeasureOptions, *, tune: Batched | None = None,
+                   prior_source: str | None = None, delta: float = 0.05,
+                   progress: Any = None, shared_rows: int = 0) -> None:
     """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``
-    (:func:`final_risk` with ``gibbs_mode`` and ``samples``: per-sample draws where exact).
+    (:func:`final_risk` with ``options.gibbs_mode`` and ``options.gibbs_samples``: per-sample
+    draws where exact, ``options.group_passes`` passes).
 
-    With ``tune`` (a split disjoint from S) the shape ρ is searched with the **prior** weights
-    on ``tune`` only, and S is read for the first time by the final measurement. Without it the
-    shape is searched on S with the posterior weights and charged (see the module docstring).
+    With ``tune`` (the split ``options.tune_data``, disjoint from S) the shape ρ is searched
+    with the **prior** weights on ``tune`` only, and S is read for the first time by the final
+    measurement. Without it the shape is searched on S with the posterior weights and charged
+    (see the module docstring). The search uses ``options.tune_draws`` draws per σ vector and
+    keeps the Gibbs risk within ``options.tune_slack`` of the weights' own; ``delta`` is the
+    bound's δ with which the scale is chosen.
     """
     from ...engine.functions import kl_inv_upper
     from ...stats import Curve, Quantity
     from .data_pass import run_pass
 
-    if draws < 1 or tune_draws < 1:
-        raise BoundcalcError("per-group σ: --draws and --tune-draws must be >= 1")
-    if not 0 <= slack < 1:
-        raise BoundcalcError(f"--tune-slack must lie in [0, 1), got {slack}")
+    tune_source = options.tune_data
+    draws, tune_draws, slack = options.group_passes, options.tune_draws, options.tune_slack
+    delta_mc, alpha, seed = options.delta_mc, options.smoothing, options.seed
+    gibbs_mode, samples = options.gibbs_mode, options.gibbs_samples
     groups = sigma_groups(tm.model)
     dist = group_distances(tm.model, prior.model, groups)
     sizes = {g: c for g, (c, _) in dist.items()}
     dist_sq = {g: d for g, (_, d) in dist.items()}
     searched = tune is not None
     # ``shared_rows``: rows of ``tune`` that are rows of S (measured by content by the caller,
-    # allowed with --allow-overlap): the shape then depends on S and is charged
+    # allowed with options.allow_overlap): the shape then depends on S and is charged
     free = searched and not shared_rows
     s_tm, s_data = (prior, tune) if searched else (tm, data)
     search_seed = seed + 10_000  # never the seed of the final draws on S
