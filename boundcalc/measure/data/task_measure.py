@@ -195,8 +195,10 @@ def measure_task(model: str, data: str, init: str | None = None, *, device: str 
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever --precision
             if perturbation_draws > 0:
                 probes = max(hessian_probes, 2)
+                routes: list[str] = []
                 values = perturbation_term(tm, batched, dev, LS_MESH, perturbation_draws, probes,
-                                           hessian_samples, seed, report)
+                                           hessian_samples, seed, report, routes=routes)
+                stats.provenance["perturbation_term_hvp"] = "; ".join(routes)
                 stats.curves["perturbation_term"] = Curve(
                     "sigma", np.array(LS_MESH), values, estimated=True,
                     n_samples=perturbation_draws,
@@ -374,6 +376,7 @@ def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: in
     tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=groups, seed=seed,
                           progress=report)
     tr.total.method = (tr.total.method or "") + f", mean training loss on the first {used} samples"
+    stats.provenance["hessian_hvp"] = tr.route
     try:
         attach_hessian_trace(stats, tr)
     except BoundcalcError:
