@@ -26,6 +26,7 @@ from ..prior import PriorCentre, open_centre
 from .spectra import (Parts, finish, matrix_parts, matrix_stats, product_parts, product_stats,
                       schatten_grid, svdvals, svdvals_many, to_host)
 from ..threads import blas_threads, layer_workers
+from .route import Route, routed
 
 Progress = Callable[[int, int, str], None]
 # Raw types, then the spectrum-adaptive ones; order of matrices within a layer in the output.
@@ -285,8 +286,9 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
     try:
         workers = layer_workers(lmap.hidden, dev)
         with blas_threads(1 if workers > 1 else None):
-            matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report,
-                                                total, per_layer, layer_matrices or {}, workers)
+            matrices, groups, token_emb, route_record = _walk(
+                src, init_src, lmap, dev, raw, grid, report, total, per_layer,
+                layer_matrices or {}, workers)
     finally:
         stop()
     scalars: dict[str, Quantity] = {
@@ -320,6 +322,8 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
                   "data": None if sample is None else sample.source}
     if init_src is not None:
         provenance["prior"] = init_src.provenance()
+    if route_record is not None:
+        provenance["weights_route"] = route_record
     group_names = lmap.group_names()
     stats = {k: [float(groups[k][g]) for g in group_names] for k in groups}
     return Stats(model=model, matrices=matrices, scalars=scalars,
@@ -332,8 +336,10 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
           raw: bool, grid: Sequence[float] | None, report: Progress, total: int,
           per_layer: int, given: Mapping[int, list[MatrixStats]],
           workers: int = 1) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
-                                     torch.Tensor | None]:
-    """One pass over the tensors, a layer at a time; returns matrices and group sums.
+                                     torch.Tensor | None, dict[str, Any] | None]:
+    """One pass over the tensors, a layer at a time; returns matrices, group sums, the token
+    embedding and, on a card, the weights route taken (:mod:`.route`: the first layer
+    computed here is timed on the card and the host, the rest go to the faster).
 
     Layers in ``given`` (computed elsewhere, e.g. by a per-layer split) are taken as they are.
     Tensors are read here, in order; with ``workers`` > 1 each layer's statistics are computed
@@ -344,8 +350,13 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
     # torch's thread count is per thread: a pool thread would otherwise run LAPACK on all
     # cores (unless OMP_NUM_THREADS says otherwise, as under Ray), oversubscribing them and
     # making the last bits depend on the environment
-    pool = (ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
-            if workers > 1 else None)
+    def make_pool(n: int) -> ThreadPoolExecutor | None:
+        return (ThreadPoolExecutor(n, initializer=torch.set_num_threads, initargs=(1,))
+                if n > 1 else None)
+
+    pool = make_pool(workers)
+    route = Route(dev, lmap.hidden) if routed(dev) else None
+    load = route.device if route is not None else dev  # the host until the route is chosen
     pending: list = []
     names = lmap.group_names()
     groups: dict[str, dict[str, float]] = {"n_params": dict.fromkeys(names, 0.0),
@@ -371,9 +382,9 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
             t0 = init.get(e.name) if init is not None else None
             _accumulate(groups, e, t, t0)
             if e.role in MATRIX_ROLES and layer not in given:
-                cache[e.name] = _own(t, dev)
+                cache[e.name] = _own(t, load)
                 if t0 is not None:
-                    cache0[e.name] = _own(t0, dev)
+                    cache0[e.name] = _own(t0, load)
             if e.name == lmap.token_embedding:
                 token_emb = t
         if layer is None:
@@ -381,9 +392,18 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
         if layer in given:
             pending.append(given[layer])
         else:  # the inputs are read here, before the maps are closed; the work may be threaded
-            W, W0 = _layer_inputs(src, init, lmap, layer, cache, cache0, dev)
-            pending.append(_layer_matrices(lmap, layer, W, W0, raw, grid) if pool is None
-                           else pool.submit(_layer_matrices, lmap, layer, W, W0, raw, grid))
+            W, W0 = _layer_inputs(src, init, lmap, layer, cache, cache0, load)
+            if route is not None and not route.decided:  # timed on the card and the host
+                n_left = sum(1 for l in range(layer + 1, lmap.n_layers) if l not in given)
+                pending.append(route.first(
+                    functools.partial(_layer_matrices, lmap, layer, raw=raw, grid=grid),
+                    W, W0, layer, n_left))
+                load, workers = route.device, route.workers
+                pool = make_pool(workers)
+            else:
+                pending.append(_layer_matrices(lmap, layer, W, W0, raw, grid) if pool is None
+                               else pool.submit(_layer_matrices, lmap, layer, W, W0, raw,
+                                                grid))
         while len(pending) > workers:
             matrices += _done(pending.pop(0))
         done += per_layer
@@ -399,7 +419,7 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     report(total, total, "done")
-    return matrices, groups, token_emb
+    return matrices, groups, token_emb, (route.record if route is not None else None)
 
 
 def _done(item: Any) -> list[MatrixStats]:
