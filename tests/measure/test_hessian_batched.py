@@ -181,3 +181,58 @@ def test_untraceable_models_fall_back_to_the_loop_with_a_note(monkeypatch, build
     tr = hutchinson_trace(model, terms, n_probes=4, seed=0, groups=None)
     assert "fallback: torch.func could not trace the model" in tr.route
     assert tr.total.estimated
+
+
+class _FakeMeter:
+    """A card's memory meter: every one-probe pass peaks at ``peak`` bytes, ``room`` free."""
+
+    def __init__(self, peak: int, room: int):
+        self.peak_bytes, self.room_bytes, self.starts = peak, room, 0
+
+    def start(self):
+        self.starts += 1
+
+    def peak(self):
+        return self.peak_bytes
+
+    def room(self):
+        return self.room_bytes
+
+
+def test_on_a_card_the_first_pass_measures_one_probe_and_sizes_the_stack(monkeypatch):
+    model, X, y = _mlp()
+    terms = _terms(model, X, y)  # 3 terms
+    probes = draw_probes(list(model.parameters()), 7, torch.Generator().manual_seed(1))
+    ref = quadratic_forms(model, terms, probes, method="autograd")
+    meter = _FakeMeter(peak=100, room=250)  # room for two probes a pass
+    monkeypatch.setattr(curvature, "_memory_meter", lambda dev: meter)
+    calls = _forwards(model)
+    notes: list[str] = []
+    got = quadratic_forms(model, terms, probes, method="func", inner=7, notes=notes)
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-13)
+    assert meter.starts == 1  # measured once, on the first pass
+    # first term: 1 probe, then 6 in passes of 2; the others: ⌈7 / 2⌉ = 4 passes each
+    assert calls[0] == (1 + 3) + 4 + 4
+    assert notes == ["torch.func forward-over-reverse (jvp of grad), up to 2 probes stacked "
+                     "under vmap per pass of each term (sized from the peak memory of a "
+                     "one-probe pass)"]
+
+
+def test_a_stack_that_runs_out_of_memory_is_halved_for_every_later_pass(monkeypatch):
+    model, X, y = _mlp()
+    terms = _terms(model, X, y)
+    probes = draw_probes(list(model.parameters()), 8, torch.Generator().manual_seed(2))
+    ref = quadratic_forms(model, terms, probes, method="autograd")
+    real, sizes = curvature._hvp_func, []
+
+    def tight(model, names, params, term, vs):
+        sizes.append(vs[0].shape[0])
+        if vs[0].shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
+        return real(model, names, params, term, vs)
+
+    monkeypatch.setattr(curvature, "_hvp_func", tight)
+    got = quadratic_forms(model, terms, probes, method="func", inner=8)
+    torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-13)
+    # 8 → 4 → 2 on the first term, then 2 a pass: no term retries the larger stacks
+    assert sizes == [8, 4] + [2] * 4 + [2] * 4 + [2] * 4

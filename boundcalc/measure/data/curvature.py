@@ -209,7 +209,9 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
     memory is one term's activations plus ``inner`` float probes.
 
     ``method``: ``func`` (forward-over-reverse with ``torch.func``: ``inner`` probes stacked
-    and vmapped, so b probes cost ⌈b / inner⌉ passes of each term), ``autograd`` (double
+    and vmapped, so b probes cost ⌈b / inner⌉ passes of each term; on CUDA the first pass
+    carries one probe and its measured peak memory lowers ``inner`` to what the memory
+    budget holds, :class:`_Stack`), ``autograd`` (double
     backward through the term's retained graph, ``inner`` probes per call with
     ``is_grads_batched`` when ``inner`` > 1), ``auto`` (``func`` on CUDA, else ``autograd``;
     ``func`` falls back to ``autograd`` where ``torch.func`` cannot trace the model, e.g. an
@@ -231,11 +233,12 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
     out = torch.zeros(len(params), b, dtype=torch.float64, device=params[0].device)
     use_func = _use_func(method, params[0])
     if use_func:
+        stack = _Stack(inner, _memory_meter(params[0].device))
         try:
             _run_terms(out, terms, progress, what, step,
                        lambda term: _accumulate_func(out, model, names, params, term,
-                                                     source, b, inner))
-            _note(notes, hvp_route("func", inner))
+                                                     source, b, stack))
+            _note(notes, hvp_route("func", stack.n, measured=stack.meter is not None))
             return out
         except BoundcalcError:
             raise
@@ -250,11 +253,13 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
                       lambda term: _accumulate_autograd(out, params, term, source, b, inner))
 
 
-def hvp_route(method: str, inner: int, fallback: BaseException | None = None) -> str:
+def hvp_route(method: str, inner: int, fallback: BaseException | None = None,
+              measured: bool = False) -> str:
     """One line saying how the Hessian-vector products were computed (for provenance)."""
     if method == "func":
         return (f"torch.func forward-over-reverse (jvp of grad), up to {inner} probes stacked "
-                "under vmap per pass of each term")
+                "under vmap per pass of each term" + (
+                    " (sized from the peak memory of a one-probe pass)" if measured else ""))
     how = ("double backward through each term's retained graph, "
            + ("one probe at a time" if inner <= 1 else f"up to {inner} probes per call"))
     if fallback is None:
@@ -283,23 +288,77 @@ def _float(probe: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return probe.to(device=like.device, dtype=like.dtype)
 
 
+class _Meter:
+    """A card's memory as the stacked route needs it: :meth:`start` before a pass,
+    :meth:`peak` after it (bytes above the start), :meth:`room` (bytes a pass may take: the
+    budget of :func:`~boundcalc.measure.device.work_budget_for`-style, counting blocks the
+    allocator holds but does not use as free)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.base = 0
+
+    def start(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.base = torch.cuda.memory_allocated(self.device)
+
+    def peak(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device)) - self.base
+
+    def room(self) -> int:
+        from ...limits import work_budget
+
+        free = int(torch.cuda.mem_get_info(self.device)[0])
+        held = (int(torch.cuda.memory_reserved(self.device))
+                - int(torch.cuda.memory_allocated(self.device)))
+        return work_budget(free + held)
+
+
+def _memory_meter(device: torch.device) -> _Meter | None:
+    """A :class:`_Meter` on CUDA, else None (tests patch this to size stacks on the CPU)."""
+    return _Meter(device) if device.type == "cuda" else None
+
+
+class _Stack:
+    """Probes per stacked pass, shared by every term of one estimate. ``cap`` comes from the
+    parameter count (:func:`probe_batch`); with a meter the first pass carries one probe and
+    its peak memory (activations and tangents of one probe, plus the unbatched forward: an
+    overestimate per probe) sizes the others, ``room // peak`` at most ``cap``. A pass that
+    still runs out of memory halves the stack for every later pass too."""
+
+    def __init__(self, cap: int, meter: _Meter | None):
+        self.cap, self.meter = max(1, cap), meter
+        self.n = 1 if meter is not None and cap > 1 else self.cap
+        self.calibrating = meter is not None and cap > 1
+
+    def measured(self, peak: int, room: int) -> None:
+        self.n = max(1, min(self.cap, room // max(1, peak)))
+        self.calibrating = False
+
+
 def _accumulate_func(out: torch.Tensor, model: torch.nn.Module, names: list[str],
                      params: list[torch.Tensor], term: Closure, source: ProbeSource, b: int,
-                     inner: int) -> None:
+                     stack: _Stack) -> None:
     lo = 0
     while lo < b:
-        hi = min(b, lo + inner)
+        hi = min(b, lo + stack.n)
         vs = [_float(v, p) for v, p in zip(source(lo, hi), params)]
+        calibrating = stack.calibrating and stack.meter is not None
+        if calibrating:
+            stack.meter.start()
         try:
             hv = _hvp_func(model, names, params, term, vs)
         except torch.OutOfMemoryError:
             if hi - lo == 1:
                 raise
             del vs
-            inner = (hi - lo) // 2  # the activations of the vmapped probes did not fit
+            stack.n = stack.cap = (hi - lo) // 2  # the vmapped probes' activations did not fit
             if params[0].is_cuda:
                 torch.cuda.empty_cache()
             continue
+        if calibrating:
+            stack.measured(stack.meter.peak(), stack.meter.room())
         for j, (v, h) in enumerate(zip(vs, hv)):
             out[j, lo:hi] += (v * h).reshape(hi - lo, -1).sum(1, dtype=torch.float64)
         del vs, hv
