@@ -1,6 +1,7 @@
 """The weights side's route on a card (measure/weights/route.py), run on the CPU with a stand-in
-card: the first layer is measured on the card and the host at once, the other layers go to the
-faster, and the statistics are those of the plain route to 1e-12 whichever is chosen."""
+card: the layers are shared between one card worker and the host's workers, each layer measured
+whole by one side, and the statistics are those of the plain route to 1e-12 whoever measured
+which layer; a layer the card fails on is measured by the host; errors are raised, not lost."""
 
 from __future__ import annotations
 
@@ -15,67 +16,87 @@ from boundcalc.measure.weights import pipeline, route
 from test_weights_batched import _assert_same, _bert, _llama
 
 
-def test_choose_compares_the_expected_times_of_the_other_layers():
-    # 11 layers left, 16 host workers: host ⌈11/16⌉·0.2 = 0.2 s, card 11·0.03 = 0.33 s
-    assert route.choose(0.03, 0.2, 11, 16) == "host"
-    assert route.choose(0.01, 0.2, 11, 16) == "card"  # 0.11 s < 0.2 s
-    assert route.choose(0.1, 0.2, 11, 1) == "card"  # 1.1 s < 2.2 s
-    assert route.choose(0.2, 0.2, 3, 1) == "host"  # a tie goes to the host
-    assert route.choose(0.5, 0.1, 0, 4) == "host"  # nothing left: the host's numbers
+def _stand_in_card(monkeypatch, n_host: int) -> list[tuple[int, str]]:
+    """Route the CPU like a card; the card's layout (batched, one readback per layer) on the
+    card worker's thread. Returns (layer, thread) per layer computation."""
+    seen: list[tuple[int, str]] = []
+    real = pipeline._layer_matrices
+
+    def spy(lmap, layer, W, W0, raw, grid):
+        seen.append((layer, threading.current_thread().name))
+        return real(lmap, layer, W, W0, raw, grid)
+
+    monkeypatch.setattr(pipeline, "routed", lambda dev: True)
+    monkeypatch.setattr(pipeline, "host_workers", lambda hidden: n_host)
+    monkeypatch.setattr(pipeline, "_layer_matrices", spy)
+    monkeypatch.setattr(pipeline, "_batched",
+                        lambda W: threading.current_thread().name == route.CARD_THREAD)
+    return seen
 
 
-@pytest.mark.parametrize("make,chosen", [(_bert, "card"), (_bert, "host"), (_llama, "card"),
-                                         (_llama, "host")])
-def test_the_route_on_a_stand_in_card_equals_the_plain_route(monkeypatch, make, chosen):
+def _deep_bert(seed: int):
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    return BertModel(BertConfig(hidden_size=32, num_hidden_layers=6, num_attention_heads=4,
+                                intermediate_size=64, vocab_size=50,
+                                max_position_embeddings=16)).eval()
+
+
+@pytest.mark.parametrize("make,n_host", [(_bert, 2), (_llama, 1), (_deep_bert, 2),
+                                         (_deep_bert, 0)])
+def test_shared_layers_equal_the_plain_route(monkeypatch, make, n_host):
     model, init = make(0), make(1)
     plain = measure(model, init=init, progress=False, device="cpu", grid=[0, 0.5, 2])
-    assert "weights_route" not in plain.provenance  # the CPU route is not timed
-    on_card: list[tuple[int, bool]] = []
-    main = threading.main_thread()
-
-    def card_layout(W):  # the card computes from the main thread, the host in other threads
-        here = threading.current_thread() is main
-        on_card.append((len(on_card), here))
-        return here
-
-    monkeypatch.setattr(pipeline, "routed", lambda dev: True)
-    monkeypatch.setattr(pipeline, "_batched", card_layout)
-    monkeypatch.setattr(route, "choose", lambda *a: chosen)
-    seen = {}
-    real = route.Route.first
-
-    def first(self, compute, W, W0, layer, n_left):
-        seen.update(layer=layer, n_left=n_left, host_tensors=all(not t.is_cuda
-                                                                  for t in W.values()))
-        return real(self, compute, W, W0, layer, n_left)
-
-    monkeypatch.setattr(route.Route, "first", first)
-    routed = measure(model, init=init, progress=False, device="cpu", grid=[0, 0.5, 2])
-    assert seen == {"layer": 0, "n_left": 1, "host_tensors": True}
-    _assert_same(plain, routed, rel=1e-12)
-    rec = routed.provenance["weights_route"]
-    assert rec["device"] == "cpu" and "layer 0 measured on both" in rec["rule"]
-    # layer 0 ran in both layouts; layer 1 only in the chosen one
-    layouts = [here for _, here in on_card]
-    assert True in layouts and False in layouts
-    if chosen == "card":  # layer 1 from the main thread, the card's layout
-        assert layouts.count(True) == 2 and layouts.count(False) == 1
-    else:
-        assert layouts.count(True) == 1
+    assert "weights_route" not in plain.provenance  # the CPU alone is not routed
+    seen = _stand_in_card(monkeypatch, n_host)
+    shared = measure(model, init=init, progress=False, device="cpu", grid=[0, 0.5, 2])
+    _assert_same(plain, shared, rel=1e-12)
+    rec = shared.provenance["weights_route"]
+    n_layers = plain.model["n_layers"]
+    # every layer measured exactly once, by the side the record names
+    assert sorted(rec["card_layers"] + rec["host_layers"]) == list(range(n_layers))
+    assert sorted(layer for layer, _ in seen) == list(range(n_layers))
+    by_card = sorted(layer for layer, name in seen if name == route.CARD_THREAD)
+    assert by_card == rec["card_layers"]
+    if n_host == 0:  # the card alone (what the benchmarks use for the card's own numbers)
+        assert rec["host_layers"] == []
+    assert f"{n_host} host worker(s)" in rec["rule"]
 
 
-def test_an_error_on_the_host_side_of_the_first_layer_is_raised_not_lost(monkeypatch):
-    model = _bert(0)
-    monkeypatch.setattr(pipeline, "routed", lambda dev: True)
-    calls = []
+def test_a_layer_the_card_fails_on_is_measured_by_the_host(monkeypatch):
+    model = _deep_bert(0)
+    plain = measure(model, progress=False, device="cpu")
+    _stand_in_card(monkeypatch, 0)  # the card alone: every layer goes to it first
+    real = pipeline._layer_matrices
+
+    def card_fails_on_odd_layers(lmap, layer, W, W0, raw, grid):
+        if threading.current_thread().name == route.CARD_THREAD and layer % 2 and \
+                pipeline._batched(W["q"]) and not getattr(W["q"], "_host_retry", False):
+            for t in W.values():
+                t._host_retry = True
+            raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
+        return real(lmap, layer, W, W0, raw, grid)
+
+    monkeypatch.setattr(pipeline, "_layer_matrices", card_fails_on_odd_layers)
+    shared = measure(model, progress=False, device="cpu")
+    _assert_same(plain, shared, rel=1e-12)
+    rec = shared.provenance["weights_route"]
+    assert rec["card_layers"] == [0, 2, 4] and rec["host_layers"] == [1, 3, 5]
+
+
+def test_an_error_in_a_layer_is_raised_not_lost(monkeypatch):
+    model = _deep_bert(0)
+    _stand_in_card(monkeypatch, 2)
     real = pipeline._layer_matrices
 
     def failing(lmap, layer, W, W0, raw, grid):
-        calls.append(threading.current_thread() is threading.main_thread())
-        if not calls[-1]:
-            raise RuntimeError("host LAPACK failed")
+        if layer == 3:
+            raise RuntimeError("LAPACK failed on layer 3")
         return real(lmap, layer, W, W0, raw, grid)
 
     monkeypatch.setattr(pipeline, "_layer_matrices", failing)
-    with pytest.raises(Exception, match="host LAPACK failed"):
+    with pytest.raises(Exception, match="LAPACK failed on layer 3"):
         measure(model, progress=False, device="cpu")
+    # the workers are gone: no thread of the route is left behind
+    assert not [t for t in threading.enumerate() if t.name.startswith("boundcalc-weights")]

@@ -1,29 +1,29 @@
-"""Where the weights side runs when a card is asked for: never slower than the host.
+"""Where the weights side runs when a card is asked for: never slower than the host alone.
 
 Exact float64 SVDs of a Transformer's matrices are latency-bound on a card (a 768 × 768 gesvd
-is tens of milliseconds whatever the card, plus a host synchronisation per layer), while the
-host runs one layer per core at once (:func:`~boundcalc.measure.threads.layer_workers`). On an
-H100 with 16 cores, BERT-base's weights side took 4.3 s on the card and 2.6 s on the host. So on
-CUDA the first layer is measured on **both** at once (the card from the main thread, the host in
-a thread), and the remaining layers go where the expected time is smaller:
+takes tens of milliseconds whatever the card, plus a host synchronisation per layer), while the
+host measures one layer per core at once (:func:`~boundcalc.measure.threads.layer_workers`).
+On an H100 with 16 cores, BERT-base's weights side took 4.3 s on the card alone and 2.6 s on
+the host. So on CUDA the layers are **shared**: the walk reads each layer's tensors to the host
+and queues them; the host's workers and one card worker each take the next queued layer when
+they are free, and measure it whole (the card worker copies its tensors to the card first).
+A slow card then takes few layers and a fast one many; the host never waits for the card
+except for a layer the card already holds (at most one), so the wall time is at most the host's
+own plus one card layer, and less whenever the card helps.
 
-    card: n_left · t_card        host: ⌈n_left / workers⌉ · t_host
-
-(``workers`` layers run side by side on the host). Every layer's statistics, the first
-included, then come from the chosen device, so a stats file never mixes the two. Both are
-exact SVDs in float64 (the card's gesvd, the host's LAPACK): their statistics agree to about
-1e-14 relative (6.8e-15 measured on an H100), far inside the 1e-12 the tests ask of the two
-layouts. No Gram-matrix eigenvalues: squaring the condition number loses the small singular
-values. The choice and both timings are recorded in ``provenance.weights_route``.
+Both sides compute exact SVDs in float64 (the card's gesvd, the host's LAPACK); their
+statistics agree to about 1e-14 relative (6.8e-15 measured on an H100), far inside the 1e-12
+the tests ask. Which layers each side measured depends on timing, so it is recorded in
+``provenance.weights_route``; a layer is never split between the two. No Gram-matrix
+eigenvalues (squaring the condition number loses the small singular values). A layer that
+fails on the card (e.g. out of its memory) is measured on the host instead.
 """
 
 from __future__ import annotations
 
-import math
+import queue
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -31,88 +31,106 @@ import torch
 from ..threads import layer_workers
 
 HOST = torch.device("cpu")
-LayerFn = Callable[[dict[str, torch.Tensor], dict[str, torch.Tensor] | None], Any]
+CARD_THREAD = "boundcalc-weights-card"
+Tensors = dict[str, torch.Tensor]
+LayerFn = Callable[[int, Tensors, Tensors | None], Any]
 
 
 def routed(device: torch.device) -> bool:
-    """Whether the weights side on ``device`` takes the timed route (CUDA). Tests patch this
-    to run the route with a stand-in card on the CPU."""
+    """Whether the weights side on ``device`` shares its layers with the host (CUDA). Tests
+    patch this to run the sharing with a stand-in card on the CPU."""
     return device.type == "cuda"
 
 
-def choose(t_card: float, t_host: float, n_left: int, workers: int) -> str:
-    """``"card"`` or ``"host"``: the smaller expected time for the ``n_left`` layers after the
-    first (ties go to the host, whose numbers are the CPU's)."""
-    card = n_left * t_card
-    host = math.ceil(n_left / max(1, workers)) * t_host
-    return "card" if card < host else "host"
+def host_workers(hidden: int) -> int:
+    """Host workers beside the card: as many as the host alone would use. Benchmarks patch
+    this to 0 to measure the card alone."""
+    return layer_workers(hidden, HOST)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+class _Ticket:
+    """A queued layer's result, as a pool future gives it (``.result()``)."""
+
+    def __init__(self, shared: SharedLayers, layer: int):
+        self.shared, self.layer = shared, layer
+
+    def result(self) -> Any:
+        return self.shared.wait(self.layer)
 
 
-@dataclass
-class Route:
-    """The weights side's device: ``card`` until the first layer is measured, then the chosen
-    one. ``device``/``workers``: where the next layers' tensors go and how many run at once."""
+class SharedLayers:
+    """Layers measured by one card worker and ``n_host`` host workers, each taking the next
+    queued layer when free. ``compute(layer, W, W0)`` measures one layer on the device its
+    tensors are on. :meth:`record` says which side measured which layer."""
 
-    card: torch.device
-    hidden: int
-    device: torch.device = HOST  # the first layer's tensors are read to the host
-    workers: int = 1
-    decided: bool = False
-    record: dict[str, Any] | None = None
+    def __init__(self, card: torch.device, n_host: int, compute: LayerFn):
+        self.card, self.compute = card, compute
+        self.jobs: queue.Queue = queue.Queue()
+        self.done: dict[int, tuple[str, Any, BaseException | None]] = {}
+        self.cond = threading.Condition()
+        self.threads = [threading.Thread(target=self._card, name=CARD_THREAD, daemon=True)]
+        self.threads += [threading.Thread(target=self._host, args=(n_host,), daemon=True,
+                                          name=f"boundcalc-weights-host-{i}")
+                         for i in range(n_host)]
+        self.n_host = n_host
+        for t in self.threads:
+            t.start()
 
-    def first(self, compute: LayerFn, W: dict[str, torch.Tensor],
-              W0: dict[str, torch.Tensor] | None, layer: int, n_left: int) -> Any:
-        """``compute(W, W0)`` (host tensors) on the card and on the host at once; returns the
-        chosen device's result and fixes :attr:`device` and :attr:`workers`."""
-        host_workers = layer_workers(self.hidden, HOST)
-        out: dict[str, Any] = {}
+    def submit(self, layer: int, W: Tensors, W0: Tensors | None) -> _Ticket:
+        self.jobs.put((layer, W, W0))
+        return _Ticket(self, layer)
 
-        def on_host() -> None:
+    def wait(self, layer: int) -> Any:
+        with self.cond:
+            self.cond.wait_for(lambda: layer in self.done)
+            _, out, exc = self.done[layer]
+        if exc is not None:
+            raise exc
+        return out
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.jobs.put(None)
+        for t in self.threads:
+            t.join()
+
+    def _finish(self, layer: int, side: str, out: Any, exc: BaseException | None) -> None:
+        with self.cond:
+            self.done[layer] = (side, out, exc)
+            self.cond.notify_all()
+
+    def _host(self, n_host: int) -> None:
+        if n_host > 1:  # as a pool worker of the host's own walk: one torch thread each
+            torch.set_num_threads(1)
+        while (job := self.jobs.get()) is not None:
+            layer, W, W0 = job
             try:
-                if host_workers > 1:  # as a pool worker of _walk runs it
-                    torch.set_num_threads(1)
-                t0 = time.perf_counter()
-                out["host"] = compute(W, W0)
-                out["t_host"] = time.perf_counter() - t0
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-                out["error"] = exc
+                self._finish(layer, "host", self.compute(layer, W, W0), None)
+            except BaseException as exc:  # noqa: BLE001 - raised by wait() in the walk
+                self._finish(layer, "host", None, exc)
 
-        thread = threading.Thread(target=on_host, name="boundcalc-weights-host")
-        thread.start()
-        try:
-            _warm(self.card)
-            t0 = time.perf_counter()
-            move = (lambda d: None if d is None else
-                    {r: t.to(self.card, non_blocking=False) for r, t in d.items()})
-            out["card"] = compute(move(W), move(W0))
-            _sync(self.card)
-            t_card = time.perf_counter() - t0
-        finally:
-            thread.join()
-        if "error" in out:
-            raise out["error"]
-        where = choose(t_card, out["t_host"], n_left, host_workers)
-        self.device, self.workers = ((self.card, 1) if where == "card"
-                                     else (HOST, host_workers))
-        self.decided = True
-        self.record = {
-            "device": str(self.device),
-            "rule": (f"layer {layer} measured on both: {self.card} {t_card:.3g} s, host "
-                     f"{out['t_host']:.3g} s ({host_workers} layer(s) at once on the host); "
-                     f"the {n_left} other layer(s) expected {n_left * t_card:.3g} s on "
-                     f"{self.card}, {math.ceil(n_left / host_workers) * out['t_host']:.3g} s "
-                     f"on the host; every layer's statistics from {self.device}")}
-        return out[where]
+    def _card(self) -> None:
+        while (job := self.jobs.get()) is not None:
+            layer, W, W0 = job
+            try:
+                move = (lambda d: None if d is None else {r: t.to(self.card) for r, t in
+                                                          d.items()})
+                self._finish(layer, "card", self.compute(layer, move(W), move(W0)), None)
+            except BaseException:  # noqa: BLE001 - the card failed (memory): the host's turn
+                if self.card.type == "cuda":
+                    torch.cuda.empty_cache()
+                try:
+                    self._finish(layer, "host", self.compute(layer, W, W0), None)
+                except BaseException as exc:  # noqa: BLE001 - raised by wait() in the walk
+                    self._finish(layer, "host", None, exc)
 
-
-def _warm(card: torch.device) -> None:
-    """One tiny float64 SVD on the card, so the first layer's time is not the solver's
-    start-up (paid once per process, not per layer)."""
-    if card.type == "cuda":
-        torch.linalg.svdvals(torch.eye(4, dtype=torch.float64, device=card), driver="gesvd")
-        _sync(card)
+    def record(self) -> dict[str, Any]:
+        """``provenance.weights_route``: the card, the layers each side measured, the rule."""
+        sides = {"card": [], "host": []}
+        for layer, (side, _, _) in sorted(self.done.items()):
+            sides[side].append(layer)
+        return {"card": str(self.card), "card_layers": sides["card"],
+                "host_layers": sides["host"],
+                "rule": (f"layers shared between {self.card} and {self.n_host} host "
+                         "worker(s), each layer measured whole (exact float64 SVDs) by the "
+                         "side that was free first")}
