@@ -110,6 +110,8 @@ class SharedLayers:
                 self._finish(layer, "host", None, exc)
 
     def _card(self) -> None:
+        if self.card.type == "cuda" and self.card.index is not None:
+            torch.cuda.set_device(self.card)  # this thread's default card, for new tensors
         while (job := self.jobs.get()) is not None:
             layer, W, W0 = job
             try:
