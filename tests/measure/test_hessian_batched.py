@@ -236,3 +236,23 @@ def test_a_stack_that_runs_out_of_memory_is_halved_for_every_later_pass(monkeypa
     torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-13)
     # 8 → 4 → 2 on the first term, then 2 a pass: no term retries the larger stacks
     assert sizes == [8, 4] + [2] * 4 + [2] * 4 + [2] * 4
+
+
+def test_repeated_traces_measure_the_stack_once(monkeypatch):
+    """P̂ takes many traces of one model (perturbed weights, same shapes): the one-probe
+    measuring pass runs for the first only, the others reuse its stack size."""
+    model, X, y = _mlp()
+    terms = _terms(model, X, y)  # 3 terms
+    meter = _FakeMeter(peak=100, room=250)
+    monkeypatch.setattr(curvature, "_memory_meter", lambda dev: meter)
+    calls = _forwards(model)
+    sized: list[int] = []
+    first = hutchinson_trace(model, terms, n_probes=7, seed=3, method="func", groups=None,
+                             sized=sized)
+    assert sized == [2] and meter.starts == 1 and calls[0] == (1 + 3) + 4 + 4
+    calls[0] = 0
+    again = hutchinson_trace(model, terms, n_probes=7, seed=3, method="func", groups=None,
+                             sized=sized)
+    assert meter.starts == 1 and calls[0] == 3 * 4  # ⌈7 / 2⌉ passes of each term
+    np.testing.assert_allclose(again.samples, first.samples, rtol=1e-12, atol=1e-14)
+    assert "up to 2 probes" in again.route

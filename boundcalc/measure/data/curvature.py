@@ -198,8 +198,8 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
                     probes: list[torch.Tensor] | SeededProbes, *,
                     method: str = "auto", inner: int = 1,
                     progress: Progress | None = None, what: str = "Hessian probes",
-                    step: tuple[int, int] = (0, 1), notes: list[str] | None = None
-                    ) -> torch.Tensor:
+                    step: tuple[int, int] = (0, 1), notes: list[str] | None = None,
+                    sized: list[int] | None = None) -> torch.Tensor:
     """v_pᵀ (H v)_p for every probe v and every trainable parameter tensor p (H: the Hessian
     of the summed terms; over Rademacher probes the mean of row p estimates tr H_pp, the
     trace of p's diagonal block, and the rows add up to vᵀHv), as a float64 tensor
@@ -217,6 +217,9 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
     ``func`` falls back to ``autograd`` where ``torch.func`` cannot trace the model, e.g. an
     operation without a forward-mode or vmap rule). ``notes``: where given, the route taken is
     appended to it as one line (:func:`hvp_route`), the fallback's reason included.
+    ``sized``: a one-element list holding the probes per stacked pass measured by an earlier
+    call on the same model and terms (the one-probe measuring pass is then skipped); a
+    measured size is written back into it.
     """
     if method not in HVP_METHODS:
         raise BoundcalcError(f"hessian method {method!r}: expected one of {', '.join(HVP_METHODS)}")
@@ -233,12 +236,17 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
     out = torch.zeros(len(params), b, dtype=torch.float64, device=params[0].device)
     use_func = _use_func(method, params[0])
     if use_func:
-        stack = _Stack(inner, _memory_meter(params[0].device))
+        known = sized[0] if sized else None
+        stack = _Stack(min(inner, known) if known else inner,
+                       None if known else _memory_meter(params[0].device))
         try:
             _run_terms(out, terms, progress, what, step,
                        lambda term: _accumulate_func(out, model, names, params, term,
                                                      source, b, stack))
-            _note(notes, hvp_route("func", stack.n, measured=stack.meter is not None))
+            _note(notes, hvp_route("func", stack.n,
+                                   measured=stack.meter is not None or bool(known)))
+            if sized is not None and stack.meter is not None:
+                sized[:] = [stack.n]
             return out
         except BoundcalcError:
             raise
@@ -460,7 +468,8 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
                      groups: GroupSpec = "layer", seed: int = 0, confidence: float = 0.95,
                      batch_size: int | None = None, method: str = "auto",
                      progress: Progress | None = None, what: str = "Hessian trace",
-                     probe_device: str | torch.device | None = None) -> HessianTrace:
+                     probe_device: str | torch.device | None = None,
+                     sized: list[int] | None = None) -> HessianTrace:
     """Hutchinson estimate of tr ∇²L(θ) with Rademacher probes, total and per group.
 
     ``loss_fn``: a closure, or a sequence of closures whose sum is L (e.g. one per batch of
@@ -473,7 +482,8 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
     (default: the model's device; ``"cpu"`` gives the CPU's probes, hence its numbers, on any
     device). A group's estimate uses the same probes restricted
     to its parameters (the trace of its diagonal Hessian block); the group estimates add up to
-    the total, probe by probe.
+    the total, probe by probe. ``sized``: see :func:`quadratic_forms` (repeated traces of one
+    model, as for P̂, measure the stack's memory once).
     """
     if n_probes < 2:
         raise BoundcalcError(f"hutchinson_trace: n_probes must be >= 2, got {n_probes}")
@@ -499,7 +509,8 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
     per_group = torch.zeros(len(order), n_probes, dtype=torch.float64, device=dev)
     notes: list[str] = []
     quad = quadratic_forms(model, terms, source, method=method, inner=inner, progress=progress,
-                           what=f"{what}: {n_probes} probes", step=(0, len(terms)), notes=notes)
+                           what=f"{what}: {n_probes} probes", step=(0, len(terms)), notes=notes,
+                           sized=sized)
     per_group.index_add_(0, index, quad)
     if progress:
         progress(len(terms), len(terms), what)

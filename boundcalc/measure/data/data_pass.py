@@ -166,8 +166,11 @@ def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
     if progress:
         progress(0, total, "P̂: trace at the trained weights")
 
+    sized: list[int] = []  # probes per stacked pass on a card: measured once, then reused
+
     def trace() -> float:
-        tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None, seed=seed)
+        tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None, seed=seed,
+                              sized=sized)
         if routes is not None and tr.route not in routes:
             routes.append(tr.route)
         return tr.total.value
