@@ -300,10 +300,20 @@ def record_weights(dev: torch.device, tmp: str) -> Record:
         measure(folder, device="cpu", progress=False, raw=False)  # warm-up: page cache
         t_cpu, a = _timed(torch.device("cpu"), lambda: measure(folder, device="cpu",
                                                                progress=False), wall=True)
-        readbacks = _count_readbacks(lambda: measure(folder, device=str(dev), progress=False,
-                                                     raw=False))  # warm-up: CUDA context
-        t_gpu, b = _timed(dev, lambda: measure(folder, device=str(dev), progress=False),
-                          wall=True)
+        from boundcalc.measure.weights import pipeline
+
+        real_workers = pipeline.host_workers
+        pipeline.host_workers = lambda hidden: 0  # the card alone, for the agreement check
+        try:
+            readbacks = _count_readbacks(lambda: measure(folder, device=str(dev),
+                                                         progress=False, raw=False))
+            t_card, b = _timed(dev, lambda: measure(folder, device=str(dev), progress=False),
+                               wall=True)
+        finally:
+            pipeline.host_workers = real_workers
+        # what a user gets: the layers shared between the card and the host (route.py)
+        t_gpu, auto = _timed(dev, lambda: measure(folder, device=str(dev), progress=False),
+                             wall=True)
     finally:
         torch.set_num_threads(1)
     worst = 0.0
@@ -314,11 +324,15 @@ def record_weights(dev: torch.device, tmp: str) -> Record:
             sa, sb = np.asarray(ma.singular_values), np.asarray(mb.singular_values)
             worst = max(worst, float(np.max(np.abs(sa - sb)) / max(float(sa[0]), 1e-12)))
     speed = t_cpu / t_gpu
-    return Record("weights_cuda_vs_cpu", "weights side, BERT-base (BertConfig()), CUDA vs CPU "
-                  f"({os.cpu_count()} threads)", ">= 2x faster", t_gpu, t_cpu, "same on CPU",
+    return Record("weights_cuda_vs_cpu", "weights side, BERT-base (BertConfig()), --device "
+                  f"cuda (layers shared with the host) vs CPU ({os.cpu_count()} threads)",
+                  ">= 2x faster; never slower than the CPU", t_gpu, t_cpu, "same on CPU",
                   speed, bool(speed >= 2 and worst < 1e-9), str(dev),
                   metric="wall-clock time (after a warm-up)",
-                  details={"max_relative_difference": worst, "matrices": len(a.matrices),
+                  details={"max_relative_difference_card_vs_cpu": worst,
+                           "matrices": len(a.matrices), "card_alone_s": t_card,
+                           "never_slower_than_cpu": bool(speed >= 1),
+                           "weights_route": auto.provenance.get("weights_route"),
                            "cuda_readbacks_per_layer": readbacks / a.model["n_layers"]})
 
 

@@ -65,15 +65,16 @@ def compare_measure(path: str, other: str = "cuda") -> dict[str, Any]:
     grid = paper_grid(6, 384)
     out: dict[str, Any] = {}
     stats = {}
-    real_batched = pipeline._batched
+    real_batched, real_workers = pipeline._batched, pipeline.host_workers
     for key, dev in (("cpu", "cpu"), ("other", other)):
         if key == "other" and dev == "cpu":  # self-test: the CUDA layout of the weights side
             pipeline._batched = lambda W: True
+        pipeline.host_workers = lambda hidden: 0  # the card's own numbers, no host layers
         t0 = time.perf_counter()
         try:
             stats[key] = measure(path, device=dev, grid=grid, progress=False)
         finally:
-            pipeline._batched = real_batched
+            pipeline._batched, pipeline.host_workers = real_batched, real_workers
         out[f"seconds_{dev if key == 'cpu' else 'other_' + dev}"] = time.perf_counter() - t0
     a, b = stats["other"], stats["cpu"]
     worst_stat, worst_sv, worst_where = 0.0, 0.0, ""

@@ -7,14 +7,17 @@
 # Budget GPU_CHECK_BUDGET_S (default 240 s), in this order, each step only with time left:
 # 1. issue 29's acceptance case first: BERT-base classifier, 2048 x 128 ids, plain pass, then
 #    5 sigma x 20 draws (a partial record bert_gpu.json after every sigma), 20 Hessian probes
-#    (benchmarks/bench_bert_gpu.py);
+#    (benchmarks/bench_bert_gpu.py), with 40 % of the budget;
+# 1b. then GPT-2 (124M, GPT2Config(), saved and loaded back), 2048 x 256 ids, plain pass and
+#    5 sigma x 20 draws (gpt2_gpu.json after every sigma; bench_bert_gpu.py --case gpt2), with
+#    60 % of what is left;
 # 2. weights side: measure of a synthetic BERT-base on CUDA vs the CPU, statistics compared
 #    (bench_data_side.py --only weights);
 # 3. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
 #    sums; Hutchinson and Hutch++ with fixed seeds), card recorded;
 # 4. the spectra and Hessian groups of benchmarks/run (--quick), only where their baselines
 #    (weightwatcher, pyhessian) are importable.
-# Files come back under $OUT: bert_gpu.json, gpu_check.json/.md, bench_data_side_weights/,
+# Files come back under $OUT: bert_gpu.json, gpt2_gpu.json, gpu_check.json/.md, bench_data_side_weights/,
 # bench_spectra/, bench_hessian/ (each written as soon as its records exist), log.txt, pip.txt.
 # Exit status 0 when the CUDA/CPU comparisons passed (or were skipped without a GPU).
 set -uo pipefail
@@ -65,13 +68,16 @@ bench_ds() {  # bench_data_side.py part $1 with at most $2 seconds
 }
 "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" && cuda=1 || cuda=0
 if [ $self_test -eq 1 ]; then
-  echo "self-test: the BERT case on the CPU with a tiny model"
-  timeout "$(left)" "$py" "$here/bench_bert_gpu.py" --self-test --out "$out"
+  echo "self-test: the BERT and GPT-2 cases on the CPU with tiny models"
+  timeout "$(left)" "$py" "$here/bench_bert_gpu.py" --self-test --out "$out" || exit $?
+  timeout "$(left)" "$py" "$here/bench_bert_gpu.py" --self-test --case gpt2 --out "$out"
   exit $?
 fi
-if [ $cuda -eq 1 ]; then  # the acceptance case first, with most of the budget
-  timeout $(( $(left) * 2 / 3 )) "$py" "$here/bench_bert_gpu.py" --out "$out"
+if [ $cuda -eq 1 ]; then  # the acceptance cases first, with most of the budget
+  timeout $(( $(left) * 40 / 100 )) "$py" "$here/bench_bert_gpu.py" --out "$out"
   [ $? -eq 124 ] && echo "bench_bert_gpu: stopped at its time limit (bert_gpu.json keeps the sigmas done)"
+  timeout $(( $(left) * 60 / 100 )) "$py" "$here/bench_bert_gpu.py" --case gpt2 --out "$out"
+  [ $? -eq 124 ] && echo "bench_bert_gpu --case gpt2: stopped at its time limit (gpt2_gpu.json keeps the sigmas done)"
   [ "$(left)" -gt 40 ] && bench_ds weights $(( $(left) / 2 ))
 else
   echo "no CUDA: the BERT case and the data-side benchmarks skipped"

@@ -264,6 +264,8 @@ def test_perturbation_term_on_the_ls_mesh_binds_ls_semi_analytic(digits, tmp_pat
     c = st.curves["perturbation_term"]
     mesh = np.linspace(0.01, 0.00001, 20)
     assert np.allclose(c.at, mesh, rtol=1e-12) and c.estimated and np.all(c.value >= 0)
+    loop = "double backward through each term's retained graph, one probe at a time"  # a CPU
+    assert st.provenance["hessian_hvp"] == st.provenance["perturbation_term_hvp"] == loop
     vals = {"omega": 3, "D_f": 1, "T": 17, "Sigma": 0.5}
     r = bc.compute("ls_semi_analytic", st, values=vals)
     j = int(np.argmin(np.abs(mesh - r.parameters["sigma"])))

@@ -158,6 +158,8 @@ def test_cuda_takes_the_batched_path_and_equals_the_cpu(monkeypatch):
     model, init = _bert(0), _bert(1)
     cpu = measure(model, init=init, progress=False, device="cpu")
     calls = _count_to_host(monkeypatch)
+    monkeypatch.setattr(pipeline, "host_workers", lambda hidden: 0)  # the card alone
     gpu = measure(model, init=init, progress=False, device="cuda")
+    assert gpu.provenance["weights_route"]["card_layers"] == [0, 1]
     assert len(calls) == 2
     _assert_same(cpu, gpu, rel=1e-10)

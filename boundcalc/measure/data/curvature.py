@@ -41,6 +41,7 @@ class HessianTrace:
     groups: dict[str, Quantity] = field(default_factory=dict)
     samples: np.ndarray | None = None
     hvps: int | None = None  # Hessian-vector products spent
+    route: str | None = None  # how the products were computed (hvp_route), for provenance
 
 
 def _params(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
@@ -137,20 +138,24 @@ def _checked(loss: Any, who: str) -> torch.Tensor:
 
 
 def probe_batch(n_probes: int, n_params: int, itemsize: int, device: torch.device,
-                budget: int | None = None) -> int:
+                budget: int | None = None, stacked: bool | None = None) -> int:
     """Probes pushed through one Hessian-vector-product call, from the memory budget.
 
     Probes are never stored: probe k is drawn from its own seed where and when it is used
     (see :class:`SeededProbes`). A vmapped product holds about four float copies per probe
-    (probe, tangent, gradient, product): a quarter of the budget goes to them. On a CPU one
-    probe at a time through the retained graph is the fastest double backward (benchmarks/),
-    so the answer there is 1. On CUDA without an explicit ``--memory-budget`` the budget is at
-    least half the device's free memory (the default budget is a host figure); a vmapped call
-    that still runs out of memory is retried with half the probes.
+    (probe, tangent, gradient, product): a quarter of the budget goes to them, at most 32
+    probes a pass. ``stacked``: whether the products are vmapped (``torch.func``); default:
+    on CUDA. Unstacked (double backward on a CPU, the fastest there: benchmarks/) the answer
+    is 1. Without an explicit ``--memory-budget`` the budget is
+    :func:`~boundcalc.measure.device.work_budget_for` the device (half a card's free memory,
+    a quarter of the available RAM); a vmapped call that still runs out of memory is retried
+    with half the probes.
     """
     from ..device import work_budget_for
 
-    if device.type != "cuda":
+    if stacked is None:
+        stacked = device.type == "cuda"
+    if not stacked:
         return 1
     if budget is None:
         budget = work_budget_for(device)
@@ -193,18 +198,28 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
                     probes: list[torch.Tensor] | SeededProbes, *,
                     method: str = "auto", inner: int = 1,
                     progress: Progress | None = None, what: str = "Hessian probes",
-                    step: tuple[int, int] = (0, 1)) -> torch.Tensor:
-    """vᵀ H_p v for every probe v and every trainable parameter tensor p (the diagonal blocks
-    of the Hessian of the summed terms), as a float64 tensor (n tensors × b) on the model's
-    device. ``probes``: one (b, *p.shape) tensor per trainable parameter (any dtype; ±1 int8
+                    step: tuple[int, int] = (0, 1), notes: list[str] | None = None,
+                    sized: list[int] | None = None) -> torch.Tensor:
+    """v_pᵀ (H v)_p for every probe v and every trainable parameter tensor p (H: the Hessian
+    of the summed terms; over Rademacher probes the mean of row p estimates tr H_pp, the
+    trace of p's diagonal block, and the rows add up to vᵀHv), as a float64 tensor
+    (n tensors × b) on the model's device. ``probes``: one (b, *p.shape) tensor per trainable parameter (any dtype; ±1 int8
     is the usual), or a :class:`SeededProbes` drawing them on demand. ``loss_fn``: a closure or terms whose sum is the loss (e.g. one per batch
     of samples, each weighted by its share); a term's graph is freed before the next one, so
     memory is one term's activations plus ``inner`` float probes.
 
-    ``method``: ``func`` (forward-over-reverse with ``torch.func``), ``autograd`` (double
+    ``method``: ``func`` (forward-over-reverse with ``torch.func``: ``inner`` probes stacked
+    and vmapped, so b probes cost ⌈b / inner⌉ passes of each term; on CUDA the first pass
+    carries one probe and its measured peak memory lowers ``inner`` to what the memory
+    budget holds, :class:`_Stack`), ``autograd`` (double
     backward through the term's retained graph, ``inner`` probes per call with
     ``is_grads_batched`` when ``inner`` > 1), ``auto`` (``func`` on CUDA, else ``autograd``;
-    ``func`` falls back to ``autograd`` where an operation has no forward-mode or vmap rule).
+    ``func`` falls back to ``autograd`` where ``torch.func`` cannot trace the model, e.g. an
+    operation without a forward-mode or vmap rule). ``notes``: where given, the route taken is
+    appended to it as one line (:func:`hvp_route`), the fallback's reason included.
+    ``sized``: a one-element list holding the probes per stacked pass measured by an earlier
+    call on the same model and terms (the one-probe measuring pass is then skipped); a
+    measured size is written back into it.
     """
     if method not in HVP_METHODS:
         raise BoundcalcError(f"hessian method {method!r}: expected one of {', '.join(HVP_METHODS)}")
@@ -221,18 +236,50 @@ def quadratic_forms(model: torch.nn.Module, loss_fn: Terms,
     out = torch.zeros(len(params), b, dtype=torch.float64, device=params[0].device)
     use_func = _use_func(method, params[0])
     if use_func:
+        known = sized[0] if sized else None
+        stack = _Stack(min(inner, known) if known else inner,
+                       None if known else _memory_meter(params[0].device))
         try:
-            return _run_terms(out, terms, progress, what, step,
-                              lambda term: _accumulate_func(out, model, names, params, term,
-                                                            source, b, inner))
+            _run_terms(out, terms, progress, what, step,
+                       lambda term: _accumulate_func(out, model, names, params, term,
+                                                     source, b, stack))
+            _note(notes, hvp_route("func", stack.n,
+                                   measured=stack.meter is not None or bool(known)))
+            if sized is not None and stack.meter is not None:
+                sized[:] = [stack.n]
+            return out
         except BoundcalcError:
             raise
-        except Exception:  # noqa: BLE001 - no forward-mode/vmap rule: double backward
+        except Exception as exc:  # noqa: BLE001 - torch.func cannot trace it: double backward
             if method == "func":
                 raise
             out.zero_()
+            _note(notes, hvp_route("autograd", inner, fallback=exc))
+    elif notes is not None:
+        _note(notes, hvp_route("autograd", inner))
     return _run_terms(out, terms, progress, what, step,
                       lambda term: _accumulate_autograd(out, params, term, source, b, inner))
+
+
+def hvp_route(method: str, inner: int, fallback: BaseException | None = None,
+              measured: bool = False) -> str:
+    """One line saying how the Hessian-vector products were computed (for provenance)."""
+    if method == "func":
+        return (f"torch.func forward-over-reverse (jvp of grad), up to {inner} probes stacked "
+                "under vmap per pass of each term" + (
+                    " (sized from the peak memory of a one-probe pass)" if measured else ""))
+    how = ("double backward through each term's retained graph, "
+           + ("one probe at a time" if inner <= 1 else f"up to {inner} probes per call"))
+    if fallback is None:
+        return how
+    msg = (str(fallback).strip().splitlines() or [""])[0][:120]
+    return (f"{how} (fallback: torch.func could not trace the model: "
+            f"{type(fallback).__name__}: {msg})")
+
+
+def _note(notes: list[str] | None, line: str) -> None:
+    if notes is not None and line not in notes:
+        notes.append(line)
 
 
 def _run_terms(out: torch.Tensor, terms: list[Closure], progress: Progress | None, what: str,
@@ -249,23 +296,77 @@ def _float(probe: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return probe.to(device=like.device, dtype=like.dtype)
 
 
+class _Meter:
+    """A card's memory as the stacked route needs it: :meth:`start` before a pass,
+    :meth:`peak` after it (bytes above the start), :meth:`room` (bytes a pass may take: the
+    budget of :func:`~boundcalc.measure.device.work_budget_for`-style, counting blocks the
+    allocator holds but does not use as free)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.base = 0
+
+    def start(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.base = torch.cuda.memory_allocated(self.device)
+
+    def peak(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device)) - self.base
+
+    def room(self) -> int:
+        from ...limits import work_budget
+
+        free = int(torch.cuda.mem_get_info(self.device)[0])
+        held = (int(torch.cuda.memory_reserved(self.device))
+                - int(torch.cuda.memory_allocated(self.device)))
+        return work_budget(free + held)
+
+
+def _memory_meter(device: torch.device) -> _Meter | None:
+    """A :class:`_Meter` on CUDA, else None (tests patch this to size stacks on the CPU)."""
+    return _Meter(device) if device.type == "cuda" else None
+
+
+class _Stack:
+    """Probes per stacked pass, shared by every term of one estimate. ``cap`` comes from the
+    parameter count (:func:`probe_batch`); with a meter the first pass carries one probe and
+    its peak memory (activations and tangents of one probe, plus the unbatched forward: an
+    overestimate per probe) sizes the others, ``room // peak`` at most ``cap``. A pass that
+    still runs out of memory halves the stack for every later pass too."""
+
+    def __init__(self, cap: int, meter: _Meter | None):
+        self.cap, self.meter = max(1, cap), meter
+        self.n = 1 if meter is not None and cap > 1 else self.cap
+        self.calibrating = meter is not None and cap > 1
+
+    def measured(self, peak: int, room: int) -> None:
+        self.n = max(1, min(self.cap, room // max(1, peak)))
+        self.calibrating = False
+
+
 def _accumulate_func(out: torch.Tensor, model: torch.nn.Module, names: list[str],
                      params: list[torch.Tensor], term: Closure, source: ProbeSource, b: int,
-                     inner: int) -> None:
+                     stack: _Stack) -> None:
     lo = 0
     while lo < b:
-        hi = min(b, lo + inner)
+        hi = min(b, lo + stack.n)
         vs = [_float(v, p) for v, p in zip(source(lo, hi), params)]
+        calibrating = stack.calibrating and stack.meter is not None
+        if calibrating:
+            stack.meter.start()
         try:
             hv = _hvp_func(model, names, params, term, vs)
         except torch.OutOfMemoryError:
             if hi - lo == 1:
                 raise
             del vs
-            inner = (hi - lo) // 2  # the activations of the vmapped probes did not fit
+            stack.n = stack.cap = (hi - lo) // 2  # the vmapped probes' activations did not fit
             if params[0].is_cuda:
                 torch.cuda.empty_cache()
             continue
+        if calibrating:
+            stack.measured(stack.meter.peak(), stack.meter.room())
         for j, (v, h) in enumerate(zip(vs, hv)):
             out[j, lo:hi] += (v * h).reshape(hi - lo, -1).sum(1, dtype=torch.float64)
         del vs, hv
@@ -367,7 +468,8 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
                      groups: GroupSpec = "layer", seed: int = 0, confidence: float = 0.95,
                      batch_size: int | None = None, method: str = "auto",
                      progress: Progress | None = None, what: str = "Hessian trace",
-                     probe_device: str | torch.device | None = None) -> HessianTrace:
+                     probe_device: str | torch.device | None = None,
+                     sized: list[int] | None = None) -> HessianTrace:
     """Hutchinson estimate of tr ∇²L(θ) with Rademacher probes, total and per group.
 
     ``loss_fn``: a closure, or a sequence of closures whose sum is L (e.g. one per batch of
@@ -375,11 +477,13 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
     activations plus the probes in flight (drawn on demand on the model's device from per-probe
     seeds, :class:`SeededProbes`; how many go through one call: :func:`probe_batch`, capped by
     ``batch_size``).
-    ``method``: see :func:`quadratic_forms`. ``probe_device``: where the probes are drawn
+    ``method``: see :func:`quadratic_forms`; the route taken (a fallback and its reason
+    included) is ``.route`` of the result. ``probe_device``: where the probes are drawn
     (default: the model's device; ``"cpu"`` gives the CPU's probes, hence its numbers, on any
     device). A group's estimate uses the same probes restricted
     to its parameters (the trace of its diagonal Hessian block); the group estimates add up to
-    the total, probe by probe.
+    the total, probe by probe. ``sized``: see :func:`quadratic_forms` (repeated traces of one
+    model, as for P̂, measure the stack's memory once).
     """
     if n_probes < 2:
         raise BoundcalcError(f"hutchinson_trace: n_probes must be >= 2, got {n_probes}")
@@ -395,15 +499,18 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
     params = [p for _, p in named]
     dev = params[0].device
     n_par = sum(p.numel() for p in params)
-    inner = probe_batch(n_probes, n_par, params[0].element_size(), dev)
+    inner = probe_batch(n_probes, n_par, params[0].element_size(), dev,
+                        stacked=_use_func(method, params[0]))
     if batch_size is not None:
         inner = max(1, min(inner, batch_size))
     source = SeededProbes(params, n_probes, seed,
                           torch.device(probe_device) if probe_device is not None else dev)
     index = torch.tensor([order.index(g) for g in labels], device=dev)
     per_group = torch.zeros(len(order), n_probes, dtype=torch.float64, device=dev)
+    notes: list[str] = []
     quad = quadratic_forms(model, terms, source, method=method, inner=inner, progress=progress,
-                           what=f"{what}: {n_probes} probes", step=(0, len(terms)))
+                           what=f"{what}: {n_probes} probes", step=(0, len(terms)), notes=notes,
+                           sized=sized)
     per_group.index_add_(0, index, quad)
     if progress:
         progress(len(terms), len(terms), what)
@@ -420,7 +527,8 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
         return Quantity(mean, estimated=True, stderr=se, ci=ci, confidence=confidence,
                         method=method_text)
 
-    out = HessianTrace(quantity(total_samples), samples=total_samples, hvps=n_probes)
+    out = HessianTrace(quantity(total_samples), samples=total_samples, hvps=n_probes,
+                       route="; ".join(notes))
     if group_of is not None:
         out.groups = {g: quantity(per_group_np[i]) for i, g in enumerate(order)}
     return out

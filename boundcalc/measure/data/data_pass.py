@@ -149,11 +149,13 @@ LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_s
 
 def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
                       sigmas: Sequence[float], draws: int, probes: int, samples: int,
-                      seed: int, progress: Progress | None = None) -> np.ndarray:
+                      seed: int, progress: Progress | None = None,
+                      routes: list[str] | None = None) -> np.ndarray:
     """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
     u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
     Rademacher probes (common random numbers), on the first ``samples`` samples (streamed a
-    batch at a time, as in :func:`hessian_terms`)."""
+    batch at a time, as in :func:`hessian_terms`). ``routes``: where given, each distinct
+    route of the Hessian-vector products (``HessianTrace.route``) is appended to it."""
     from .curvature import hutchinson_trace
     from .gibbs import perturbed
 
@@ -163,7 +165,17 @@ def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
     total = len(sigmas) * draws + 1
     if progress:
         progress(0, total, "P̂: trace at the trained weights")
-    base = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None, seed=seed).total.value
+
+    sized: list[int] = []  # probes per stacked pass on a card: measured once, then reused
+
+    def trace() -> float:
+        tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None, seed=seed,
+                              sized=sized)
+        if routes is not None and tr.route not in routes:
+            routes.append(tr.route)
+        return tr.total.value
+
+    base = trace()
     out = np.empty(len(sigmas))
     for i, s in enumerate(sigmas):
         gen = torch.Generator().manual_seed(seed + 1000 + i)
@@ -172,8 +184,7 @@ def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
             if progress:
                 progress(1 + i * draws + d, total, f"P̂ σ={s:.3g} draw {d + 1}/{draws}")
             with perturbed(tm.model, float(s), gen):
-                t = hutchinson_trace(tm.model, terms, n_probes=probes, groups=None,
-                                     seed=seed).total.value
+                t = trace()
             diffs.append(abs(t - base))
         out[i] = float(np.percentile(diffs, 90))
     if progress:

@@ -155,7 +155,10 @@ def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) 
     """The curve ``perturbation_term``: P̂ of Lintilhac–Shaikh at each σ of their mesh."""
     draws, samples, seed = opts.perturbation_draws, opts.hessian_samples, opts.seed
     probes = max(opts.hessian_probes, 2)
-    values = perturbation_term(tm, batched, dev, LS_MESH, draws, probes, samples, seed, report)
+    routes: list[str] = []
+    values = perturbation_term(tm, batched, dev, LS_MESH, draws, probes, samples, seed, report,
+                               routes=routes)
+    stats.provenance["perturbation_term_hvp"] = "; ".join(routes)
     stats.curves["perturbation_term"] = Curve(
         "sigma", np.array(LS_MESH), values, estimated=True, n_samples=draws,
         method=(f"P̂(σ) = 90th percentile over {draws} draws u ~ "
@@ -326,6 +329,7 @@ def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: in
     tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=groups, seed=seed,
                           progress=report)
     tr.total.method = (tr.total.method or "") + f", mean training loss on the first {used} samples"
+    stats.provenance["hessian_hvp"] = tr.route
     try:
         attach_hessian_trace(stats, tr)
     except BoundcalcError:

@@ -26,6 +26,7 @@ from ..prior import PriorCentre, open_centre
 from .spectra import (Parts, finish, matrix_parts, matrix_stats, product_parts, product_stats,
                       schatten_grid, svdvals, svdvals_many, to_host)
 from ..threads import blas_threads, layer_workers
+from .route import HOST, SharedLayers, host_workers, routed
 
 Progress = Callable[[int, int, str], None]
 # Raw types, then the spectrum-adaptive ones; order of matrices within a layer in the output.
@@ -285,8 +286,9 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
     try:
         workers = layer_workers(lmap.hidden, dev)
         with blas_threads(1 if workers > 1 else None):
-            matrices, groups, token_emb = _walk(src, init_src, lmap, dev, raw, grid, report,
-                                                total, per_layer, layer_matrices or {}, workers)
+            matrices, groups, token_emb, route_record = _walk(
+                src, init_src, lmap, dev, raw, grid, report, total, per_layer,
+                layer_matrices or {}, workers)
     finally:
         stop()
     scalars: dict[str, Quantity] = {
@@ -320,6 +322,8 @@ def measure(model_or_path: Any, init: Any = None, data: Any = None, device: str 
                   "data": None if sample is None else sample.source}
     if init_src is not None:
         provenance["prior"] = init_src.provenance()
+    if route_record is not None:
+        provenance["weights_route"] = route_record
     group_names = lmap.group_names()
     stats = {k: [float(groups[k][g]) for g in group_names] for k in groups}
     return Stats(model=model, matrices=matrices, scalars=scalars,
@@ -332,8 +336,10 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
           raw: bool, grid: Sequence[float] | None, report: Progress, total: int,
           per_layer: int, given: Mapping[int, list[MatrixStats]],
           workers: int = 1) -> tuple[list[MatrixStats], dict[str, dict[str, float]],
-                                     torch.Tensor | None]:
-    """One pass over the tensors, a layer at a time; returns matrices and group sums.
+                                     torch.Tensor | None, dict[str, Any] | None]:
+    """One pass over the tensors, a layer at a time; returns matrices, group sums, the token
+    embedding and, on a card, which layers the card and the host measured (:mod:`.route`:
+    on a card the layers are shared between one card worker and the host's workers).
 
     Layers in ``given`` (computed elsewhere, e.g. by a per-layer split) are taken as they are.
     Tensors are read here, in order; with ``workers`` > 1 each layer's statistics are computed
@@ -344,8 +350,15 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
     # torch's thread count is per thread: a pool thread would otherwise run LAPACK on all
     # cores (unless OMP_NUM_THREADS says otherwise, as under Ray), oversubscribing them and
     # making the last bits depend on the environment
+    shared = None
+    if routed(dev):  # a card: its layers shared with the host's workers (route.py)
+        n_host = host_workers(lmap.hidden)
+        shared = SharedLayers(dev, n_host, functools.partial(_routed_layer, lmap, raw, grid))
+        workers, load = n_host + 1, HOST  # tensors are read to the host, queued for either
+    else:
+        load = dev
     pool = (ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
-            if workers > 1 else None)
+            if workers > 1 and shared is None else None)
     pending: list = []
     names = lmap.group_names()
     groups: dict[str, dict[str, float]] = {"n_params": dict.fromkeys(names, 0.0),
@@ -358,48 +371,61 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
     matrices: list[MatrixStats] = []
     token_emb = None
     done = 0
-    for layer in [l for l in range(lmap.n_layers)] + [None]:
-        report(done, total, f"layer {layer}" if layer is not None else "other tensors")
-        cache: dict[str, torch.Tensor] = {}
-        cache0: dict[str, torch.Tensor] = {}
-        seen: set[str] = set()
-        for e in by_layer.get(layer, []):
-            if e.name in seen:
-                continue
-            seen.add(e.name)
-            t = src.get(e.name)
-            t0 = init.get(e.name) if init is not None else None
-            _accumulate(groups, e, t, t0)
-            if e.role in MATRIX_ROLES and layer not in given:
-                cache[e.name] = _own(t, dev)
-                if t0 is not None:
-                    cache0[e.name] = _own(t0, dev)
-            if e.name == lmap.token_embedding:
-                token_emb = t
-        if layer is None:
-            break
-        if layer in given:
-            pending.append(given[layer])
-        else:  # the inputs are read here, before the maps are closed; the work may be threaded
-            W, W0 = _layer_inputs(src, init, lmap, layer, cache, cache0, dev)
-            pending.append(_layer_matrices(lmap, layer, W, W0, raw, grid) if pool is None
-                           else pool.submit(_layer_matrices, lmap, layer, W, W0, raw, grid))
-        while len(pending) > workers:
-            matrices += _done(pending.pop(0))
-        done += per_layer
-        # Drop the memory maps of the shards read so far (they reopen lazily): mapped pages
-        # count in the resident set, which otherwise grows to the checkpoint's size.
-        src.close()
-        if init is not None:
-            init.close()
     try:
+        for layer in [l for l in range(lmap.n_layers)] + [None]:
+            report(done, total, f"layer {layer}" if layer is not None else "other tensors")
+            cache: dict[str, torch.Tensor] = {}
+            cache0: dict[str, torch.Tensor] = {}
+            seen: set[str] = set()
+            for e in by_layer.get(layer, []):
+                if e.name in seen:
+                    continue
+                seen.add(e.name)
+                t = src.get(e.name)
+                t0 = init.get(e.name) if init is not None else None
+                _accumulate(groups, e, t, t0)
+                if e.role in MATRIX_ROLES and layer not in given:
+                    cache[e.name] = _own(t, load)
+                    if t0 is not None:
+                        cache0[e.name] = _own(t0, load)
+                if e.name == lmap.token_embedding:
+                    token_emb = t
+            if layer is None:
+                break
+            if layer in given:
+                pending.append(given[layer])
+            else:  # the inputs are read here, before the maps are closed; work may be threaded
+                W, W0 = _layer_inputs(src, init, lmap, layer, cache, cache0, load)
+                if shared is not None:
+                    pending.append(shared.submit(layer, W, W0))
+                else:
+                    pending.append(_layer_matrices(lmap, layer, W, W0, raw, grid)
+                                   if pool is None else
+                                   pool.submit(_layer_matrices, lmap, layer, W, W0, raw, grid))
+            while len(pending) > workers:
+                matrices += _done(pending.pop(0))
+            done += per_layer
+            # Drop the memory maps of the shards read so far (they reopen lazily): mapped pages
+            # count in the resident set, which otherwise grows to the checkpoint's size.
+            src.close()
+            if init is not None:
+                init.close()
         for item in pending:
             matrices += _done(item)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
+        if shared is not None:
+            shared.close()
     report(total, total, "done")
-    return matrices, groups, token_emb
+    return matrices, groups, token_emb, (shared.record() if shared is not None else None)
+
+
+def _routed_layer(lmap: LayerMap, raw: bool, grid: Sequence[float] | None, layer: int,
+                  W: dict[str, torch.Tensor], W0: dict[str, torch.Tensor] | None
+                  ) -> list[MatrixStats]:
+    """:func:`_layer_matrices` with the layer first, as :class:`.route.SharedLayers` calls."""
+    return _layer_matrices(lmap, layer, W, W0, raw, grid)
 
 
 def _done(item: Any) -> list[MatrixStats]:
