@@ -68,11 +68,11 @@ def _print(stats, output: Path, show_map: bool) -> None:
 
 def _prior_line(stats) -> str:
     """One line: the prior centre (kind, tensors it lacked), or which one to choose."""
-    from ..prior_spec import HINT
+    from ..prior_spec import hint
 
     prior = stats.provenance.get("prior")
     if not prior:
-        return escape(HINT)
+        return escape(hint())
     return escape(str(prior.get("summary") or f"prior centre: {prior.get('init')}"))
 
 

@@ -339,9 +339,9 @@ def compare_cmd(
     stages.done()
     groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
-        need = next((m for m in comparison.missing() if m["give"] != "--set"), None)
+        need = next((m for m in comparison.missing() if not m["by_hand"]), None)
         fail(f"{stats}: no registry entry applies to this stats file ("
-             + (f"missing: boundcalc {need['give']}, for {len(need['entries'])} certified "
+             + (f"missing: {need['give']}, for {len(need['entries'])} certified "
                 f"entries; " if need else "") + "add --set for missing symbols)")
     summary = _summary(comparison, test_error)
     if json_out:

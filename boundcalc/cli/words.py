@@ -14,6 +14,8 @@ from ..words import NO_VALUE, Words
 # keyword names whose flag does not follow the rule
 FLAGS: dict[str, str] = {
     "output": "-o",
+    "values": "--set",  # the API's values={...}: one --set NAME=VALUE each
+    "n_bootstrap": "--bootstrap",  # sweep.correlate's keyword
 }
 
 
@@ -23,7 +25,7 @@ def flag(name: str) -> str:
 
 
 class CliWords(Words):
-    """``--tune-data 5``; ``boundcalc measure MODEL --data DATA --draws K``."""
+    """``--tune-data 5``; ``boundcalc measure MODEL --data DATA --draws K``; ``--set n=VALUE``."""
 
     def option(self, name: str, value: Any = NO_VALUE) -> str:
         return flag(name) if value is NO_VALUE else f"{flag(name)} {value}"
@@ -34,6 +36,9 @@ class CliWords(Words):
         for key, value in options:
             parts.append(flag(key) if value is None else f"{flag(key)} {value}")
         return " ".join(parts)
+
+    def given(self, name: str, value: str) -> str:
+        return f"{flag('values')} {name}={value}"
 
 
 CLI_WORDS = CliWords()

@@ -50,6 +50,8 @@ def test_the_api_names_options_by_keyword():
     assert words.option("sigma", 0.5) == "sigma=0.5"
     assert words.command("measure MODEL data=DATA draws=K") == "measure(MODEL, data=DATA, draws=K)"
     assert words.command("compare stats=STATS brief=") == "compare(stats=STATS, brief=True)"
+    assert words.given("n") == "values={'n': VALUE}"
+    assert words.given("sigma", "[…]") == "values={'sigma': […]}"
 
 
 def test_the_cli_names_options_by_flag_inside_its_scope_only():
@@ -57,6 +59,8 @@ def test_the_cli_names_options_by_flag_inside_its_scope_only():
         assert words.option("tune_data") == "--tune-data"
         assert words.option("delta_mc", "2e-3") == "--delta-mc 2e-3"
         assert words.option("output") == "-o"
+        assert words.option("n_bootstrap", 10) == "--bootstrap 10"
+        assert words.given("n") == "--set n=VALUE"
         assert words.keyword("tune_data", 3) == "tune_data=3"  # stored text: never a flag
         assert (words.command("measure MODEL data=DATA init=INIT brief=")
                 == "boundcalc measure MODEL --data DATA --init INIT --brief")
@@ -80,14 +84,16 @@ def _named_options(root: Path) -> set[str]:
 
 def test_every_option_the_library_names_is_a_flag_of_the_cli():
     """option(name) in the CLI's words is a flag some command has: the words the library
-    prints in a terminal are words a user can type."""
+    prints in a terminal are words a user can type (a command's flag, or one of the options
+    every command takes: --memory-budget, --replace, ...)."""
     import typer.main
 
     from boundcalc.cli import app as cli_app
 
     group = typer.main.get_command(cli_app)
     flags = {o for cmd in group.commands.values() for p in cmd.params for o in p.opts}
-    missing = sorted(n for n in _named_options(PACKAGE) if flag(n) not in flags)
+    flags |= {o for p in group.params for o in p.opts}
+    missing = sorted(n for n in _named_options(PACKAGE) | {"values"} if flag(n) not in flags)
     assert not missing, missing
 
 
