@@ -94,7 +94,7 @@ def _print_data(stats, output: Path, sigma_given: bool = True) -> None:
     console.print(f"data: {pv.get('data')} ({int(sc['n'].value)} samples, task "
                   f"{pv.get('task')})", highlight=False)
     note = str(pv.get("prior_note"))
-    console.print(escape(note if not pv.get("prior") else f"prior centre: {note}"),
+    console.print(escape(f"prior centre: {note}") if pv.get("prior") else _prior_line(stats),
                   highlight=False)
     rows = [("n", "n"), ("emp_risk", "0-1 risk"), ("loss_mean", "mean loss (nats)"),
             ("margin_q05", "margin 5%"), ("margin_q50", "margin median"),

@@ -110,3 +110,23 @@ def test_the_scanner_sees_a_flag_in_a_message_but_not_in_a_docstring(tmp_path):
 def test_no_string_outside_cli_spells_a_flag():
     found = flag_strings(PACKAGE)
     assert not found, f"{len(found)} --flag strings outside cli/:\n" + "\n".join(found[:60])
+
+
+def test_library_messages_name_options_in_the_words_of_the_caller():
+    """The same message, built by an API call and inside the CLI's scope; stored text never
+    spells a flag."""
+    from boundcalc.errors import CheckpointError
+    from boundcalc.plan import bootstrap_plan
+    from boundcalc.prior_spec import hint, parse_centre
+
+    with pytest.raises(CheckpointError, match=r"^init 'random:x' is not a centre"):
+        parse_centre("random:x")
+    assert bootstrap_plan(10, 3, 1.0)[0].option == "n_bootstrap=10 (× 3 entries)"
+    assert "init=random:SEED" in hint() and "--" not in hint()
+    with words.use_words(CLI_WORDS):
+        with pytest.raises(CheckpointError, match=r"^--init 'random:x' is not a centre"):
+            parse_centre("random:x")
+        assert bootstrap_plan(10, 3, 1.0)[0].option == "--bootstrap 10 (× 3 entries)"
+        assert "--init random:SEED" in hint() and "--init zero" in hint()
+        stored = hint(stored=True)  # the note a stats file keeps
+    assert stored == hint() and "--" not in stored
