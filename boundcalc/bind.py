@@ -18,7 +18,7 @@ from .errors import BoundcalcError, MissingValueError, StatsError, one_line
 from .limits import check_allocation
 from .registry.schema import Entry, SymbolSpec
 from .stats import Stats
-from .words import given, option
+from .words import option, set_value
 
 _MAX_ELEMENTS = 50_000_000  # dense zero-padded singular-value array (400 MB of float64)
 
@@ -207,14 +207,14 @@ def how_to_give(spec: SymbolSpec) -> str:
     command = source_of(stat)
     if spec.indices or stat.startswith(("matrix.", "groups.")):
         if command is None:
-            return f"an array: {given(spec.name, '[…]')} (a JSON array)" + (
+            return f"an array: {set_value(spec.name, '[…]')} (a JSON array)" + (
                 f" ({set_only_note(stat)})" if stat else "")
         return f"an array: pass {option('stats', 'FILE')} from `{command}`"
     if command is not None:
-        return f"{given(spec.name)}, or {option('stats', 'FILE')} from `{command}`"
+        return f"{set_value(spec.name)}, or {option('stats', 'FILE')} from `{command}`"
     if stat:
-        return f"{given(spec.name)} ({set_only_note(stat)})"
-    return given(spec.name)
+        return f"{set_value(spec.name)} ({set_only_note(stat)})"
+    return set_value(spec.name)
 
 
 def missing_message(entry: Entry, missing: list[str]) -> str:

@@ -112,7 +112,7 @@ def one_point_of(stat: str | None) -> tuple[str, str] | None:
 
 def set_only_note(stat: str | None) -> str:
     """Why a value with no command must be set by hand: a curve to pick a point of, the
-    Python API, or no command at all (the text after :func:`boundcalc.words.given`)."""
+    Python API, or no command at all (the text after :func:`boundcalc.words.set_value`)."""
     point = one_point_of(stat)
     if point:
         return f"one point of the curve {point[0].split('.', 1)[1]} from {point[1]}"

@@ -7,7 +7,7 @@ calls :func:`option` with the option's keyword name (the name of the Python API'
 
 - the Python API (the default): ``option("tune_data", 5)`` → ``tune_data=5``;
   ``command("measure MODEL data=DATA draws=K")`` → ``measure(MODEL, data=DATA, draws=K)``;
-  ``given("n")`` (a value set by hand) → ``values={'n': VALUE}``;
+  ``set_value("n")`` (a value set by hand) → ``values={'n': VALUE}``;
 - the CLI installs its own :class:`Words` for the length of one command (``cli/words.py``, with
   :func:`use_words`): ``--tune-data 5``, ``boundcalc measure MODEL --data DATA --draws K`` and
   ``--set n=VALUE``.
@@ -41,7 +41,7 @@ class Words:
         parts = list(positional) + [f"{k}={'True' if v is None else v}" for k, v in options]
         return f"{name}({', '.join(parts)})"
 
-    def given(self, name: str, value: str) -> str:
+    def set_value(self, name: str, value: str) -> str:
         """``values={'name': VALUE}``: the symbol ``name`` set by hand (the API's ``values``)."""
         return f"{self.option('values')}={{'{name}': {value}}}"
 
@@ -71,10 +71,10 @@ def keyword(name: str, value: Any = NO_VALUE) -> str:
     return _API.option(name, value)
 
 
-def given(name: str, value: str = "VALUE") -> str:
+def set_value(name: str, value: str = "VALUE") -> str:
     """How a caller sets the symbol ``name`` by hand (``value``: a placeholder such as
     ``"VALUE"`` or ``"[…]"``), in the current front end's words."""
-    return _CURRENT.get().given(name, value)
+    return _CURRENT.get().set_value(name, value)
 
 
 def command(text: str) -> str:

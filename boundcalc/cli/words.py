@@ -37,7 +37,7 @@ class CliWords(Words):
             parts.append(flag(key) if value is None else f"{flag(key)} {value}")
         return " ".join(parts)
 
-    def given(self, name: str, value: str) -> str:
+    def set_value(self, name: str, value: str) -> str:
         return f"{flag('values')} {name}={value}"
 
 

@@ -14,7 +14,7 @@ from ..hints import needs_compression, set_only_note, source_of
 from ..evaluation import Result
 from ..registry import Entry, Registry
 from ..stats import Stats
-from ..words import given, option
+from ..words import option, set_value
 from .entry_points import applicable, optimize
 from .per_instance import per_instance_symbols
 
@@ -100,8 +100,8 @@ def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
     curves = stats.curves if stats is not None else {}
     array = bool(spec.indices)
     label = name + (" (array)" if array else "")
-    set_it = {"fix": f"{given('NAME', '[…]')} (a JSON array)" if array else given("NAME"),
-              "by_hand": True}
+    set_it = {"fix": (f"{set_value('NAME', '[…]')} (a JSON array)" if array
+                      else set_value("NAME")), "by_hand": True}
     if key and key.lower() != name.lower():
         label += f" = {key}" + (f", not the file's {name}" if name in scalars else "")
     if not stat:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import DomainError, MissingValueError
 from ..registry.schema import ParameterSpec, PriorSpec
-from ..words import command, given, option
+from ..words import command, option, set_value
 from .validate import ValidatedEntry, as_scalar, nearest_index
 
 
@@ -78,7 +78,7 @@ def resolve_parameters(entry: ValidatedEntry, given: Mapping[str, float] | None 
         else:
             raise MissingValueError(
                 f"entry '{e.id}': free parameter '{p.name}' has no value; set it "
-                f"with {given(p.name, '...')} or choose it with `{command('optimize ID')}`")
+                f"with {set_value(p.name, '...')} or choose it with `{command('optimize ID')}`")
         values[p.name] = v  # type: ignore[assignment]
         choice[p.name] = src
     iterate_closed_forms(entry, [p for p in pending if values[p.name] is None], values, choice)

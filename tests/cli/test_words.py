@@ -50,8 +50,8 @@ def test_the_api_names_options_by_keyword():
     assert words.option("sigma", 0.5) == "sigma=0.5"
     assert words.command("measure MODEL data=DATA draws=K") == "measure(MODEL, data=DATA, draws=K)"
     assert words.command("compare stats=STATS brief=") == "compare(stats=STATS, brief=True)"
-    assert words.given("n") == "values={'n': VALUE}"
-    assert words.given("sigma", "[…]") == "values={'sigma': […]}"
+    assert words.set_value("n") == "values={'n': VALUE}"
+    assert words.set_value("sigma", "[…]") == "values={'sigma': […]}"
 
 
 def test_the_cli_names_options_by_flag_inside_its_scope_only():
@@ -60,7 +60,7 @@ def test_the_cli_names_options_by_flag_inside_its_scope_only():
         assert words.option("delta_mc", "2e-3") == "--delta-mc 2e-3"
         assert words.option("output") == "-o"
         assert words.option("n_bootstrap", 10) == "--bootstrap 10"
-        assert words.given("n") == "--set n=VALUE"
+        assert words.set_value("n") == "--set n=VALUE"
         assert words.keyword("tune_data", 3) == "tune_data=3"  # stored text: never a flag
         assert (words.command("measure MODEL data=DATA init=INIT brief=")
                 == "boundcalc measure MODEL --data DATA --init INIT --brief")
