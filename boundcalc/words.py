@@ -15,7 +15,7 @@ calls :func:`option` with the option's keyword name (the name of the Python API'
 Contract: words are chosen when the text is built, so a message built inside the CLI's scope
 reads in flags and the same message built by an API call reads in keywords. Text that is
 *stored* (provenance in a stats file, a report) must not depend on the front end: it names
-options with :func:`keyword`, which ignores the scope. ``tests/test_measure_layers.py`` checks
+options with :func:`keyword`, which ignores the scope. ``tests/cli/test_words.py`` checks
 that no string outside ``cli/`` spells a ``--flag``.
 """
 
