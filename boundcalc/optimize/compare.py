@@ -84,7 +84,7 @@ def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> di
     return {"id": entry.id, "kind": entry.kind, "missing": rows, "lacks": lacks_text(rows)}
 
 
-def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
+def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, Any]:
     """What a missing symbol really is, in the user's terms: ``name`` (the symbol, with what
     the file holds instead when it has something of that name), ``fix`` (the one thing to
     do, in the caller's words: :mod:`boundcalc.words`) and ``by_hand`` (True when the fix is
