@@ -18,6 +18,7 @@ from .errors import BoundcalcError, MissingValueError, StatsError, one_line
 from .limits import check_allocation
 from .registry.schema import Entry, SymbolSpec
 from .stats import Stats
+from .words import option, set_value
 
 _MAX_ELEMENTS = 50_000_000  # dense zero-padded singular-value array (400 MB of float64)
 
@@ -197,27 +198,28 @@ def _bind(entry: Entry, stats: Stats | None, overrides: Mapping[str, Any] | None
 
 
 def how_to_give(spec: SymbolSpec) -> str:
-    """Where a missing value comes from: ``--set`` for a scalar, a stats file for an array,
-    with the command that writes it (:mod:`boundcalc.hints`), or why none does."""
+    """Where a missing value comes from: set by hand for a scalar, a stats file for an array,
+    with the command that writes it (:mod:`boundcalc.hints`), or why none does; in the
+    caller's words (:mod:`boundcalc.words`: ``--set``/``--stats`` in the CLI)."""
     from .hints import set_only_note, source_of
 
     stat = spec.stat or ""
     command = source_of(stat)
     if spec.indices or stat.startswith(("matrix.", "groups.")):
         if command is None:
-            return f"an array: --set {spec.name}=[…] (a JSON array)" + (
+            return f"an array: {set_value(spec.name, '[…]')} (a JSON array)" + (
                 f" ({set_only_note(stat)})" if stat else "")
-        return f"an array: pass --stats FILE from `boundcalc {command}`"
+        return f"an array: pass {option('stats', 'FILE')} from `{command}`"
     if command is not None:
-        return f"--set {spec.name}=VALUE, or --stats FILE from `boundcalc {command}`"
+        return f"{set_value(spec.name)}, or {option('stats', 'FILE')} from `{command}`"
     if stat:
-        return f"--set {spec.name}=VALUE ({set_only_note(stat)})"
-    return f"--set {spec.name}=VALUE"
+        return f"{set_value(spec.name)} ({set_only_note(stat)})"
+    return set_value(spec.name)
 
 
 def missing_message(entry: Entry, missing: list[str]) -> str:
-    """One line naming the missing symbols and how to give them (``--stats`` where ``--set``
-    cannot help: per-layer / per-head arrays)."""
+    """One line naming the missing symbols and how to give them (a stats file where a value
+    set by hand cannot help: per-layer / per-head arrays)."""
     specs = [entry.symbols[m] for m in missing]
     arrays = [s for s in specs if s.indices or (s.stat or "").startswith(("matrix.", "groups."))]
     if arrays:

@@ -61,7 +61,7 @@ def classify(record: Mapping[str, Any] | None) -> dict[str, Any]:
     if not record:
         out["about"] = "unknown"
         out["text"] = ("certifies the model its code describes; no compression record says "
-                       "which (measure --compress writes one)")
+                       "which (a measurement with compression writes one)")
     elif dist is not None and ref is not None and ref > 0 and dist <= PRIOR_TOLERANCE * ref:
         out["about"] = "prior"
         out["text"] = ("certifies the prior: the code decodes to it ("
@@ -78,7 +78,7 @@ def classify(record: Mapping[str, Any] | None) -> dict[str, Any]:
     else:
         out["about"] = "unknown"
         out["text"] = ("certifies the decoded model; its agreement with the measured model "
-                       "is not recorded (measure --compress again records it)")
+                       "is not recorded (measuring with compression again records it)")
     if fingerprint:
         out["text"] += f"; decoded model {fingerprint}"
     return out

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import StatsError
+from .words import option
 
 RISKS = ("quantized_error",)  # scalars
 CURVE_RISKS = ("quantized_smoothed_nll",)  # curves over the smoothing weight α
@@ -33,7 +34,7 @@ def check_compression_scalars(scalars: Mapping[str, Any], risks: tuple[str, ...]
         if q is None:
             raise StatsError(f"stats: a code length (code_bits) without {what and 'the '}"
                              f"{what}'{name}', the risk of the same quantized model; measure "
-                             "both with --compress")
+                             f"both with {option('compress')}")
         if q.note != note:
             raise StatsError(f"stats: code_bits and {what}{name} describe different quantized "
                              f"models ({note} vs {q.note})")

@@ -9,57 +9,53 @@ from __future__ import annotations
 
 
 class BoundcalcError(Exception):
-    """Base class: a problem with the user's input, reported without a traceback."""
+    """Base class: a problem with the user's input, reported without a traceback.
+
+    Each kind of error states the CLI's exit code for it as a class keyword,
+    ``class StatsError(BoundcalcError, exit_code=5)``; a subclass that states none keeps its
+    parent's. The codes are part of the CLI's contract (scripts test them): 2 any bad input,
+    3 formula files, 4 values, 5 stats files, 6 checkpoints, 7 optimisation, 8 resources,
+    9 output files.
+    """
 
     exit_code = 2
 
+    def __init_subclass__(cls, exit_code: int | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if exit_code is not None:
+            cls.exit_code = exit_code
 
-class FormulaError(BoundcalcError):
+
+class FormulaError(BoundcalcError, exit_code=3):
     """A formula file is malformed, unsafe, or inconsistent."""
 
-    exit_code = 3
 
-
-class DomainError(BoundcalcError):
+class DomainError(BoundcalcError, exit_code=4):
     """A value lies outside its declared domain (negative norm, delta outside (0,1), NaN, ...)."""
 
-    exit_code = 4
 
-
-class MissingValueError(BoundcalcError):
+class MissingValueError(BoundcalcError, exit_code=4):
     """A symbol needed for evaluation has no value."""
 
-    exit_code = 4
 
-
-class StatsError(BoundcalcError):
+class StatsError(BoundcalcError, exit_code=5):
     """A statistics file is unreadable or does not follow the schema."""
 
-    exit_code = 5
 
-
-class CheckpointError(BoundcalcError):
+class CheckpointError(BoundcalcError, exit_code=6):
     """A model checkpoint cannot be read, or its architecture is not understood."""
 
-    exit_code = 6
 
-
-class OptimizationError(BoundcalcError):
+class OptimizationError(BoundcalcError, exit_code=7):
     """An optimizer failed to converge; no point is returned."""
 
-    exit_code = 7
 
-
-class ResourceError(BoundcalcError):
+class ResourceError(BoundcalcError, exit_code=8):
     """An input would exceed the memory budget, a size or a time limit; refused up front."""
 
-    exit_code = 8
 
-
-class OutputError(BoundcalcError):
+class OutputError(BoundcalcError, exit_code=9):
     """An output file cannot be written (full disk, not a regular file, bad name, ...)."""
-
-    exit_code = 9
 
 
 def where(file: str | None = None, entry: str | None = None, symbol: str | None = None) -> str:

@@ -1,49 +1,53 @@
-"""Where each stats-file value comes from: the boundcalc command (and flag) that writes it.
+"""Where each stats-file value comes from: the boundcalc command (and option) that writes it.
 
 One table for every hint that tells a user how to get a missing value (``compare``'s "lacks"
 column, ``bind``'s missing-value errors). :func:`source_of` returns the command, or None when
-no boundcalc command writes the value (then only ``--set`` gives it). tests/test_hints.py walks
+no boundcalc command writes the value (then only a value set by hand gives it), in the words of
+the front end in use (:mod:`boundcalc.words`). tests/cli/test_hints.py walks
 every registry symbol's hint and checks each named command and flag against the CLI, and
 each "no command" against the measurement code.
 """
 
 from __future__ import annotations
 
-# (stats path, the command that writes it): a path ending in * is a prefix; first match wins; commands are written as
-# a user types them after `boundcalc`
+from .words import command, option
+
+# (stats path, the command that writes it): a path ending in * is a prefix; first match wins.
+# Commands are written in words.command()'s neutral notation (options as key=VALUE, by their
+# keyword names) and rendered in the caller's words at lookup; "COMMAND | OPTION" adds "(or
+# OPTION)", an option that gives the value instead.
 _SOURCES: tuple[tuple[str, str], ...] = (
     # measure --compress (boundcalc/measure/compress/compression.py)
-    ("scalars.code_bits*", "measure --data DATA --compress auto"),
-    ("scalars.quantized_*", "measure --data DATA --compress auto"),
-    ("curves.quantized_*", "measure --data DATA --compress auto"),
-    ("scalars.vocab_size", "measure --data DATA --compress auto"),
+    ("scalars.code_bits*", "measure MODEL data=DATA compress=auto"),
+    ("scalars.quantized_*", "measure MODEL data=DATA compress=auto"),
+    ("curves.quantized_*", "measure MODEL data=DATA compress=auto"),
+    ("scalars.vocab_size", "measure MODEL data=DATA compress=auto"),
     # the per-group σ search (boundcalc/measure/data/tune.py)
-    ("curves.gibbs_risk_groups", "measure --init INIT --data DATA --tune-data TUNE "
-                                 "(or --sigma-groups)"),
-    ("scalars.gibbs_groups_units", "measure --init INIT --data DATA --tune-data TUNE "
-                                   "(or --sigma-groups)"),
+    ("curves.gibbs_risk_groups", "measure MODEL init=INIT data=DATA tune_data=TUNE | sigma_groups"),
+    ("scalars.gibbs_groups_units",
+     "measure MODEL init=INIT data=DATA tune_data=TUNE | sigma_groups"),
     # the data pass (boundcalc/measure/data/task_measure.py)
-    ("curves.gibbs_risk_mean", "measure --data DATA --draws K"),
-    ("scalars.gibbs_draws", "measure --data DATA --draws K"),
-    ("scalars.hessian_trace", "measure --data DATA --hessian-probes P"),
-    ("groups.hessian_trace", "measure --data DATA --hessian-probes P"),
-    ("curves.perturbation_term", "measure --data DATA --perturbation-draws K"),
-    ("scalars.n", "measure --data DATA"),
-    ("scalars.emp_risk", "measure --data DATA"),
-    ("scalars.loss_mean", "measure --data DATA"),
-    ("scalars.cross_entropy", "measure --data DATA"),
-    ("scalars.bounded_loss_mean", "measure --data DATA"),
-    ("scalars.margin_q*", "measure --data DATA"),
-    ("scalars.input_token_norm_max", "measure --data DATA"),
-    ("scalars.input_fro_max", "measure --data DATA"),
-    ("scalars.seq_len", "measure --data DATA"),
-    ("scalars.majority_error", "measure --data DATA"),
-    ("scalars.smoothing_alpha", "measure --data DATA"),
-    ("curves.ramp_risk", "measure --data DATA"),
-    ("curves.margin_below", "measure --data DATA"),
+    ("curves.gibbs_risk_mean", "measure MODEL data=DATA draws=K"),
+    ("scalars.gibbs_draws", "measure MODEL data=DATA draws=K"),
+    ("scalars.hessian_trace", "measure MODEL data=DATA hessian_probes=P"),
+    ("groups.hessian_trace", "measure MODEL data=DATA hessian_probes=P"),
+    ("curves.perturbation_term", "measure MODEL data=DATA perturbation_draws=K"),
+    ("scalars.n", "measure MODEL data=DATA"),
+    ("scalars.emp_risk", "measure MODEL data=DATA"),
+    ("scalars.loss_mean", "measure MODEL data=DATA"),
+    ("scalars.cross_entropy", "measure MODEL data=DATA"),
+    ("scalars.bounded_loss_mean", "measure MODEL data=DATA"),
+    ("scalars.margin_q*", "measure MODEL data=DATA"),
+    ("scalars.input_token_norm_max", "measure MODEL data=DATA"),
+    ("scalars.input_fro_max", "measure MODEL data=DATA"),
+    ("scalars.seq_len", "measure MODEL data=DATA"),
+    ("scalars.majority_error", "measure MODEL data=DATA"),
+    ("scalars.smoothing_alpha", "measure MODEL data=DATA"),
+    ("curves.ramp_risk", "measure MODEL data=DATA"),
+    ("curves.margin_below", "measure MODEL data=DATA"),
     # the weights side (boundcalc/measure/weights/pipeline.py)
-    ("scalars.dist_init*", "measure --init INIT"),
-    ("groups.dist_init*", "measure --init INIT"),
+    ("scalars.dist_init*", "measure MODEL init=INIT"),
+    ("groups.dist_init*", "measure MODEL init=INIT"),
     ("groups.n_params", "measure MODEL"),
     ("scalars.n_params", "measure MODEL"),
     ("model.*", "measure MODEL"),
@@ -70,10 +74,26 @@ def _matches(stat: str | None, pattern: str) -> bool:
     return stat.startswith(pattern[:-1]) if pattern.endswith("*") else stat == pattern
 
 
+def _source(stat: str | None) -> str | None:
+    """The neutral command that writes ``stat`` (an entry of :data:`_SOURCES`), or None."""
+    return next((cmd for pattern, cmd in _SOURCES if _matches(stat, pattern)), None)
+
+
 def source_of(stat: str | None) -> str | None:
-    """The command that writes the stats path ``stat`` ('measure MODEL --data DATA ...'), or
-    None when no boundcalc command writes it."""
-    return next((command for pattern, command in _SOURCES if _matches(stat, pattern)), None)
+    """The command that writes the stats path ``stat``, in the caller's words
+    (``boundcalc measure MODEL --data DATA`` in the CLI, ``measure(MODEL, data=DATA)`` in the
+    API), or None when no boundcalc command writes it."""
+    neutral = _source(stat)
+    if neutral is None:
+        return None
+    text, _, instead = neutral.partition(" | ")
+    return command(text) + (f" (or {option(instead)})" if instead else "")
+
+
+def needs_compression(stat: str | None) -> bool:
+    """True when only a measurement with compression writes ``stat`` (the quantized model's
+    values)."""
+    return "compress=" in (_source(stat) or "")
 
 
 def python_only(stat: str | None) -> str | None:
@@ -86,13 +106,13 @@ def one_point_of(stat: str | None) -> tuple[str, str] | None:
     curve = _ONE_POINT.get(stat or "")
     if curve is None:
         return None
-    command = source_of(curve)
-    return (curve, command) if command else None
+    writer = source_of(curve)
+    return (curve, writer) if writer else None
 
 
 def set_only_note(stat: str | None) -> str:
     """Why a value with no command must be set by hand: a curve to pick a point of, the
-    Python API, or no command at all (the text after '--set NAME=VALUE')."""
+    Python API, or no command at all (the text after :func:`boundcalc.words.set_value`)."""
     point = one_point_of(stat)
     if point:
         return f"one point of the curve {point[0].split('.', 1)[1]} from {point[1]}"

@@ -33,6 +33,7 @@ import threading
 from typing import Any, Iterator
 
 from .errors import BoundcalcError, ResourceError, one_line
+from .words import option
 
 ENV_BUDGET = "BOUNDCALC_MEMORY_BUDGET"
 ENV_TIME = "BOUNDCALC_TIME_BUDGET"
@@ -101,7 +102,7 @@ def check_time(seconds: float, what: str) -> None:
     if not (seconds <= budget):  # also catches NaN
         raise ResourceError(f"{what} would take at least {_duration(seconds)}, more than the time "
                             f"budget of {_duration(budget)} (lower it, or raise the budget with "
-                            f"--time-budget or {ENV_TIME})")
+                            f"{option('time_budget')} or {ENV_TIME})")
 
 
 def set_memory_budget(nbytes: int | None) -> None:
@@ -180,7 +181,7 @@ def check_allocation(nbytes: float, what: str, budget: int | None = None) -> Non
     budget = memory_budget() if budget is None else budget
     if not (nbytes <= budget):  # also catches NaN
         raise ResourceError(f"{what} would need {_gb(nbytes)}, more than the memory budget of "
-                            f"{_gb(budget)} (raise it with --memory-budget or {ENV_BUDGET})")
+                            f"{_gb(budget)} (raise it with {option('memory_budget')} or {ENV_BUDGET})")
 
 
 @contextlib.contextmanager

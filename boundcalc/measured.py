@@ -41,6 +41,7 @@ from .evaluation import Prepared, confidence_symbol
 from .registry.schema import Entry, ParameterSpec
 from .result import Result
 from .stats import Curve, Stats
+from .words import command, set_value
 
 HAND_SET = "set by hand: a value measured at one point, with no confidence term of its own"
 
@@ -68,9 +69,9 @@ def hand_set(entry: Entry, values: Mapping[str, Any],
     if p.name not in values and p.name not in (params or {}):
         raise DomainError(
             f"entry '{entry.id}': '{hand[0]}' was set by hand, so it holds at one {p.name} "
-            f"only; give that point with --set {p.name}=VALUE ({p.name} is then used exactly, "
+            f"only; give that point with {set_value(p.name)} ({p.name} is then used exactly, "
             f"never moved), or measure '{entry.symbols[hand[0]].stat}' at several points with "
-            "`boundcalc measure --data`")
+            f"`{command('measure MODEL data=DATA')}`")
     return {s: HAND_SET for s in hand}
 
 

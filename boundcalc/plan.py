@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 
 from .limits import check_allocation, check_time
+from .words import option
 
 FLOPS = {"cpu": 1e12, "cuda": 1e15}
 CALL_SECONDS = 1e-5
@@ -40,7 +41,8 @@ LS_MESH_POINTS = 20  # σ points of the Lintilhac–Shaikh mesh (data_pass.LS_ME
 
 @dataclass
 class Item:
-    """One piece of planned work: the option that drives it, its memory and its time."""
+    """One piece of planned work: the option that drives it (in the caller's words,
+    :mod:`boundcalc.words`), its memory and its time."""
 
     option: str
     nbytes: float
@@ -78,21 +80,21 @@ def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_sample
         mc_rows = max(gibbs_samples, 1) if gibbs_samples else rows
         mc_batches = math.ceil(mc_rows / max(batch_size, 1))
         items.append(Item(
-            f"--draws {draws} (× {sigmas} σ, {mc_rows:,} rows each)",
+            f"{option('draws', draws)} (× {sigmas} σ, {mc_rows:,} rows each)",
             8.0 * passes + 12.0 * n_params,  # losses per draw; saved weights + float64 noise
             _seconds(passes * mc_rows, passes * mc_batches, n_params, positions, device)))
-    for count, option, n_rows in ((group_draws, "--group-draws", rows),
-                                  (tune_draws, "--tune-draws", max(tune_rows, 1))):
+    for count, name, n_rows in ((group_draws, "group_draws", rows),
+                                (tune_draws, "tune_draws", max(tune_rows, 1))):
         if count > 0:
             mc_rows = max(gibbs_samples, 1) if gibbs_samples and n_rows == rows else n_rows
             items.append(Item(
-                f"{option} {count} ({mc_rows:,} rows each)", 8.0 * count + 12.0 * n_params,
+                f"{option(name, count)} ({mc_rows:,} rows each)", 8.0 * count + 12.0 * n_params,
                 _seconds(float(count) * mc_rows, count * math.ceil(mc_rows / max(batch_size, 1)),
                          n_params, positions, device)))
     if hessian_probes > 0:
         hvps = float(hessian_probes) + 1
         items.append(Item(
-            f"--hessian-probes {hessian_probes} (on {hs:,} samples)",
+            f"{option('hessian_probes', hessian_probes)} (on {hs:,} samples)",
             # quadratic forms, and one probe's four float32 copies (probe, tangent, gradient,
             # product): probes are drawn from seeds where used, and a batch of several (CUDA)
             # is sized to the memory budget by curvature.probe_batch
@@ -103,7 +105,7 @@ def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_sample
         traces = float(LS_MESH_POINTS) * perturbation_draws + 1
         hvps = traces * (probes + 1)
         items.append(Item(
-            f"--perturbation-draws {perturbation_draws} (× {LS_MESH_POINTS} σ × {probes} "
+            f"{option('perturbation_draws', perturbation_draws)} (× {LS_MESH_POINTS} σ × {probes} "
             "Hutchinson probes)",
             32.0 * perturbation_draws + 8.0 * LS_MESH_POINTS + 12.0 * n_params,
             _seconds(hvps * HVP_FORWARDS * hs, hvps * hs_batches, n_params, positions, device)))
@@ -113,7 +115,7 @@ def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_sample
 def bootstrap_plan(resamples: int, entries: int, seconds_per_resample: float) -> list[Item]:
     """The work of ``correlate --bootstrap``: two float64 arrays of ``resamples`` per entry
     (one entry at a time) and ``resamples · entries`` resamples at the measured speed."""
-    return [Item(f"--bootstrap {resamples} (× {entries} entries)", 16.0 * resamples,
+    return [Item(f"{option('n_bootstrap', resamples)} (× {entries} entries)", 16.0 * resamples,
                  float(resamples) * entries * seconds_per_resample)]
 
 

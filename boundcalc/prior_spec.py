@@ -10,10 +10,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CheckpointError, one_line
+from .words import keyword, option
 
-HINT = ("no --init: no prior centre, so entries needing ‖w − w_prior‖ are skipped; give "
-        "--init with the checkpoint this model was fine-tuned from (the usual choice), or a "
-        "data-independent centre: --init random:SEED (its own initialisation) or --init zero")
+
+def hint(stored: bool = False) -> str:
+    """Which prior centre to choose when none was given, naming the option in the caller's
+    words (:mod:`boundcalc.words`), or as a keyword whatever the front end when ``stored``
+    (a note written into a stats file)."""
+    name = keyword if stored else option
+    return (f"no {name('init')}: no prior centre, so entries needing ‖w − w_prior‖ are "
+            f"skipped; give {name('init')} with the checkpoint this model was fine-tuned from "
+            f"(the usual choice), or a data-independent centre: {name('init', 'random:SEED')} "
+            f"(its own initialisation) or {name('init', 'zero')}")
+
 _RANDOM = re.compile(r"random:(\d{1,12})")
 
 
@@ -36,9 +45,10 @@ class CentreSpec:
              else f"<{type(self.source).__name__}>")
 
 
-def parse_centre(value: Any, option: str = "--init") -> CentreSpec:
+def parse_centre(value: Any, name: str = "init") -> CentreSpec:
     """``zero`` | ``random:SEED`` | a checkpoint (path, module, mapping). A file that happens
-    to be called ``zero`` is reached as ``./zero``."""
+    to be called ``zero`` is reached as ``./zero``. ``name``: the option's keyword name, for
+    the error."""
     if isinstance(value, CentreSpec):
         return value
     if isinstance(value, str):
@@ -47,19 +57,19 @@ def parse_centre(value: Any, option: str = "--init") -> CentreSpec:
         if value.startswith("random"):
             m = _RANDOM.fullmatch(value)
             if m is None:
-                raise CheckpointError(f"{option} '{one_line(value)[:60]}' is not a centre: "
-                                      "expected random:SEED with SEED a non-negative integer "
-                                      "(random:0), zero, or a checkpoint path")
+                raise CheckpointError(f"{option(name)} '{one_line(value)[:60]}' is not a "
+                                      "centre: expected random:SEED with SEED a non-negative "
+                                      "integer (random:0), zero, or a checkpoint path")
             return CentreSpec("random", int(m.group(1)))
     return CentreSpec("checkpoint", source=value)
 
 
 def parse_head_init(value: Any) -> CentreSpec:
     """``--head-init``: ``zero`` (default) or ``random:SEED``."""
-    spec = parse_centre("zero" if value is None else value, "--head-init")
+    spec = parse_centre("zero" if value is None else value, "head_init")
     if spec.kind == "checkpoint":
-        raise CheckpointError(f"--head-init '{one_line(str(value))[:60]}' is not a centre: "
-                              "expected zero or random:SEED")
+        raise CheckpointError(f"{option('head_init')} '{one_line(str(value))[:60]}' is not a "
+                              "centre: expected zero or random:SEED")
     return spec
 
 

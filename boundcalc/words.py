@@ -7,13 +7,15 @@ calls :func:`option` with the option's keyword name (the name of the Python API'
 
 - the Python API (the default): ``option("tune_data", 5)`` → ``tune_data=5``;
   ``command("measure MODEL data=DATA draws=K")`` → ``measure(MODEL, data=DATA, draws=K)``;
+  ``set_value("n")`` (a value set by hand) → ``values={'n': VALUE}``;
 - the CLI installs its own :class:`Words` for the length of one command (``cli/words.py``, with
-  :func:`use_words`): ``--tune-data 5`` and ``boundcalc measure MODEL --data DATA --draws K``.
+  :func:`use_words`): ``--tune-data 5``, ``boundcalc measure MODEL --data DATA --draws K`` and
+  ``--set n=VALUE``.
 
 Contract: words are chosen when the text is built, so a message built inside the CLI's scope
 reads in flags and the same message built by an API call reads in keywords. Text that is
 *stored* (provenance in a stats file, a report) must not depend on the front end: it names
-options with :func:`keyword`, which ignores the scope. ``tests/test_measure_layers.py`` checks
+options with :func:`keyword`, which ignores the scope. ``tests/cli/test_words.py`` checks
 that no string outside ``cli/`` spells a ``--flag``.
 """
 
@@ -39,6 +41,10 @@ class Words:
         parts = list(positional) + [f"{k}={'True' if v is None else v}" for k, v in options]
         return f"{name}({', '.join(parts)})"
 
+    def set_value(self, name: str, value: str) -> str:
+        """``values={'name': VALUE}``: the symbol ``name`` set by hand (the API's ``values``)."""
+        return f"{self.option('values')}={{'{name}': {value}}}"
+
 
 _API = Words()
 _CURRENT: ContextVar[Words] = ContextVar("boundcalc_words", default=_API)
@@ -63,6 +69,12 @@ def option(name: str, value: Any = NO_VALUE) -> str:
 def keyword(name: str, value: Any = NO_VALUE) -> str:
     """The option in the Python API's words whatever the scope: for text that is stored."""
     return _API.option(name, value)
+
+
+def set_value(name: str, value: str = "VALUE") -> str:
+    """How a caller sets the symbol ``name`` by hand (``value``: a placeholder such as
+    ``"VALUE"`` or ``"[…]"``), in the current front end's words."""
+    return _CURRENT.get().set_value(name, value)
 
 
 def command(text: str) -> str:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..words import option
 from . import split as splits
 from .train import Progress, TrainSpec, save_folder
 
@@ -269,8 +270,9 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         steps.finish("posterior", post_key)
     meas_key = _key("measure", cfg, post_key)
     if not steps.fresh("measure", meas_key, [out / "stats.json"]):
-        say("measure: model/ with --init prior/ --data S.jsonl --tune-data tune.jsonl (σ "
-            "search on the prior's data, Monte Carlo Gibbs risk on S)")
+        say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
+            f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte Carlo "
+            "Gibbs risk on S)")
         _measure(out, cfg, progress)
         steps.finish("measure", meas_key)
     cmp_key = _key("compare", cfg, meas_key)

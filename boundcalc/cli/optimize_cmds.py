@@ -23,7 +23,8 @@ bind = lazy_function("boundcalc.bind", "bind")
 fmt = lazy_function("boundcalc.report.tables", "fmt")
 from .app import app, console, emit_json, fail, guarded, registry
 from .progress import Stages, require_paths
-from .sets import SET_HELP, STATS_HELP, TEST_ERROR_HELP, check_test_error, parse_sets
+from .sets import (ENTRY_ID, JSON, SETS, STATS, TEST_ERROR_HELP, check_test_error,
+                   parse_sets)
 
 
 
@@ -213,10 +214,10 @@ def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
 
 @app.command("optimize")
 def optimize_cmd(
-    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id (see `boundcalc list`)."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
-    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    entry_id: str = ENTRY_ID,
+    sets: Optional[list[str]] = SETS,
+    stats: Optional[Path] = STATS,
+    json_out: bool = JSON,
     latex: Optional[Path] = typer.Option(None, "--latex", metavar="FILE",
                                          help="Also write a LaTeX document."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="DIR",
@@ -289,16 +290,16 @@ def _write_latex(path: Path, entry_id: str, result: Result) -> None:
 
 @app.command("compare")
 def compare_cmd(
-    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+    stats: Optional[Path] = STATS,
     model: Optional[str] = typer.Option(
         None, "--model", help="Measure this model first (a checkpoint path, a Hugging Face "
         "folder, or 'minilm' for the bundled MiniLM-L6) instead of reading --stats."),
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", help="With --model: also write the measured stats file here."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
+    sets: Optional[list[str]] = SETS,
     test_error: Optional[float] = typer.Option(None, "--test-error", metavar="ERR",
                                                help=TEST_ERROR_HELP),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    json_out: bool = JSON,
     brief: bool = typer.Option(False, "--brief", help="Only the headline, the certified rows "
                                "and one line per missing ingredient."),
 ) -> None:
@@ -339,9 +340,9 @@ def compare_cmd(
     stages.done()
     groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
-        need = next((m for m in comparison.missing() if m["give"] != "--set"), None)
+        need = next((m for m in comparison.missing() if not m["by_hand"]), None)
         fail(f"{stats}: no registry entry applies to this stats file ("
-             + (f"missing: boundcalc {need['give']}, for {len(need['entries'])} certified "
+             + (f"missing: {need['give']}, for {len(need['entries'])} certified "
                 f"entries; " if need else "") + "add --set for missing symbols)")
     summary = _summary(comparison, test_error)
     if json_out:

@@ -16,7 +16,7 @@ entries_table = lazy_function("boundcalc.report.tables", "entries_table")
 entry_panel = lazy_function("boundcalc.report.tables", "entry_panel")
 print_result = lazy_function("boundcalc.report.tables", "print_result")
 from .app import app, console, emit_json, guarded, registry
-from .sets import FIXED_HELP, SET_HELP, STATS_HELP, parse_sets
+from .sets import ENTRY_ID, FIXED_HELP, JSON, SETS, STATS, parse_sets
 
 
 
@@ -45,8 +45,8 @@ def list_entries(
 
 @app.command("show")
 def show(
-    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id (see `boundcalc list`)."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    entry_id: str = ENTRY_ID,
+    json_out: bool = JSON,
 ) -> None:
     """Show one entry: theorem source, provenance, kind, assumptions, symbols, parameters, LaTeX."""
     reg = registry()
@@ -110,11 +110,11 @@ def _compute(entry_id: str, sets: list[str] | None, stats: Optional[Path],
 
 @app.command("evaluate")
 def evaluate_cmd(
-    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
-    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    entry_id: str = ENTRY_ID,
+    sets: Optional[list[str]] = SETS,
     fixed: Optional[list[str]] = typer.Option(None, "--fixed", metavar="NAME", help=FIXED_HELP),
+    stats: Optional[Path] = STATS,
+    json_out: bool = JSON,
 ) -> None:
     """Evaluate an entry exactly at the given values.
 
@@ -134,10 +134,10 @@ def evaluate_cmd(
 
 @app.command("latex")
 def latex_cmd(
-    entry_id: str = typer.Argument(..., metavar="ID", help="Registry id."),
+    entry_id: str = ENTRY_ID,
     output: Path = typer.Option(..., "-o", "--output", help="The .tex file to write."),
-    sets: Optional[list[str]] = typer.Option(None, "--set", "-s", help=SET_HELP),
-    stats: Optional[Path] = typer.Option(None, "--stats", help=STATS_HELP),
+    sets: Optional[list[str]] = SETS,
+    stats: Optional[Path] = STATS,
     json_out: bool = typer.Option(False, "--json", help="Print JSON (the file written, the "
                                   "entry's LaTeX and, with values, the result) for scripts."),
 ) -> None:

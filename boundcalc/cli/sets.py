@@ -7,6 +7,8 @@ import math
 import re
 from typing import Any
 
+import typer
+
 from ..errors import BoundcalcError
 from ..files import finite_number
 
@@ -21,6 +23,13 @@ FIXED_HELP = ("NAME of a parameter set with --set that was chosen before seeing 
 TEST_ERROR_HELP = ("Held-out test error of the model (a number in [0, 1]): each certified row "
                    "also shows the bound minus it.")
 STATS_HELP = "A stats file written by `boundcalc measure` (symbols bind through their stat paths)."
+
+# The parameters several commands share, declared once (typer only reads these defaults):
+# ``entry_id: str = ENTRY_ID``, ``sets: Optional[list[str]] = SETS``, ...
+ENTRY_ID = typer.Argument(..., metavar="ID", help="Registry id (see `boundcalc list`).")
+SETS = typer.Option(None, "--set", "-s", help=SET_HELP)
+STATS = typer.Option(None, "--stats", help=STATS_HELP)
+JSON = typer.Option(False, "--json", help="Print JSON for scripts.")
 
 
 def check_test_error(value: float | None) -> None:

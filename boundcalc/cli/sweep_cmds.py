@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .app import app, console, emit_json, err_console, fail, guarded
+from .sets import JSON
 
 
 def _reporter(quiet: bool):
@@ -70,7 +71,7 @@ def sweep_cmd(
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0,
                                   help="Bootstrap resamples for --target's intervals."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress messages."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    json_out: bool = JSON,
 ) -> None:
     """Measure every checkpoint of a model zoo and optimise every applicable entry.
 
@@ -174,7 +175,7 @@ def correlate_cmd(
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="DIR",
                                        help="Write correlation.csv and correlation.png here."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+    json_out: bool = JSON,
 ) -> None:
     """Rank every entry of a sweep by how well it tracks generalization.
 

@@ -16,6 +16,8 @@ FLAGS: dict[str, str] = {
     "output": "-o",
     "select": "--compress",  # which weights a compression codes (measure)
     "levels_grid": "--levels",  # the level counts a compression tries (measure)
+    "values": "--set",  # the API's values={...}: one --set NAME=VALUE each
+    "n_bootstrap": "--bootstrap",  # sweep.correlate's keyword
 }
 
 
@@ -25,7 +27,7 @@ def flag(name: str) -> str:
 
 
 class CliWords(Words):
-    """``--tune-data 5``; ``boundcalc measure MODEL --data DATA --draws K``."""
+    """``--tune-data 5``; ``boundcalc measure MODEL --data DATA --draws K``; ``--set n=VALUE``."""
 
     def option(self, name: str, value: Any = NO_VALUE) -> str:
         return flag(name) if value is NO_VALUE else f"{flag(name)} {value}"
@@ -36,6 +38,9 @@ class CliWords(Words):
         for key, value in options:
             parts.append(flag(key) if value is None else f"{flag(key)} {value}")
         return " ".join(parts)
+
+    def set_value(self, name: str, value: str) -> str:
+        return f"{flag('values')} {name}={value}"
 
 
 CLI_WORDS = CliWords()

@@ -12,36 +12,39 @@ from .kernels import (kl_bernoulli, kl_inv_lower, kl_inv_upper,  # noqa: F401 - 
                       var_ratio_div_float)
 
 
-class kl_inv(sp.Function):  # noqa: N801  (SymPy naming convention for functions)
+class _Binary(sp.Function):
+    """A function of two arguments with a float kernel: evaluated to 17 digits by ``kernel``
+    when both arguments are numbers (else left symbolic), printed as the LaTeX template
+    ``latex_form`` with the two printed arguments. Each subclass states ``nargs = 2`` itself
+    (SymPy reads it from the class's own namespace)."""
+
+    kernel: staticmethod
+    latex_form: str
+
+    def _eval_evalf(self, prec):
+        a, b = self.args
+        if a.is_Number and b.is_Number:
+            return sp.Float(self.kernel(float(a), float(b)), 17)._eval_evalf(prec)
+        return None
+
+    def _latex(self, printer):
+        return self.latex_form % tuple(printer._print(a) for a in self.args)
+
+
+class kl_inv(_Binary):  # noqa: N801  (SymPy naming convention for functions)
     """SymPy function ``kl_inv(q, c)``: upper inverse of the binary kl divergence."""
 
     nargs = 2
-
-    def _eval_evalf(self, prec):
-        q, c = self.args
-        if q.is_Number and c.is_Number:
-            return sp.Float(kl_inv_upper(float(q), float(c)), 17)._eval_evalf(prec)
-        return None
-
-    def _latex(self, printer):
-        q, c = (printer._print(a) for a in self.args)
-        return r"\mathrm{kl}^{-1}\!\left(%s,\, %s\right)" % (q, c)
+    kernel = staticmethod(kl_inv_upper)
+    latex_form = r"\mathrm{kl}^{-1}\!\left(%s,\, %s\right)"
 
 
-class kl(sp.Function):  # noqa: N801
+class kl(_Binary):  # noqa: N801
     """SymPy function ``kl(q, p)``: binary kl divergence."""
 
     nargs = 2
-
-    def _eval_evalf(self, prec):
-        q, p = self.args
-        if q.is_Number and p.is_Number:
-            return sp.Float(kl_bernoulli(float(q), float(p)), 17)._eval_evalf(prec)
-        return None
-
-    def _latex(self, printer):
-        q, p = (printer._print(a) for a in self.args)
-        return r"\mathrm{kl}\!\left(%s \,\middle\|\, %s\right)" % (q, p)
+    kernel = staticmethod(kl_bernoulli)
+    latex_form = r"\mathrm{kl}\!\left(%s \,\middle\|\, %s\right)"
 
 
 class GridMin(sp.Function):  # noqa: N801

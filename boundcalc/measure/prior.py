@@ -30,7 +30,7 @@ import torch
 
 from ..errors import CheckpointError, one_line
 from ..limits import check_allocation
-from ..prior_spec import HINT, CentreSpec, is_keyword, parse_centre, parse_head_init  # noqa: F401
+from ..prior_spec import hint, CentreSpec, is_keyword, parse_centre, parse_head_init  # noqa: F401
 from ..words import option
 from .io import DictSource, TensorSource, open_source
 

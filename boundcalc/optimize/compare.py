@@ -10,10 +10,11 @@ from typing import Any, Mapping
 from ..bind import bind, how_to_give
 from ..errors import BoundcalcError, one_line
 from ..certifies import about_users_model
-from ..hints import set_only_note, source_of
+from ..hints import needs_compression, set_only_note, source_of
 from ..evaluation import Result
 from ..registry import Entry, Registry
 from ..stats import Stats
+from ..words import option, set_value
 from .entry_points import applicable, optimize
 from .per_instance import per_instance_symbols
 
@@ -48,21 +49,25 @@ class Comparison:
     def missing(self) -> list[dict[str, Any]]:
         """One line per missing ingredient: each measurement that certified entries not
         computed lack, with those entries (most needed first; an entry may lack several);
-        last, the entries that lack a value no measurement gives (``give`` = '--set')."""
+        last, the entries that lack a value no measurement gives (``by_hand``: the values must
+        be set by hand, ``give`` names the option that sets them). ``give`` is in the caller's
+        words (:mod:`boundcalc.words`)."""
         need: dict[str, list[str]] = {}
         by_hand: list[str] = []
         for row in self.skipped:
             if row.get("kind") != "certified":
                 continue
-            fixes = list(dict.fromkeys(m.get("fix", "") for m in row.get("missing", [])))
-            if not fixes or any(f.startswith("--set") for f in fixes):
+            fixes = list(dict.fromkeys((m.get("fix", ""), bool(m.get("by_hand")))
+                                       for m in row.get("missing", [])))
+            if not fixes or any(hand for _, hand in fixes):
                 by_hand.append(row["id"])
-            for fix in fixes:
-                if not fix.startswith("--set"):
+            for fix, hand in fixes:
+                if not hand:
                     need.setdefault(fix, []).append(row["id"])
-        out = [{"give": k, "entries": v}
+        out = [{"give": k, "by_hand": False, "entries": v}
                for k, v in sorted(need.items(), key=lambda kv: -len(kv[1]))]
-        return out + ([{"give": "--set", "entries": by_hand}] if by_hand else [])
+        return out + ([{"give": option("values"), "by_hand": True, "entries": by_hand}]
+                      if by_hand else [])
 
 
 def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,13 +84,15 @@ def skipped_row(entry: Entry, stats: Stats | None, own: Mapping[str, Any]) -> di
     return {"id": entry.id, "kind": entry.kind, "missing": rows, "lacks": lacks_text(rows)}
 
 
-def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
+def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, Any]:
     """What a missing symbol really is, in the user's terms: ``name`` (the symbol, with what
-    the file holds instead when it has something of that name) and ``fix`` (the one thing to
-    do). The symbol ``emp_risk`` of the Occam entries is the *quantized* model's error, which
-    only ``measure --compress`` writes; a symbol that reads no stat is never taken from the
-    file, even when the file has a number of that name; an entry that takes one Gibbs risk
-    does not read the measured curve; a stat no boundcalc command writes is for --set."""
+    the file holds instead when it has something of that name), ``fix`` (the one thing to
+    do, in the caller's words: :mod:`boundcalc.words`) and ``by_hand`` (True when the fix is
+    to set the value by hand). The symbol ``emp_risk`` of the Occam entries is the
+    *quantized* model's error, which only a measurement with compression writes; a symbol
+    that reads no stat is never taken from the file, even when the file has a number of that
+    name; an entry that takes one Gibbs risk does not read the measured curve; a stat no
+    boundcalc command writes is set by hand."""
     spec = entry.symbols[name]
     stat = spec.stat or ""
     head, _, key = stat.partition(".")
@@ -93,23 +100,24 @@ def what_lacks(entry: Entry, name: str, stats: Stats | None) -> dict[str, str]:
     curves = stats.curves if stats is not None else {}
     array = bool(spec.indices)
     label = name + (" (array)" if array else "")
-    set_it = "--set NAME=[…] (a JSON array)" if array else "--set NAME=VALUE"
+    set_it = {"fix": (f"{set_value('NAME', '[…]')} (a JSON array)" if array
+                      else set_value("NAME")), "by_hand": True}
     if key and key.lower() != name.lower():
         label += f" = {key}" + (f", not the file's {name}" if name in scalars else "")
     if not stat:
         have = scalars.get(name)
         if have is not None and not array:
             label += f" (not read from the file's {name} = {have.value:.4g})"
-        return {"name": label, "fix": set_it}
+        return {"name": label, **set_it}
     command = source_of(stat)
-    if command is not None and "--compress" in command:
-        return {"name": label, "fix": command}
+    if command is not None and needs_compression(stat):
+        return {"name": label, "fix": command, "by_hand": False}
     if head == "scalars" and key in curves:
         return {"name": f"{label} (one value; the file has the curve {key} over "
-                        f"{curves[key].param})", "fix": set_it}
+                        f"{curves[key].param})", **set_it}
     if command is not None:
-        return {"name": label, "fix": command}
-    return {"name": label, "fix": f"{set_it} ({set_only_note(stat)})"}
+        return {"name": label, "fix": command, "by_hand": False}
+    return {"name": label, **set_it, "fix": f"{set_it['fix']} ({set_only_note(stat)})"}
 
 
 def lacks_text(rows: list[dict[str, Any]]) -> str:

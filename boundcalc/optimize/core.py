@@ -27,6 +27,7 @@ from ..stages.choose import discrete_start
 from ..stages.validate import nearest_index
 from ..evaluation import Prepared, Result, confidence_symbol
 from ..registry.schema import ParameterSpec, PriorSpec
+from ..words import set_value
 from .batch import BatchEvaluator
 from .gp import solve_gp
 from .search import Axis, Found, argmin_batch, minimize_1d, minimize_nd
@@ -89,7 +90,7 @@ class ScalarProblem:
                            "is not optimised (optimize = false: inputs are measured at it)")
                     raise MissingValueError(
                         f"entry '{self.entry.id}': parameter '{spec.name}' {why}; give it with "
-                        f"--set {spec.name}=VALUE")
+                        f"{set_value(spec.name)}")
                 self.fixed[spec.name] = spec.default
                 self.how[spec.name] = "fixed (default)"
             elif spec.choice == "simultaneous":

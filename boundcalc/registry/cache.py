@@ -98,9 +98,11 @@ def _sympy_classes() -> dict[str, type]:
     classes = [sp.Add, sp.Mul, sp.Pow, sp.Tuple, sp.Indexed, sp.IndexedBase, Sum, Product,
                sp.Eq, sp.Ne, sp.Lt, sp.Le, sp.Gt, sp.Ge, sp.And, sp.Or, sp.Not, sp.Abs, sp.exp,
                sp.log, sp.ceiling, sp.floor, sp.Max, sp.Min, sp.Piecewise, ExprCondPair]
-    # every formula function boundcalc defines itself (kl, kl_inv, GridMin, Cases, ...)
+    # every formula function boundcalc defines itself (kl, kl_inv, GridMin, Cases, ...; not a
+    # private base such as _Binary, which no formula names)
     classes += [c for c in vars(fn).values() if isinstance(c, type)
-                and issubclass(c, sp.Function) and c.__module__ == fn.__name__]
+                and issubclass(c, sp.Function) and c.__module__ == fn.__name__
+                and not c.__name__.startswith("_")]
     return {c.__name__: c for c in classes}
 
 

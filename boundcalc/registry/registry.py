@@ -8,6 +8,7 @@ from typing import Iterable, Iterator
 
 from ..errors import BoundcalcError, FormulaError
 from ..files import check_regular_file
+from ..words import option
 from .cache import load_file_cached
 from .schema import Entry
 
@@ -55,7 +56,7 @@ class Registry:
         if entry.id in self._entries:
             other = self._entries[entry.id]
             raise FormulaError(f"{entry.file}: entry id '{entry.id}' is already defined in "
-                               f"{other.file} (pass --replace, or BOUNDCALC_REPLACE=1, to let "
+                               f"{other.file} (pass {option('replace')}, or BOUNDCALC_REPLACE=1, to let "
                                f"the later file replace it)")
         self._entries[entry.id] = entry
 

@@ -89,23 +89,31 @@ def _num(text: str) -> float:
     return float(t)
 
 
-@dataclass
-class SymbolSpec:
-    """A declared symbol: what it means, where its value comes from, which values are valid."""
+@dataclass(kw_only=True)
+class Declared:
+    """What a formula declares of every name, symbol or free parameter: its name, its valid
+    values, the index variables it carries (none for a scalar), its default and its SymPy
+    symbol (a Symbol, or an IndexedBase when indexed)."""
 
     name: str
-    meaning: str
-    role: str
     domain: Domain
     indices: tuple[str, ...] = ()
-    stat: str | None = None
     default: float | None = None
-    latex: str | None = None
-    symbol: Formula = None  # a Symbol, or an IndexedBase when indexed
+    symbol: Any = None
 
     @property
     def indexed(self) -> bool:
         return bool(self.indices)
+
+
+@dataclass(kw_only=True)
+class SymbolSpec(Declared):
+    """A declared symbol: what it means, where its value comes from, which values are valid."""
+
+    meaning: str
+    role: str
+    stat: str | None = None
+    latex: str | None = None
 
 
 @dataclass
@@ -179,25 +187,20 @@ class PriorSpec:
         return 2.0 * math.log(j) + LN_PI2_6
 
 
-@dataclass
-class ParameterSpec:
+@dataclass(kw_only=True)
+class ParameterSpec(Declared):
     """A free parameter and the rule by which it may be chosen (see :data:`CHOICES`)."""
 
-    name: str
     choice: str
-    domain: Domain
-    indices: tuple[str, ...] = ()
     grid: GridSpec | None = None
     prior: PriorSpec | None = None
     closed_form: Formula | None = None
     closed_form_text: str | None = None
     bounds: tuple[float, float] | None = None
     log_scale: bool = False
-    default: float | None = None
     note: str = ""
     optimize: bool = True  # False: the value must be given (e.g. a margin that an input depends on)
     measured: bool = False  # True: chosen only among the points where its curves were measured
-    symbol: Any = None
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evaluation import Result
+from ..words import command
 
 GUIDE = "docs/guide/certify-your-model.md"
 _NOT_KL = ("grid cost", "Monte Carlo", "confidence", "divergence")
@@ -67,11 +68,11 @@ def missing_lines(missing: list[dict[str, Any]], limit: int = 3) -> list[str]:
         ids = m["entries"]
         names = ", ".join(ids[:limit]) + (", …" if len(ids) > limit else "")
         n = f"{len(ids)} certified entr{'y' if len(ids) == 1 else 'ies'}"
-        if m["give"] == "--set":
-            out.append(f"{n} need values no measurement gives (--set; the table of entries "
-                       f"not computed says which)")
+        if m.get("by_hand"):
+            out.append(f"{n} need values no measurement gives ({m['give']}; the table of "
+                       f"entries not computed says which)")
         else:
-            out.append(f"missing: boundcalc {m['give']}, for {n} ({names})")
+            out.append(f"missing: {m['give']}, for {n} ({names})")
     return out
 
 
@@ -83,8 +84,8 @@ def guidance_line(best: Result | None, has_certify: bool) -> str | None:
     dominant = str(best.floor.get("dominant", ""))
     if dominant in _NOT_KL or "kl" not in dominant.lower():
         return None
-    recipe = ("train the prior on a split disjoint from S, fine-tune from it, then measure "
-              "--init PRIOR --tune-data SPLIT")
+    recipe = ("train the prior on a split disjoint from S, fine-tune from it, then "
+              + command("measure MODEL init=PRIOR tune_data=SPLIT"))
     return (f"vacuous because {dominant} dominates: {recipe}"
             + (" (or `boundcalc certify` does it all)" if has_certify else "")
             + f"; see {GUIDE}")

@@ -88,11 +88,11 @@ def print_weights(stats: Any, output: Path, console: Console, show_map: bool = F
 
 def _prior_line(stats: Any) -> str:
     """One line: the prior centre (kind, tensors it lacked), or which one to choose."""
-    from ..prior_spec import HINT
+    from ..prior_spec import hint
 
     prior = stats.provenance.get("prior")
     if not prior:
-        return escape(HINT)
+        return escape(hint())
     return escape(str(prior.get("summary") or f"prior centre: {prior.get('init')}"))
 
 
@@ -103,8 +103,8 @@ def print_data(stats: Any, output: Path, console: Console, sigma_given: bool = T
     sc, pv = stats.scalars, stats.provenance
     console.print(f"data: {escape(str(pv.get('data')))} ({int(sc['n'].value)} samples, task "
                   f"{escape(str(pv.get('task')))})", highlight=False)
-    note = str(pv.get("prior_note"))
-    console.print(escape(note if not pv.get("prior") else f"prior centre: {note}"),
+    note = str(pv.get("prior_note"))  # stored in keywords: without a prior, say it afresh
+    console.print(escape(f"prior centre: {note}") if pv.get("prior") else _prior_line(stats),
                   highlight=False)
     table = Table(title="data statistics")
     table.add_column("statistic")

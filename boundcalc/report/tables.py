@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..evaluation import Result
 from ..registry.schema import Entry
+from ..words import command, option
 
 KIND_STYLE = {"certified": "bold green", "conditional": "bold magenta", "rate": "bold yellow",
               "proxy": "bold cyan"}
@@ -271,7 +272,7 @@ def certified_table(results: list[Result]) -> Table:
     """Certified rows: id (never cut), value, label head, vacuous, total δ; sorted by value."""
     t = Table(title="certified entries (bounds only where the label says 'certified bound')",
               caption="estimated: a stochastic input without its own confidence term; "
-                      "full labels: boundcalc optimize ID, or --json. "
+                      f"full labels: {command('optimize ID')}, or {option('json')}. "
                       + vacuity_caption(results), caption_justify="left")
     t.add_column("id", no_wrap=True, min_width=_id_width(results))
     t.add_column("value", justify="right", no_wrap=True)
@@ -328,7 +329,7 @@ def floor_table(results: list[Result]) -> Table:
               caption="floor: kl⁻¹(ê, c(δ)/n), the value with zero complexity (c(δ): the "
                       "entry's own confidence term; —: not a kl inverse); dominates: the piece "
                       "whose removal lowers the value most; kl⁻¹(ê, ln(1/δ)/n) and every piece: "
-                      "--json" + ("; gap: value − held-out test error" if test else ""),
+                      + option("json") + ("; gap: value − held-out test error" if test else ""),
               caption_justify="left")
     t.add_column("id", no_wrap=True, min_width=_id_width(results))
     t.add_column("floor", justify="right", no_wrap=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import DomainError, MissingValueError
 from ..registry.schema import ParameterSpec, PriorSpec
+from ..words import command, option, set_value
 from .validate import ValidatedEntry, as_scalar, nearest_index
 
 
@@ -77,7 +78,7 @@ def resolve_parameters(entry: ValidatedEntry, given: Mapping[str, float] | None 
         else:
             raise MissingValueError(
                 f"entry '{e.id}': free parameter '{p.name}' has no value; set it "
-                f"with --set {p.name}=... or choose it with `boundcalc optimize`")
+                f"with {set_value(p.name, '...')} or choose it with `{command('optimize ID')}`")
         values[p.name] = v  # type: ignore[assignment]
         choice[p.name] = src
     iterate_closed_forms(entry, [p for p in pending if values[p.name] is None], values, choice)
@@ -107,8 +108,8 @@ def resolve_parameters(entry: ValidatedEntry, given: Mapping[str, float] | None 
                 # the data (e.g. a Gibbs risk) were measured at v, not at the grid point
                 raise DomainError(f"entry '{e.id}': parameter '{p.name}' = {v:g} is "
                                   f"not on its prior grid (nearest point j={j}: {snapped:g}); "
-                                  f"give a grid point, or --fixed {p.name} if it was chosen "
-                                  f"before seeing the data")
+                                  f"give a grid point, or {option('fixed', p.name)} if it was "
+                                  f"chosen before seeing the data")
             if snapped != v:
                 choice[p.name] += f", snapped to prior grid point j={j}"
             values[p.name] = snapped

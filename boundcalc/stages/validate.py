@@ -21,6 +21,7 @@ from ..engine.tree import RELATIONS, Node, as_tree, limits
 from ..errors import DomainError, MissingValueError, one_line
 from ..limits import check_allocation
 from ..registry.schema import Entry, ParameterSpec, PriorSpec, confidence_symbol
+from ..words import command, option
 
 # a signed-log value is three float64 arrays; one more for temporaries
 BYTES_PER_ELEMENT = 32
@@ -327,7 +328,8 @@ class ValidatedEntry:
         if not math.isclose(grid[j], v, rel_tol=1e-9, abs_tol=1e-12):
             raise DomainError(f"entry '{self.entry.id}': parameter '{name}' = {v:g} is not on "
                               f"its declared grid (nearest point {grid[j]:g}); give a grid "
-                              f"point, or --fixed {name} if it was chosen before seeing the data")
+                              f"point, or {option('fixed', name)} if it was chosen before seeing "
+                              "the data")
         return j
 
     def hand_set_prior_costs(self) -> dict[str, float]:
@@ -347,8 +349,8 @@ class ValidatedEntry:
                 raise DomainError(
                     f"entry '{self.entry.id}': {name}{list(k)} = {sig[k]:g} is not on the "
                     f"Dziugaite–Roy grid {name}² = {c:g}·e^(−j/{b:g}), j = 1, 2, ...; give grid "
-                    f"points (charged {PriorSpec.COST_TEXT} each), let `boundcalc optimize` "
-                    f"choose, or --fixed {name} if it was chosen before seeing the data")
+                    f"points (charged {PriorSpec.COST_TEXT} each), let `{command('optimize ID')}` "
+                    f"choose, or {option('fixed', name)} if it was chosen before seeing the data")
             out[name] = float(np.sum(PriorSpec.cost(j)))
         return out
 

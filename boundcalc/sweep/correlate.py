@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import BoundcalcError
+from ..words import option
 
 
 @dataclass
@@ -172,13 +173,13 @@ def write_correlation(corr: "Correlation", out: str | Path) -> tuple[Path, Path]
 
     folder = Path(out)
     if not str(out).strip():
-        raise OutputError("--out: the folder name is empty")
+        raise OutputError(f"{option('out')}: the folder name is empty")
     if folder.exists() and not folder.is_dir():
-        raise OutputError(f"--out {shown(folder)}: exists and is not a folder")
+        raise OutputError(f"{option('out', shown(folder))}: exists and is not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"--out {shown(folder)}: cannot create the folder "
+        raise OutputError(f"{option('out', shown(folder))}: cannot create the folder "
                           f"({exc.strerror or type(exc).__name__})") from None
     csv_path = write_bytes_atomic(folder / "correlation.csv",
                                   corr.table.to_csv(index=False).encode("utf-8"))
@@ -202,12 +203,12 @@ def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = N
             raise BoundcalcError(f"results table: no '{col}' column (is it a sweep's "
                                  "results.csv?)")
     if target not in df.columns:
-        raise BoundcalcError(f"--target {target}: no such column (columns: "
+        raise BoundcalcError(f"{option('target', target)}: no such column (columns: "
                              f"{', '.join(map(str, df.columns))})")
     tgt = pd.to_numeric(df[target], errors="coerce")
     if tgt.isna().any() or not np.isfinite(tgt.to_numpy(float)).all():
         bad = int(np.flatnonzero(~np.isfinite(tgt.to_numpy(float)))[0])
-        raise BoundcalcError(f"--target {target}: row {bad + 1} of the table is "
+        raise BoundcalcError(f"{option('target', target)}: row {bad + 1} of the table is "
                              f"{str(df[target].iloc[bad])!r}; every row needs a finite number")
     hps = list(hyperparameters) if hyperparameters is not None else [
         c for c in df.columns if str(c).startswith("hp:")]
@@ -215,13 +216,14 @@ def correlate(table: Any, target: str, hyperparameters: Sequence[str] | None = N
         if h not in df.columns:
             raise BoundcalcError(f"hyper-parameter column '{h}' is not in the table")
     if not 0 < confidence < 1:
-        raise BoundcalcError(f"--confidence must lie in (0, 1), got {confidence}")
+        raise BoundcalcError(f"{option('confidence')} must lie in (0, 1), got {confidence}")
     ok = df[(df["status"] == "ok") & df["id"].notna()].copy()
     ok["_target"] = tgt[ok.index].astype(float)
     ok["_measure"] = pd.to_numeric(ok["log10_value"], errors="coerce")
     ok = ok[np.isfinite(ok["_measure"].to_numpy(float))]
     if isinstance(n_bootstrap, bool) or not 0 <= n_bootstrap:
-        raise BoundcalcError(f"--bootstrap must be a count >= 0, got {n_bootstrap!r}")
+        raise BoundcalcError(f"{option('n_bootstrap')} must be a count >= 0, got "
+                             f"{n_bootstrap!r}")
     rng = np.random.default_rng(seed)
     records, left_out = [], []
     key = "row" if "row" in ok.columns else "path"

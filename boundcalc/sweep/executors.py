@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import BoundcalcError, shown
 from ..limits import time_limit
+from ..words import option
 
 Done = Callable[[int, dict[str, Any]], None]  # (task position, result) as each finishes
 
@@ -42,7 +43,7 @@ class LocalExecutor:
 
     def __init__(self, workers: int = 1, max_retries: int = 3) -> None:
         if workers < 1:
-            raise BoundcalcError(f"--workers must be at least 1, got {workers}")
+            raise BoundcalcError(f"{option('workers')} must be at least 1, got {workers}")
         self.workers = workers
         self.max_retries = max_retries
         self._pool: ProcessPoolExecutor | None = None
@@ -125,11 +126,12 @@ def check_reachable(address: str) -> None:
     if not m:
         if address.strip() in ("auto", "local"):
             return
-        raise BoundcalcError(f"--ray-address {shown(address)}: expected HOST:PORT, "
+        raise BoundcalcError(f"{option('ray_address', shown(address))}: expected HOST:PORT, "
                              "ray://HOST:PORT or auto")
     host, port = m.group(1), int(m.group(2))
     if not 0 < port < 65536:
-        raise BoundcalcError(f"--ray-address {shown(address)}: port {port} is out of range")
+        raise BoundcalcError(f"{option('ray_address', shown(address))}: port {port} is out "
+                             "of range")
     try:
         with socket.create_connection((host, port), timeout=PROBE_SECONDS):
             pass
@@ -150,7 +152,8 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise BoundcalcError("--ray needs Ray: pip install 'boundcalc[ray]'") from None
+            raise BoundcalcError(f"{option('ray')} needs Ray: pip install 'boundcalc[ray]'"
+                                 ) from None
         self.ray = ray
         self.max_retries = max_retries
         self.started = False

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import BoundcalcError, OutputError
 from ..files import check_regular_file, read_json, read_limited
+from ..words import option
 from .cache import Hasher, formulas_digest, task_key
 from .manifest import RESULT_COLUMNS, Manifest, read_manifest, registry_symbols
 from .tasks import run_checkpoint, run_layer
@@ -111,7 +112,7 @@ def run_sweep(manifest: str | Path | Manifest, out: str | Path, *, ray: bool = F
         manifest = read_manifest(manifest, target=target, known_symbols=registry_symbols(reg))
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out}: exists and is not a folder")
+        raise OutputError(f"{option('out', out)}: exists and is not a folder")
     for sub in ("stats", "done", "tasks"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     hasher = Hasher(out / "hashes.json")

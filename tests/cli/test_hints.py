@@ -16,8 +16,10 @@ import typer
 import boundcalc
 from boundcalc.bind import how_to_give
 from boundcalc.cli import app
+from boundcalc.cli.words import CLI_WORDS
 from boundcalc.hints import NO_COMMAND, source_of
 from boundcalc.optimize.compare import what_lacks
+from boundcalc.words import use_words
 
 ROOT = Path(boundcalc.__file__).resolve().parent
 
@@ -69,14 +71,17 @@ def _check_named(hint: str, cli: dict[str, set[str]], where: str) -> None:
 
 
 def test_every_hint_names_a_command_and_flags_that_exist(registry):
+    """The hints as the CLI prints them (its words: flags) are checked against the CLI."""
     cli = _cli()
     written = _written_keys()
-    seen_no_command = 0
+    seen_no_command = seen_flags = 0
     for entry in registry:
         for name, spec in entry.symbols.items():
             where = f"{entry.id}.{name}"
-            fix = what_lacks(entry, name, None)["fix"]
-            give = how_to_give(spec)
+            with use_words(CLI_WORDS):
+                fix = what_lacks(entry, name, None)["fix"]
+                give = how_to_give(spec)
+            seen_flags += "--" in fix
             _check_named(fix, cli, where)
             _check_named(give, cli, where)
             stat = spec.stat or ""
@@ -88,17 +93,25 @@ def test_every_hint_names_a_command_and_flags_that_exist(registry):
                 # a command is named: the measurement code has a value of that name
                 assert stat.split(".", 1)[1] in written, (where, stat)
     assert seen_no_command  # some values really have no command (KL, a Rademacher term)
+    assert seen_flags  # the hints were read in the CLI's words
 
 
 def test_the_per_group_gibbs_risk_points_to_tune_data(registry):
     """The wrong hint of issue 30, item 1."""
     entry = registry.get("pac_bayes_kl_gaussian_groups_mc")
     for sym in ("E_hat", "k"):
+        with use_words(CLI_WORDS):
+            fix = what_lacks(entry, sym, None)["fix"]
+            assert "--tune-data" in fix and "--sigma-groups" in fix and NO_COMMAND not in fix
+            assert "--tune-data" in how_to_give(entry.symbols[sym])
+        # the Python API's words: the same hint by keyword
         fix = what_lacks(entry, sym, None)["fix"]
-        assert "--tune-data" in fix and "--sigma-groups" in fix and NO_COMMAND not in fix
-        assert "--tune-data" in how_to_give(entry.symbols[sym])
+        assert fix == ("measure(MODEL, init=INIT, data=DATA, tune_data=TUNE) "
+                       "(or sigma_groups)"), fix
     shape = registry.get("spectrum_adaptive_ours")
-    assert what_lacks(shape, "L", None)["fix"] == "measure MODEL"  # the model section
+    assert what_lacks(shape, "L", None)["fix"] == "measure(MODEL)"  # the model section
+    with use_words(CLI_WORDS):
+        assert what_lacks(shape, "L", None)["fix"] == "boundcalc measure MODEL"
 
 
 @pytest.mark.parametrize("hint", ["certify-me --data DATA", "boundcalc measure --no-such-flag"])

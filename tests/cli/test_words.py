@@ -50,6 +50,8 @@ def test_the_api_names_options_by_keyword():
     assert words.option("sigma", 0.5) == "sigma=0.5"
     assert words.command("measure MODEL data=DATA draws=K") == "measure(MODEL, data=DATA, draws=K)"
     assert words.command("compare stats=STATS brief=") == "compare(stats=STATS, brief=True)"
+    assert words.set_value("n") == "values={'n': VALUE}"
+    assert words.set_value("sigma", "[…]") == "values={'sigma': […]}"
 
 
 def test_the_cli_names_options_by_flag_inside_its_scope_only():
@@ -57,6 +59,8 @@ def test_the_cli_names_options_by_flag_inside_its_scope_only():
         assert words.option("tune_data") == "--tune-data"
         assert words.option("delta_mc", "2e-3") == "--delta-mc 2e-3"
         assert words.option("output") == "-o"
+        assert words.option("n_bootstrap", 10) == "--bootstrap 10"
+        assert words.set_value("n") == "--set n=VALUE"
         assert words.keyword("tune_data", 3) == "tune_data=3"  # stored text: never a flag
         assert (words.command("measure MODEL data=DATA init=INIT brief=")
                 == "boundcalc measure MODEL --data DATA --init INIT --brief")
@@ -80,14 +84,16 @@ def _named_options(root: Path) -> set[str]:
 
 def test_every_option_the_library_names_is_a_flag_of_the_cli():
     """option(name) in the CLI's words is a flag some command has: the words the library
-    prints in a terminal are words a user can type."""
+    prints in a terminal are words a user can type (a command's flag, or one of the options
+    every command takes: --memory-budget, --replace, ...)."""
     import typer.main
 
     from boundcalc.cli import app as cli_app
 
     group = typer.main.get_command(cli_app)
     flags = {o for cmd in group.commands.values() for p in cmd.params for o in p.opts}
-    missing = sorted(n for n in _named_options(PACKAGE) if flag(n) not in flags)
+    flags |= {o for p in group.params for o in p.opts}
+    missing = sorted(n for n in _named_options(PACKAGE) | {"values"} if flag(n) not in flags)
     assert not missing, missing
 
 
@@ -104,3 +110,23 @@ def test_the_scanner_sees_a_flag_in_a_message_but_not_in_a_docstring(tmp_path):
 def test_no_string_outside_cli_spells_a_flag():
     found = flag_strings(PACKAGE)
     assert not found, f"{len(found)} --flag strings outside cli/:\n" + "\n".join(found[:60])
+
+
+def test_library_messages_name_options_in_the_words_of_the_caller():
+    """The same message, built by an API call and inside the CLI's scope; stored text never
+    spells a flag."""
+    from boundcalc.errors import CheckpointError
+    from boundcalc.plan import bootstrap_plan
+    from boundcalc.prior_spec import hint, parse_centre
+
+    with pytest.raises(CheckpointError, match=r"^init 'random:x' is not a centre"):
+        parse_centre("random:x")
+    assert bootstrap_plan(10, 3, 1.0)[0].option == "n_bootstrap=10 (× 3 entries)"
+    assert "init=random:SEED" in hint() and "--" not in hint()
+    with words.use_words(CLI_WORDS):
+        with pytest.raises(CheckpointError, match=r"^--init 'random:x' is not a centre"):
+            parse_centre("random:x")
+        assert bootstrap_plan(10, 3, 1.0)[0].option == "--bootstrap 10 (× 3 entries)"
+        assert "--init random:SEED" in hint() and "--init zero" in hint()
+        stored = hint(stored=True)  # the note a stats file keeps
+    assert stored == hint() and "--" not in stored

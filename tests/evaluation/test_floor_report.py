@@ -193,7 +193,7 @@ def test_lacks_says_what_is_really_missing(tmp_path):
     assert "curve gibbs_risk_mean" in lacks["monte_carlo_gibbs_risk"]
     assert "no boundcalc command measures it" in lacks["pac_bayes_layerwise"]
     text = invoke("compare", "--stats", _data_stats(tmp_path))
-    assert "measure --data DATA --compress" in " ".join(BOX.sub(" ", text.stdout).split())
+    assert "boundcalc measure MODEL --data DATA --compress" in " ".join(BOX.sub(" ", text.stdout).split())
 
 
 # ---- help at 80 columns ---------------------------------------------------------------------

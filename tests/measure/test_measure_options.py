@@ -147,5 +147,5 @@ def test_what_the_cli_stores_names_options_by_keyword(tiny_cls, tmp_path):
     pv = json.loads(out.read_text())["provenance"]
     assert pv["threads"]["rule"] == "requested (threads)"
     assert pv["precision"]["hessian"] == "fp32 (the Hessian trace and P̂ ignore precision)"
-    stored = json.dumps({k: v for k, v in pv.items() if k != "prior_note"}, ensure_ascii=False)
+    stored = json.dumps(pv, ensure_ascii=False)
     assert not FLAG.findall(stored), FLAG.findall(stored)

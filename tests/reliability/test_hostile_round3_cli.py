@@ -75,15 +75,15 @@ def test_plan_by_hand():
     items = plan.measure_plan(sigmas=7, draws=10, hessian_probes=4, hessian_samples=3,
                               perturbation_draws=2, rows=5, positions=11, n_params=1000,
                               batch_size=2, device="cpu")
-    by = {it.option.split()[0]: it for it in items}
+    by = {it.option.split()[0].split("=")[0]: it for it in items}  # API words: draws=10 (…)
     f = 2 * 1000 * 11  # FLOPs of one sample's forward pass
     assert by["DATA"].seconds == pytest.approx(5 * f / 1e12 + 3 * 1e-5)
-    assert by["--draws"].nbytes == 8 * 70 + 12 * 1000
-    assert by["--draws"].seconds == pytest.approx(70 * 5 * f / 1e12 + 70 * 3 * 1e-5)
-    assert by["--hessian-probes"].nbytes == 8 * 4 + 16 * 1000
-    assert by["--hessian-probes"].seconds == pytest.approx(5 * 4 * 3 * f / 1e12 + 5 * 2 * 1e-5)
+    assert by["draws"].nbytes == 8 * 70 + 12 * 1000
+    assert by["draws"].seconds == pytest.approx(70 * 5 * f / 1e12 + 70 * 3 * 1e-5)
+    assert by["hessian_probes"].nbytes == 8 * 4 + 16 * 1000
+    assert by["hessian_probes"].seconds == pytest.approx(5 * 4 * 3 * f / 1e12 + 5 * 2 * 1e-5)
     traces = 20 * 2 + 1
-    assert by["--perturbation-draws"].seconds == pytest.approx(
+    assert by["perturbation_draws"].seconds == pytest.approx(
         traces * 5 * 4 * 3 * f / 1e12 + traces * 5 * 2 * 1e-5)
     [boot] = plan.bootstrap_plan(1000, 3, 2e-4)
     assert boot.nbytes == 16 * 1000 and boot.seconds == pytest.approx(0.6)
@@ -97,7 +97,7 @@ def test_plan_accepts_measure_defaults_on_minilm_within_the_default_budget():
     items = plan.measure_plan(sigmas=7, draws=20, hessian_probes=20, hessian_samples=256,
                               perturbation_draws=0, rows=96, positions=128,
                               n_params=22_714_370, groups=8, batch_size=32, device="cpu")
-    hess = next(it for it in items if it.option.startswith("--hessian-probes"))
+    hess = next(it for it in items if it.option.startswith("hessian_probes=20 "))
     assert hess.nbytes == 8 * 8 * 20 + 16 * 22_714_370
     plan.check(items)  # no ResourceError
 
@@ -109,7 +109,8 @@ def test_plan_refuses_huge_counts_naming_the_option(option, value):
     counts[option] = value
     with pytest.raises(ResourceError) as err:
         plan.check(plan.measure_plan(**counts))
-    assert f"--{option.replace('_', '-')} {value}" in str(err.value)
+    assert f"{option}={value} " in str(err.value)  # the API's words (the CLI's: below)
+    assert "memory_budget" in str(err.value)
 
 
 def test_time_budget_option_and_its_refusal():
@@ -123,7 +124,8 @@ def test_time_budget_option_and_its_refusal():
                               n_params=20_000_000, device="cpu")
     set_time_budget(3600.0)
     try:
-        with pytest.raises(ResourceError, match=r"--draws 1000 .* time budget of 60 min"):
+        with pytest.raises(ResourceError,
+                           match=r"^draws=1000 .* time budget of 60 min .* with time_budget "):
             plan.check(items)
         set_time_budget(10 * 86400.0)
         plan.check(items)  # 7000 passes of 10k rows of a 20M model: about 5 days at 10^12/s
@@ -498,8 +500,8 @@ def test_fuzz_plan_refuses_with_the_option_or_accepts(sigmas, draws, probes, sam
     except ResourceError as exc:
         msg = str(exc)
         assert "\n" not in msg
-        assert any(o in msg for o in ("--draws", "--hessian-probes", "--perturbation-draws",
-                                      "--bootstrap", "DATA", "whole plan")), msg
+        assert any(o in msg for o in ("draws=", "hessian_probes=", "perturbation_draws=",
+                                      "n_bootstrap=", "DATA", "whole plan")), msg
     else:  # accepted: nothing over the budgets
         assert all(it.nbytes <= 2**30 + 2**40 and it.seconds <= 3600 for it in items)
 

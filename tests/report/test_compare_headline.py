@@ -69,7 +69,7 @@ def test_brief_has_the_headline_the_certified_rows_and_what_is_missing(tmp_path)
     assert "zero-complexity floor" in full and "zero-complexity floor" not in out
     assert "values this stats file lacks" in full and "values this stats file lacks" not in out
     lines = [ln for ln in _flat(out).split("missing: ")[1:]]
-    assert any(ln.startswith("boundcalc measure --init INIT") for ln in lines)
+    assert any(ln.startswith("boundcalc measure MODEL --init INIT") for ln in lines)
     assert len(out.splitlines()) < len(full.splitlines()) / 2
     assert max(cell_len(ln) for ln in out.splitlines()) <= 80
 
@@ -82,11 +82,12 @@ def test_a_headline_without_any_certified_bound_says_what_is_missing(tmp_path):
     assert res.exit_code == 0, res.output
     flat = _flat(res.stdout)
     assert flat.startswith("headline: no certified bound")
-    assert "missing: boundcalc measure --data DATA" in flat
+    assert "missing: boundcalc measure MODEL --data DATA" in flat
     doc = json.loads(invoke("compare", "--stats", path, "--json").stdout)
     assert doc["minimum"] is None and doc["headline"].startswith("headline: no certified")
     gives = {m["give"] for m in doc["missing"]}
-    assert "measure --data DATA" in gives and "measure --init INIT" in gives
+    assert "boundcalc measure MODEL --data DATA" in gives
+    assert "boundcalc measure MODEL --init INIT" in gives
 
 
 def _vacuous_by_kl(tmp_path: Path, dist: float) -> Path:

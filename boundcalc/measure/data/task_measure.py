@@ -294,11 +294,11 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
 
 def _prior_note(stats: Stats, init: Any) -> str:
     """One line on the prior centre (kind, head tensors), or which centre to choose."""
-    from ...prior_spec import HINT
+    from ...prior_spec import hint
 
     prior = stats.provenance.get("prior")
     if init is None or not prior:
-        return HINT
+        return hint(stored=True)
     kind = prior.get("kind")
     if kind == "zero":
         return ("PAC-Bayes prior centred at zero (the origin; data-independent), also the "
