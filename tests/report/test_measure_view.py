@@ -52,7 +52,12 @@ def test_print_data_shows_the_values_and_the_file_text_as_written():
     text = con.export_text()
     lines = text.splitlines()
     assert lines[0] == "data: runs/[red]S[/red].csv (40 samples, task sequence_classification)"
-    assert lines[1] == "no prior"  # no prior centre recorded: the note alone
+    # no prior centre recorded: the stored note (keywords) is not shown; the hint is said afresh
+    # in the caller's words (here the API's: 'no init: …')
+    from boundcalc.prior_spec import hint
+
+    assert lines[1] != "no prior" and lines[1].startswith("no init: no prior centre")
+    assert " ".join(hint().split()) in " ".join(text.split())
     assert any("0-1 risk" in ln and "0.125" in ln and "emp_risk" in ln for ln in lines)
     assert any("tr H" in ln and "12.5 [10.2, 14.8]" in ln for ln in lines)
     assert "Monte Carlo Gibbs risk (N = 80 losses per σ, sample mode, bf16 arithmetic)" in \
