@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, g in rep.get("gibbs", {}).items():
         for at, m, u in zip(g["at"], g["mean"], g["upper"]):
             print(f"{name} at {at:.4g}: Monte Carlo mean {m:.4f}, upper {u:.4f} "
-                  f"(N = {g['N']:.0f} {g['mode']} losses)")
+                  f"(N = {g['N']:.0f} losses, {g['mode']} mode)")
     for title, key in (("about the fine-tuned model (a bound only where the label says 'certified bound')",
                         "certified"),
                        ("certified, but about ANOTHER model (listed apart)",
