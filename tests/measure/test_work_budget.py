@@ -51,10 +51,10 @@ def test_work_budget_is_a_share_of_what_is_free(monkeypatch):
 
 
 def test_bert_base_draws_fit_an_80_gb_card_and_huge_counts_are_still_refused(monkeypatch):
-    items = plan.measure_plan(**BERT)
-    draws = next(it for it in items if it.option.startswith("--draws"))
+    items = plan.measure_plan(**BERT)  # called from Python: options named by keyword
+    draws = next(it for it in items if it.option.startswith("draws="))
     assert draws.nbytes == 8 * 100 + 12 * 109_483_778  # 1.22 GiB: over the fixed 1 GiB
-    with pytest.raises(ResourceError, match="--draws 20 .*memory budget of 1 GiB"):
+    with pytest.raises(ResourceError, match="draws=20 .*memory budget of 1 GiB"):
         plan.check(items)  # today's refusal
     fake(monkeypatch, card=80 * GiB, ram=8 * GiB)
     plan.check(items, work_budget_for(torch.device("cuda")))  # accepted
@@ -68,11 +68,11 @@ def test_bert_base_draws_fit_an_80_gb_card_and_huge_counts_are_still_refused(mon
     fake(monkeypatch, ram=64 * GiB)
     plan.check(cpu, work_budget_for(torch.device("cpu")))
     fake(monkeypatch, ram=4 * GiB)
-    with pytest.raises(ResourceError, match="--draws 20"):
+    with pytest.raises(ResourceError, match="draws=20"):
         plan.check(cpu, work_budget_for(torch.device("cpu")))
     # a declared count beyond any machine: refused before anything is allocated
     fake(monkeypatch, card=80 * GiB, ram=64 * GiB)
-    with pytest.raises(ResourceError, match="--draws 10000000000 .*memory budget of 40 GiB"):
+    with pytest.raises(ResourceError, match="draws=10000000000 .*memory budget of 40 GiB"):
         plan.check(plan.measure_plan(**{**BERT, "draws": 10**10}),
                    work_budget_for(torch.device("cuda")))
 
