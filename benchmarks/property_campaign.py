@@ -57,7 +57,8 @@ PYTEST = [sys.executable, "-m", "pytest", "-o", "addopts=", "-p", "no:cacheprovi
 DESCRIPTION = ("Property-test campaign (benchmarks/property_campaign.py): one record per run of "
                "one Hypothesis test id at --hypothesis-scale K with --hypothesis-seed `seed`. "
                "`examples` = passing + failing test cases over all phases as Hypothesis reports "
-               "them (--hypothesis-show-statistics); `invalid` apart.")
+               "them (--hypothesis-show-statistics), `generated` those of the generate phase, "
+               "`invalid` apart; a failure keeps its counterexample and pytest's last output.")
 
 
 # --- the collection plugin (runs inside the pytest collection process) ----------------------
@@ -166,11 +167,26 @@ def parse_statistics(text: str) -> dict[str, Any]:
             phases[phase] = [int(g) for g in m.groups()]
     stop = _STOP.search(text)
     if not phases:
-        return {"examples": None, "invalid": None, "phases": None,
+        return {"examples": None, "generated": None, "invalid": None, "phases": None,
                 "stopped_because": stop.group(1).strip() if stop else None}
     return {"examples": sum(p + f for p, f, _ in phases.values()),
+            "generated": sum(phases.get("generate", [0, 0])[:2]),
             "invalid": sum(i for *_, i in phases.values()), "phases": phases,
             "stopped_because": stop.group(1).strip() if stop else None}
+
+
+def counterexample(text: str) -> str | None:
+    """The 'Falsifying example' / 'Failing test case' block of pytest's report, if any."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"E\s+(Falsifying example|Failing test case)", line):
+            block = [line]
+            for nxt in lines[i + 1:]:
+                if not nxt.startswith("E "):
+                    break
+                block.append(nxt)
+            return "\n".join(b[1:].strip() for b in block)[:4000]
+    return None
 
 
 def git_facts(root: Path, file: str, results: Path) -> dict[str, Any]:
@@ -227,6 +243,7 @@ def run_one(root: Path, test: dict[str, Any], scale: int, seed: int, limit_s: fl
               "started_utc": started.isoformat(timespec="seconds"),
               "python": sys.version.split()[0], "hypothesis": _hypothesis_version()}
     if outcome != "pass":
+        record["counterexample"] = counterexample(out)
         record["output_tail"] = out[-4000:]
     return record
 
