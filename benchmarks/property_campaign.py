@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -116,6 +117,19 @@ def save_results(path: Path, data: dict[str, Any]) -> None:
     from boundcalc.files.atomic_write import write_text_atomic
 
     write_text_atomic(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
+def append_result(path: Path, record: dict[str, Any]) -> None:
+    """Append one record: re-read, append, write atomically, under a lock (a file in the temp
+    folder named after the results path), so campaigns run side by side (different --only) keep
+    every record."""
+    lock = Path(tempfile.gettempdir()) / (
+        "property_campaign." + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16] + ".lock")
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        data = load_results(path)
+        data["runs"].append(record)
+        save_results(path, data)
 
 
 def selected(test_id: str, patterns: list[str]) -> bool:
@@ -308,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         record = run_one(root, test, args.scale, seed, limit, args.results)
         if record["outcome"] == "timeout" and by_budget:
             record["outcome"] = "stopped"
-        data["runs"].append(record)
-        save_results(args.results, data)
+        append_result(args.results, record)
         done[record["outcome"]] = done.get(record["outcome"], 0) + 1
         examples += record["examples"] or 0
         print(f"    {record['outcome']} in {record['wall_s']:.1f} s, "
