@@ -58,15 +58,18 @@ def _default_budgets():
 
 
 def pytest_addoption(parser):
-    parser.addoption("--hypothesis-scale", type=int, default=1, metavar="K",
+    parser.addoption("--hypothesis-scale", type=int, default=None, metavar="K",
                      help="run every Hypothesis test with K times its max_examples, at random "
-                          "(derandomize off); for the property-test campaign, not for CI")
+                          "(derandomize off; K = 1 too); for the property-test campaign "
+                          "(benchmarks/property_campaign.py), not for CI")
 
 
 def pytest_collection_modifyitems(config, items):
     scale = config.getoption("--hypothesis-scale")
-    if scale <= 1:
+    if scale is None:
         return
+    if scale < 1:
+        raise pytest.UsageError(f"--hypothesis-scale must be at least 1, got {scale}")
     for item in items:
         fn = getattr(item, "obj", None)
         if getattr(fn, "is_hypothesis_test", False):
