@@ -192,3 +192,47 @@ def invoke_cli(args: list[str]):
 
     result = CliRunner().invoke(app, args)
     return result.exit_code, result.output
+
+
+class Cube(torch.autograd.Function):
+    """x³ with a backward rule only (no jvp rule, no vmap rule): torch.func's forward-over-reverse
+    cannot trace it, so HVP routes must fall back to double backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x ** 2 * g
+
+
+def exact_hessian(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor):
+    """The explicit Hessian of the mean squared error of ``model(X)`` against ``y`` in all
+    parameters, flattened in ``named_parameters`` order (autograd.functional.hessian), with the
+    parameter names and sizes: the independent reference of the Hutchinson tests."""
+    from torch.func import functional_call
+
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [p.shape for _, p in model.named_parameters()]
+    sizes = [p.numel() for _, p in model.named_parameters()]
+    flat0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+    def loss_of(flat):
+        parts = torch.split(flat, sizes)
+        params = {n: t.reshape(s) for n, t, s in zip(names, parts, shapes)}
+        return ((functional_call(model, params, (X,)) - y) ** 2).mean()
+
+    return torch.autograd.functional.hessian(loss_of, flat0), names, sizes
+
+
+def tiny_mlp(rows: int = 20):
+    """A float64 MLP 3 → 8 → 8 → 1 (tanh), seeded, with ``rows`` inputs and a smooth target."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8),
+                                torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
+    X = torch.randn(rows, 3, dtype=torch.float64)
+    y = torch.sin(X.sum(1, keepdim=True))
+    return model, X, y

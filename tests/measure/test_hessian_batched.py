@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.func import functional_call
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from boundcalc.limits import set_memory_budget
+from tests._measure_helpers import Cube, exact_hessian, tiny_mlp
 from boundcalc.measure.data import curvature
 from boundcalc.measure.data.curvature import (SeededProbes, draw_probes, hutchinson_trace,
                                               probe_batch, quadratic_forms)
@@ -22,12 +22,7 @@ MATMULS = {"aten.mm.default", "aten.addmm.default", "aten.bmm.default"}
 
 
 def _mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8),
-                                torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
-    X = torch.randn(18, 3, dtype=torch.float64)
-    y = torch.sin(X.sum(1, keepdim=True))
-    return model, X, y
+    return tiny_mlp(18)
 
 
 def _terms(model, X, y, size=6):
@@ -39,17 +34,7 @@ def _terms(model, X, y, size=6):
 def _explicit_forms(model, X, y, probes):
     """v_pᵀ (H v)_p for every probe v and parameter tensor p, from the explicit Hessian H of
     the mean squared error (autograd.functional.hessian)."""
-    names = [n for n, _ in model.named_parameters()]
-    shapes = [p.shape for p in model.parameters()]
-    sizes = [p.numel() for p in model.parameters()]
-    flat0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-    def loss_of(flat):
-        parts = torch.split(flat, sizes)
-        ps = {n: t.reshape(s) for n, t, s in zip(names, parts, shapes)}
-        return ((functional_call(model, ps, (X,)) - y) ** 2).mean()
-
-    H = torch.autograd.functional.hessian(loss_of, flat0)
+    H, names, sizes = exact_hessian(model, X, y)
     V = torch.cat([v.reshape(v.shape[0], -1).double() for v in probes], 1)  # (b, dim)
     off = np.cumsum([0] + sizes)
     VHV = V * (V @ H)
@@ -140,18 +125,6 @@ def test_the_chunk_follows_the_memory_budget():
         set_memory_budget(None)
 
 
-class _Cube(torch.autograd.Function):  # backward only: no jvp rule, no vmap rule
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x ** 3
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 3 * x ** 2 * g
-
-
 def _hooked_mlp():
     """A model with a forward hook that reads its activations to numpy (as logging hooks do):
     torch.func's wrapped tensors refuse that."""
@@ -162,7 +135,7 @@ def _hooked_mlp():
 
 
 @pytest.mark.parametrize("build,loss", [
-    (_mlp, lambda m, X, y: _Cube.apply(m(X) - y).mean()),
+    (_mlp, lambda m, X, y: Cube.apply(m(X) - y).mean()),
     (_hooked_mlp, lambda m, X, y: ((m(X) - y) ** 2).mean())])
 def test_untraceable_models_fall_back_to_the_loop_with_a_note(monkeypatch, build, loss):
     model, X, y = build()

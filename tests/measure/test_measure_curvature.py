@@ -7,36 +7,23 @@ import math
 import numpy as np
 import pytest
 import torch
-from torch.func import functional_call
 
 from _measure_helpers import one_thread  # noqa: F401  (autouse fixture)
 
 from boundcalc.errors import BoundcalcError, DomainError
 from boundcalc.measure.data.curvature import hutchinson_trace
 from boundcalc.measure.data.gibbs import monte_carlo_gibbs_risk, perturbed
+from tests._measure_helpers import tiny_mlp
 
 
 def _tiny_mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8),
-                                torch.nn.Tanh(), torch.nn.Linear(8, 1)).double()
-    X = torch.randn(20, 3, dtype=torch.float64)
-    y = torch.sin(X.sum(1, keepdim=True))
-    return model, X, y
+    return tiny_mlp(20)
 
 
 def _exact_hessian(model, X, y):
-    names = [n for n, _ in model.named_parameters()]
-    shapes = [p.shape for _, p in model.named_parameters()]
-    sizes = [p.numel() for _, p in model.named_parameters()]
-    flat0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    from tests._measure_helpers import exact_hessian
 
-    def loss_of(flat):
-        parts = torch.split(flat, sizes)
-        params = {n: t.reshape(s) for n, t, s in zip(names, parts, shapes)}
-        return ((functional_call(model, params, (X,)) - y) ** 2).mean()
-
-    Hm = torch.autograd.functional.hessian(loss_of, flat0)
+    Hm, names, sizes = exact_hessian(model, X, y)
     return Hm.numpy(), names, sizes
 
 
@@ -245,16 +232,7 @@ def test_func_hvps_fall_back_to_double_backward_where_forward_mode_has_no_rule(m
     from boundcalc.measure.data import curvature
     from boundcalc.measure.data.curvature import draw_probes, quadratic_forms
 
-    class Cube(torch.autograd.Function):  # backward only: no jvp, no vmap rule
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x ** 3
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 3 * x ** 2 * g
+    from tests._measure_helpers import Cube
 
     model, X, y = _tiny_mlp()
     terms = [lambda: Cube.apply(model(X) - y).mean()]
