@@ -36,7 +36,7 @@ class CliWords(Words):
                 ) -> str:
         parts = ["boundcalc", name, *positional]
         for key, value in options:
-            parts.append(flag(key) if value is None else f"{flag(key)} {value}")
+            parts.append(self.option(key) if value is None else self.option(key, value))
         return " ".join(parts)
 
     def set_value(self, name: str, value: str) -> str:
