@@ -64,9 +64,11 @@ def show(
                         for s in entry.symbols.values()},
             "parameters": {p.name: {"choice": p.choice, "domain": p.domain.text(),
                                     "indices": list(p.indices),
-                                    "closed_form": p.closed_form_text, "note": p.note}
+                                    "closed_form": p.optimum.text if p.optimum else None,
+                                    "note": p.note}
                            for p in entry.parameters.values()},
-            "assumptions": [{"text": a.text, "check": a.check_text} for a in entry.assumptions],
+            "assumptions": [{"text": a.text, "check": a.check.text if a.check else None}
+                            for a in entry.assumptions],
             "notes": entry.notes, "source_notes": _source_notes(entry),
         })
     else:

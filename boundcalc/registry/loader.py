@@ -21,7 +21,7 @@ from ..limits import time_limit
 from ..files import MAX_FORMULA_FILE_BYTES, read_limited
 from .parser import Namespace, parse_expression
 from .schema import (CHOICES, KINDS, OUTPUTS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
-                     ParameterSpec, PriorSpec, SymbolSpec)
+                     ParameterSpec, PriorSpec, SymbolSpec, Written)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -383,7 +383,7 @@ class _EntryBuilder:
                 raise self.fail(where + "'default' must be a finite number")
             out[name] = ParameterSpec(
                 name=name, choice=choice, domain=domain, indices=indices, grid=grid,
-                prior=prior, closed_form_text=spec.get("closed_form"), bounds=bounds,
+                prior=prior, bounds=bounds,
                 log_scale=bool(spec.get("log_scale", False)),
                 optimize=bool(spec.get("optimize", True)),
                 measured=self._measured(name, choice, spec.get("measured", False), symbols),
@@ -454,9 +454,10 @@ class _EntryBuilder:
                     text = a if isinstance(a, str) else repr(a)
                     args.append(parse_expression(text, ns, self._where(f"parameter '{name}' grid")))
                 p.grid = GridSpec(kind=p.grid.kind, args=tuple(args))
-            if p.closed_form_text is not None:
-                p.closed_form = parse_expression(
-                    p.closed_form_text, ns, self._where(f"parameter '{name}' closed_form"))
+            text = self.raw["parameters"][name].get("closed_form")
+            if text is not None:
+                p.optimum = Written(text, parse_expression(
+                    text, ns, self._where(f"parameter '{name}' closed_form")))
 
     # ---- definitions and assumptions --------------------------------------------------------
     def _definitions(self, ns: Namespace, index_symbols: dict[str, sp.Symbol]) -> dict[str, Definition]:
@@ -502,13 +503,14 @@ class _EntryBuilder:
             if isinstance(item, str):
                 out.append(Assumption(text=item))
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
-                check = item.get("check")
-                expr = None
-                if check is not None:
-                    expr = parse_expression(str(check), ns, self._where(f"assumption {j + 1} check"))
+                check = None
+                if item.get("check") is not None:
+                    text = str(item["check"])
+                    expr = parse_expression(text, ns, self._where(f"assumption {j + 1} check"))
                     if not isinstance(expr, sp.core.relational.Relational):
                         raise self.fail(f"assumption {j + 1}: 'check' must be a comparison")
-                out.append(Assumption(text=item["text"], check=expr, check_text=check))
+                    check = Written(text, expr)
+                out.append(Assumption(text=item["text"], check=check))
             else:
                 raise self.fail(f"assumption {j + 1} must be a string or {{text, check}}")
         return out

@@ -89,6 +89,16 @@ def _num(text: str) -> float:
     return float(t)
 
 
+@dataclass(frozen=True)
+class Written:
+    """A formula and the text it was written as in its formula file, kept together: the engine
+    evaluates ``expr``; tables, ``show --json`` and LaTeX quote ``text``. A definition's body,
+    an assumption's check and a parameter's closed-form optimum are each one of these."""
+
+    text: str
+    expr: Formula
+
+
 @dataclass(kw_only=True)
 class Declared:
     """What a formula declares of every name, symbol or free parameter: its name, its valid
@@ -194,31 +204,33 @@ class ParameterSpec(Declared):
     choice: str
     grid: GridSpec | None = None
     prior: PriorSpec | None = None
-    closed_form: Formula | None = None
-    closed_form_text: str | None = None
+    optimum: Written | None = None  # ``closed_form = "..."`` in the file
     bounds: tuple[float, float] | None = None
     log_scale: bool = False
     note: str = ""
     optimize: bool = True  # False: the value must be given (e.g. a margin that an input depends on)
     measured: bool = False  # True: chosen only among the points where its curves were measured
 
+    @property
+    def closed_form(self) -> Formula | None:
+        """The closed-form optimum's formula (what the engine evaluates), or None: where a
+        ``simultaneous`` parameter is taken, and where a grid/prior search starts."""
+        return None if self.optimum is None else self.optimum.expr
+
 
 @dataclass
 class Assumption:
-    """An assumption in words, optionally with a predicate checked against the values."""
+    """An assumption in words, optionally with a comparison checked against the values."""
 
     text: str
-    check: Formula | None = None
-    check_text: str | None = None
+    check: Written | None = None
 
 
-@dataclass
-class Definition:
+@dataclass(frozen=True, kw_only=True)
+class Definition(Written):
     """A named sub-expression, optionally indexed (e.g. the depth factor alpha[l])."""
 
     name: str
-    text: str
-    expr: Formula
     indices: tuple[str, ...] = ()
     index_symbols: tuple[Formula, ...] = ()
 

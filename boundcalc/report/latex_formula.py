@@ -15,7 +15,7 @@ from sympy.printing.latex import LatexPrinter
 
 from ..errors import FormulaError
 from ..registry.parser import Namespace, parse_expression
-from ..registry.schema import Definition, Entry
+from ..registry.schema import Assumption, Definition, Entry
 from .tex_text import _GREEK
 
 _HEAD_DIGITS = re.compile(r"^([A-Za-z]+?)(\d+)$")
@@ -172,12 +172,13 @@ def named_expression(entry: Entry) -> tuple[sp.Expr, list[tuple[Definition, sp.E
     return expr, [(entry.definitions[n], bodies[n]) for n in order]
 
 
-def named_check(entry: Entry, a: Any) -> sp.Basic:
-    """An assumption's predicate written with definition names (as in the symbolic form)."""
+def named_check(entry: Entry, a: Assumption) -> sp.Basic:
+    """An assumption's check written with definition names (as in the symbolic form)."""
+    assert a.check is not None
     try:
-        return parse_expression(a.check_text, _named_namespace(entry))
+        return parse_expression(a.check.text, _named_namespace(entry))
     except (FormulaError, TypeError):
-        return a.check
+        return a.check.expr
 
 
 def _lhs(d: Definition, p: EntryPrinter) -> str:

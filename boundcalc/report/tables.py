@@ -138,8 +138,8 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
             if p.prior is not None:
                 how.append(f"Dziugaite–Roy: value{'²' if p.prior.squared else ''} = "
                            f"{p.prior.c:g}·exp(−j/{p.prior.b:g})")
-            if p.closed_form_text:
-                how.append(f"closed form: {p.closed_form_text}")
+            if p.optimum is not None:
+                how.append(f"closed form: {p.optimum.text}")
             facts = [p.choice, p.domain.text(),
                      f"indices {','.join(p.indices)}" if p.indices else ""]
             text = "; ".join(how) + ("\n" if how and p.note else "") + (p.note or "")
@@ -148,7 +148,7 @@ def entry_panel(entry: Entry, latex: str | None = None) -> Group:
         asm = listing("assumptions")
         for a in entry.assumptions:
             body = Text(a.text)
-            body.append(f"\ncheck: {a.check_text}" if a.check_text else
+            body.append(f"\ncheck: {a.check.text}" if a.check is not None else
                         "\n(stated, not checkable)", style="dim")
             asm.add_row(Text("•"), body)
     for note in entry.notes:

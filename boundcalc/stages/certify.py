@@ -178,7 +178,7 @@ def check_assumptions(entry: ValidatedEntry, ctx: Context) -> list[dict[str, Any
     for asm in entry.entry.assumptions:
         status = "unchecked"
         if asm.check is not None:
-            check = as_tree(asm.check)
+            check = as_tree(asm.check.expr)
             try:
                 sides = [entry.compiled.compile(x)(ctx) for x in check.args[:2]]
                 if any(np.any(np.isnan(x.s)) for x in sides):
@@ -188,5 +188,6 @@ def check_assumptions(entry: ValidatedEntry, ctx: Context) -> list[dict[str, Any
                     status = "holds" if bool(np.all(cond)) else "fails"
             except (DomainError, KeyError):
                 status = "unknown"
-        out.append({"text": asm.text, "check": asm.check_text, "status": status})
+        out.append({"text": asm.text, "check": asm.check.text if asm.check else None,
+                    "status": status})
     return out

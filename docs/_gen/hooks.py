@@ -99,7 +99,7 @@ def family_page(family: str, entries) -> str:
         if e.assumptions:
             lines += ["**Assumptions**", ""]
             for a in e.assumptions:
-                check = f" — checked: `{a.check_text}`" if a.check_text else " — stated, not checkable"
+                check = f" — checked: `{a.check.text}`" if a.check else " — stated, not checkable"
                 lines.append(f"- {_md(a.text)}{check}")
             lines.append("")
         lines += ["| symbol | role | domain | stats path | meaning |", "|---|---|---|---|---|"]

@@ -78,7 +78,7 @@ def _formulas(entry) -> list[tuple[str, object]]:
             out.append((f"closed form {n}", p.closed_form))
         if p.grid is not None:
             out += [(f"grid {n}[{k}]", a) for k, a in enumerate(p.grid.args)]
-    out += [(f"assumption {a.text}", a.check) for a in entry.assumptions if a.check is not None]
+    out += [(f"assumption {a.text}", a.check.expr) for a in entry.assumptions if a.check is not None]
     out += [(f"index {n}", s) for n, s in entry.index_symbols.items()]
     return out
 
