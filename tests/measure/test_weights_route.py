@@ -12,6 +12,7 @@ import torch
 
 from boundcalc.measure import measure
 from boundcalc.measure.weights import pipeline, route
+from boundcalc.words import NO_VALUE, Words, option, use_words
 
 from test_weights_batched import _assert_same, _bert, _llama
 
@@ -100,3 +101,38 @@ def test_an_error_in_a_layer_is_raised_not_lost(monkeypatch):
         measure(model, progress=False, device="cpu")
     # the workers are gone: no thread of the route is left behind
     assert not [t for t in threading.enumerate() if t.name.startswith("boundcalc-weights")]
+
+
+class _Marked(Words):
+    """Words no front end uses, to see which words a worker thread speaks."""
+
+    def option(self, name, value=NO_VALUE):
+        return f"<{name}>"
+
+
+@pytest.mark.parametrize("routed_like_a_card", [False, True])
+def test_worker_threads_speak_the_callers_words(monkeypatch, routed_like_a_card):
+    """A layer measured in a worker thread (the host's pool, or the card's and host's workers)
+    names options in the words of the caller's scope, as the caller's own thread does: the
+    CLI's flags inside a command, not the API's keywords."""
+    said: list[tuple[str, str]] = []
+    real = pipeline._layer_matrices
+
+    def speaking(lmap, layer, W, W0, raw, grid):
+        said.append((threading.current_thread().name, option("tune_data", 5)))
+        return real(lmap, layer, W, W0, raw, grid)
+
+    model, init = _deep_bert(0), _deep_bert(1)
+    if routed_like_a_card:
+        monkeypatch.setattr(pipeline, "routed", lambda dev: True)
+        monkeypatch.setattr(pipeline, "host_workers", lambda hidden: 2)
+    else:
+        monkeypatch.setattr(pipeline, "layer_workers", lambda hidden, dev: 3)
+    monkeypatch.setattr(pipeline, "_layer_matrices", speaking)
+    with use_words(_Marked()):
+        measure(model, init=init, progress=False, device="cpu", grid=[0, 0.5, 2])
+    assert len(said) == 6
+    here = threading.current_thread().name
+    assert any(name != here for name, _ in said)  # the layers really ran in other threads
+    assert {text for _, text in said} == {"<tune_data>"}
+    assert option("tune_data", 5) == "tune_data=5"  # the scope ended with the block

@@ -7,6 +7,7 @@ deterministic: entries are sorted, nothing time-dependent is recorded.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -398,10 +399,11 @@ def _walk(src: TensorSource, init: TensorSource | None, lmap: LayerMap, dev: tor
                 W, W0 = _layer_inputs(src, init, lmap, layer, cache, cache0, load)
                 if shared is not None:
                     pending.append(shared.submit(layer, W, W0))
-                else:
+                else:  # a pool worker runs in a copy of this context: the caller's words
                     pending.append(_layer_matrices(lmap, layer, W, W0, raw, grid)
                                    if pool is None else
-                                   pool.submit(_layer_matrices, lmap, layer, W, W0, raw, grid))
+                                   pool.submit(contextvars.copy_context().run, _layer_matrices,
+                                               lmap, layer, W, W0, raw, grid))
             while len(pending) > workers:
                 matrices += _done(pending.pop(0))
             done += per_layer

@@ -21,6 +21,7 @@ fails on the card (e.g. out of its memory) is measured on the host instead.
 
 from __future__ import annotations
 
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -68,8 +69,12 @@ class SharedLayers:
         self.jobs: queue.Queue = queue.Queue()
         self.done: dict[int, tuple[str, Any, BaseException | None]] = {}
         self.cond = threading.Condition()
-        self.threads = [threading.Thread(target=self._card, name=CARD_THREAD, daemon=True)]
-        self.threads += [threading.Thread(target=self._host, args=(n_host,), daemon=True,
+        # each worker runs in its own copy of the caller's context, so what it says names
+        # options in the caller's words (boundcalc.words: the CLI's flags inside a command)
+        self.threads = [threading.Thread(target=contextvars.copy_context().run,
+                                         args=(self._card,), name=CARD_THREAD, daemon=True)]
+        self.threads += [threading.Thread(target=contextvars.copy_context().run,
+                                          args=(self._host, n_host), daemon=True,
                                           name=f"boundcalc-weights-host-{i}")
                          for i in range(n_host)]
         self.n_host = n_host
