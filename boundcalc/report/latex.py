@@ -300,8 +300,7 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
     if r.unit:
         L.append(r"\\ Unit: %s." % esc(r.unit))
     if r.certifies:
-        L.append(r"\\ Certifies (%s): %s." % (esc(r.certifies["about"]),
-                                                esc(r.certifies["text"])))
+        L.append(r"\\ About: %s." % esc(r.certifies["text"]))
     L += _floor_section(r)
     if r.estimated_inputs:
         L.append(r"\\ \textbf{Estimated inputs:} "

@@ -63,7 +63,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
               *[f"- condition: {c}" for c in r.conditions],
               f"- source: {r.source}", f"- provenance: {r.provenance}",
               f"- method: {r.method}",
-              *([f"- certifies ({r.certifies['about']}): {r.certifies['text']}"]
+              *([f"- about: {r.certifies['text']}"]
                 if r.certifies else []),
               *([f"- unit: {r.unit}"] if r.unit else []),
               f"- certified optimum: {fmt(x.get('certified_optimum'))}"

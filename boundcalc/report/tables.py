@@ -179,7 +179,7 @@ def result_panel(result: Result) -> Group:
     if result.vacuous is not None:
         _row(head, "vacuous", result.vacuous_text)
     if result.certifies:
-        _row(head, "certifies", result.certifies["text"])
+        _row(head, "about", result.certifies["text"])  # the text says "certifies …"
     for name, text in floor_rows(result):
         _row(head, name, text)
     if result.delta is not None:

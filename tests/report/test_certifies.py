@@ -157,9 +157,12 @@ def test_plain_compare_shows_the_row_as_certifying_the_prior(prior_stats, tmp_pa
     res = invoke("optimize", "occam_kl", "--stats", path, "--no-what-if", "--report", md,
                  "--latex", tex)
     assert res.exit_code == 0, res.output
-    assert "certifies the prior" in " ".join(BOX.sub(" ", res.stdout).split())
-    assert "certifies (prior): certifies the prior" in md.read_text()
-    assert "Certifies (prior)" in tex.read_text() and prior_fp in tex.read_text()
+    flat = " ".join(BOX.sub(" ", res.stdout).split())
+    assert "about certifies the prior: the code decodes to it" in flat  # said once, not twice
+    assert "certifies certifies" not in flat
+    assert "- about: certifies the prior: the code decodes to it" in md.read_text()
+    assert "About: certifies the prior: the code decodes to it" in tex.read_text()
+    assert prior_fp in tex.read_text()
     js = json.loads(invoke("optimize", "occam_kl", "--stats", path, "--no-what-if",
                            "--json").stdout)
     assert js["certifies"]["about"] == "prior"
