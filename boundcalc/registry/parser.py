@@ -135,10 +135,7 @@ class _Builder:
         """Refuse results that are not finite real numbers or not representable as doubles."""
         if _tree_size(expr, self._sizes) > MAX_TREE_NODES:
             raise self.fail(f"expression has more than {MAX_TREE_NODES} nodes")
-        bad = {sp.zoo: "a division by zero or log(0)", sp.nan: "an undefined constant (0/0)",
-               sp.oo: "an infinite constant", -sp.oo: "an infinite constant",
-               sp.I: "an imaginary constant (square root or log of a negative number)"}
-        for atom, what in bad.items():
+        for atom, what in _NOT_FINITE_REAL.items():
             if expr.has(atom):
                 raise self.fail(f"expression contains {what}")
         for p in expr.atoms(sp.Pow):
@@ -168,7 +165,20 @@ class _Builder:
             raise self.fail(f"{_describe(node)} is not allowed in a formula "
                             f"(only arithmetic, numbers, declared symbols and the functions "
                             f"{', '.join(sorted([*FUNCTIONS, *REDUCTIONS, 'GridMin', 'Piecewise']))})")
-        return method(node, depth + 1)
+        out = method(node, depth + 1)
+        self._refuse_undefined(out)
+        return out
+
+    def _refuse_undefined(self, out: object) -> None:
+        """Refuse an undefined or imaginary constant (1/0, 0/0, sqrt(-1), log(-1)) where it is
+        written, before SymPy carries it on: into a comparison or a Max (a TypeError or a
+        ValueError) or folded away ((1/0)**0 = 1, Abs(sqrt(-1)) = 1: accepted, and wrong).
+        Constants fold as they are built, so the node and its terms or factors suffice."""
+        if not isinstance(out, sp.Basic):
+            return
+        for part in (out, *(out.args if out.is_Add or out.is_Mul else ())):
+            if part in _UNDEFINED:
+                raise self.fail(f"expression contains {_NOT_FINITE_REAL[part]}")
 
     # ---- leaves --------------------------------------------------------------------------
     def _Constant(self, node: ast.Constant, depth: int) -> sp.Basic:
@@ -261,7 +271,10 @@ class _Builder:
         left = self.build(node.left, depth)
         right = self.build(node.comparators[0], depth)
         _require_expr(self, left, right)
-        return op(left, right)
+        try:  # a value SymPy cannot order (refused as written by _refuse_undefined first)
+            return op(left, right)
+        except (TypeError, ValueError) as exc:
+            raise self.fail(f"comparison is undefined ({one_line(str(exc))})") from None
 
     def _Subscript(self, node: ast.Subscript, depth: int) -> sp.Basic:
         if not isinstance(node.value, ast.Name):
@@ -325,7 +338,11 @@ class _Builder:
                 raise self.fail(f"log base must be positive and not 1, got {_short(b)}")
         if name in ("floor", "ceiling") and not args[0].free_symbols:
             self._check_rounded_constant(name, args[0])
-        return ctor(*args)
+        try:  # e.g. Max of values SymPy cannot order
+            return ctor(*args)
+        except (TypeError, ValueError) as exc:
+            raise self.fail(f"{name}() is undefined for these arguments ({one_line(str(exc))})"
+                            ) from None
 
     def _check_rounded_constant(self, name: str, arg: sp.Expr) -> None:
         """Refuse floor/ceiling of a constant above 2**53 (beyond the doubles' whole numbers,
@@ -417,6 +434,15 @@ def _digits(num: sp.Rational) -> int:
     """Decimal digits of the larger of numerator and denominator (without str())."""
     p, q = int(num.p), int(num.q)
     return int(max(abs(p).bit_length(), q.bit_length()) * 0.30103) + 1
+
+
+# what an accepted expression may not contain, in the words of the refusal
+_NOT_FINITE_REAL = {
+    sp.zoo: "an undefined constant: a division by zero or log(0)",
+    sp.nan: "an undefined constant (0/0)",
+    sp.oo: "an infinite constant", -sp.oo: "an infinite constant",
+    sp.I: "an imaginary constant (square root or log of a negative number)"}
+_UNDEFINED = (sp.zoo, sp.nan, sp.I)
 
 
 def _short(x: sp.Basic) -> str:
