@@ -18,7 +18,7 @@ import sympy as sp
 
 from ..errors import FormulaError, one_line
 from ..limits import time_limit
-from ..files import MAX_FORMULA_FILE_BYTES, read_limited
+from ..files import MAX_FORMULA_FILE_BYTES, finite_number, read_limited
 from .parser import Namespace, parse_expression
 from .schema import (CHOICES, KINDS, OUTPUTS, ROLES, Assumption, Definition, Domain, Entry, GridSpec,
                      ParameterSpec, PriorSpec, SymbolSpec, Written)
@@ -68,6 +68,8 @@ def _load_file(path: Path) -> list[Entry]:
         raise FormulaError(f"{fname}: not valid TOML ({str(exc).splitlines()[0][:200]})") from None
     except RecursionError:
         raise FormulaError(f"{fname}: not valid TOML (nested too deeply)") from None
+    except ValueError as exc:  # tomllib's int() of a literal beyond Python's 4300-digit limit
+        raise FormulaError(f"{fname}: not readable TOML ({str(exc).split(';')[0][:200]})") from None
     with time_limit(PARSE_SECONDS, f"{fname}: building its entries", FormulaError):
         return entries_from_document(doc, fname)
 
@@ -128,10 +130,20 @@ class _EntryBuilder:
         self.id = ident if isinstance(ident, str) else f"#{position + 1}"
 
     def fail(self, msg: str, symbol: str | None = None) -> FormulaError:
-        loc = f"{self.fname}: entry '{self.id}': "
-        if symbol:
-            loc += f"symbol '{symbol}': "
-        return FormulaError(loc + msg)
+        return FormulaError(self._loc(symbol) + msg)
+
+    def _loc(self, symbol: str | None = None) -> str:
+        return f"{self.fname}: entry '{self.id}': " + (f"symbol '{symbol}': " if symbol else "")
+
+    def number(self, value: Any, what: str, symbol: str | None = None, *,
+               infinite_ok: bool = False) -> float:
+        """A number the file gives, through the one check of numbers read from files
+        (:func:`boundcalc.files.finite_number`: an int or a float, never a bool or a string,
+        within double precision (TOML integers are unbounded: 10**400 is refused, not read as
+        inf), finite); ±inf also passes with ``infinite_ok`` (a search bound)."""
+        if infinite_ok and isinstance(value, float) and math.isinf(value):
+            return value
+        return finite_number(value, self._loc(symbol) + what, FormulaError)
 
     def text(self, key: str, required: bool = True, default: str = "") -> str:
         value = self.raw.get(key, None)
@@ -283,8 +295,7 @@ class _EntryBuilder:
             raise self.fail("'latex' must be a string", name)
         default = spec.get("default")
         if default is not None:
-            if isinstance(default, bool) or not isinstance(default, (int, float)):
-                raise self.fail("'default' must be a number", name)
+            default = self.number(default, "'default'", name)
             if not bool(domain.contains(default)):
                 raise self.fail(f"default {default} lies outside the domain {domain.text()}", name)
         if role == "hidden_constant" and default is None:
@@ -371,16 +382,15 @@ class _EntryBuilder:
                 prior = self._prior(name, spec.get("prior"))
             bounds = spec.get("bounds")
             if bounds is not None:
-                if (not isinstance(bounds, list) or len(bounds) != 2
-                        or not all(isinstance(b, (int, float)) for b in bounds)
-                        or not bounds[0] < bounds[1]):
+                if not isinstance(bounds, list) or len(bounds) != 2:
                     raise self.fail(where + "'bounds' must be [low, high] with low < high")
-                bounds = (float(bounds[0]), float(bounds[1]))
+                bounds = tuple(self.number(b, where + f"'bounds'[{k}]", infinite_ok=True)
+                               for k, b in enumerate(bounds))
+                if not bounds[0] < bounds[1]:
+                    raise self.fail(where + "'bounds' must be [low, high] with low < high")
             default = spec.get("default")
-            if default is not None and (isinstance(default, bool)
-                                        or not isinstance(default, (int, float))
-                                        or not math.isfinite(default)):
-                raise self.fail(where + "'default' must be a finite number")
+            if default is not None:
+                default = self.number(default, where + "'default'")
             out[name] = ParameterSpec(
                 name=name, choice=choice, domain=domain, indices=indices, grid=grid,
                 prior=prior, bounds=bounds,
@@ -435,11 +445,10 @@ class _EntryBuilder:
         if not isinstance(prior, dict) or prior.get("kind") != "dziugaite_roy":
             raise self.fail(where + "must be {kind = \"dziugaite_roy\", c = ..., b = ..., "
                             "squared = true}")
-        try:
-            c, b = float(prior["c"]), float(prior["b"])
-        except (KeyError, TypeError, ValueError):
-            raise self.fail(where + "needs numbers c and b") from None
-        if not (0 < c < math.inf and 0 < b < math.inf):
+        if "c" not in prior or "b" not in prior:
+            raise self.fail(where + "needs numbers c and b")
+        c, b = (self.number(prior[k], where + k) for k in ("c", "b"))
+        if not (c > 0 and b > 0):
             raise self.fail(where + "c and b must be positive")
         return PriorSpec(c=c, b=b, squared=bool(prior.get("squared", True)))
 
