@@ -19,10 +19,15 @@ Contract:
   whose last run at this scale timed out go last.
 * ``--budget-minutes N`` stops cleanly: no run starts, or runs on, past N minutes (one cut short
   by the budget is recorded as ``stopped`` and is not a result).
+* ``--memory-gb G`` caps each run's address space (RLIMIT_AS, G GiB; recorded as
+  ``memory_limit_gb``): a failing SymPy-heavy fuzzer can grow by tens of GB while Hypothesis
+  shrinks and explains its failure, and the kernel's OOM killer would then leave an ``error``
+  with no counterexample (twice on a 24 GB machine); under the cap the allocation raises
+  MemoryError, and the run ends as a failure or an error with its output kept.
 
 Usage (from the repository root, nice'd on a shared machine)::
 
-    nice -n 19 python benchmarks/property_campaign.py --scale 100 --budget-minutes 90
+    nice -n 19 python benchmarks/property_campaign.py --scale 100 --budget-minutes 90 --memory-gb 14
     python benchmarks/property_campaign.py --scale 100 --dry-run          # the plan only
     python benchmarks/property_campaign.py --scale 1 --only test_numerical_robustness
 
@@ -42,6 +47,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -223,15 +229,28 @@ def git_facts(root: Path, file: str, results: Path) -> dict[str, Any]:
     return {"commit": commit, "test_file_as_committed": changed == "", "tree_dirty": bool(dirty)}
 
 
+def _address_space_cap(gib: float | None):
+    """A ``preexec_fn`` that caps the child's address space at ``gib`` GiB (None: no cap)."""
+    if gib is None:
+        return None
+    limit = int(gib * 2**30)
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return cap
+
+
 def run_one(root: Path, test: dict[str, Any], scale: int, seed: int, limit_s: float,
-            results: Path) -> dict[str, Any]:
-    """One pytest process for one id; killed (its whole process group) after ``limit_s``."""
+            results: Path, memory_gb: float | None = None) -> dict[str, Any]:
+    """One pytest process for one id; killed (its whole process group) after ``limit_s``; its
+    address space capped at ``memory_gb`` GiB when given."""
     cmd = [*PYTEST, "-q", "-p", "no:randomly", "--hypothesis-scale", str(scale),
            "--hypothesis-seed", str(seed), "--hypothesis-show-statistics", test["id"]]
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True,
+                            preexec_fn=_address_space_cap(memory_gb))
     try:
         out, _ = proc.communicate(timeout=limit_s)
         timed_out = False
@@ -252,7 +271,8 @@ def run_one(root: Path, test: dict[str, Any], scale: int, seed: int, limit_s: fl
               "scale": scale, "max_examples": (test["max_examples"] * scale
                                                if test.get("max_examples") else None),
               "seed": seed, "outcome": outcome, "wall_s": round(wall, 2),
-              "limit_s": round(limit_s, 1), "returncode": proc.returncode,
+              "limit_s": round(limit_s, 1), "memory_limit_gb": memory_gb,
+              "returncode": proc.returncode,
               **parse_statistics(out), **git_facts(root, test["file"], results),
               "started_utc": started.isoformat(timespec="seconds"),
               "python": sys.version.split()[0], "hypothesis": _hypothesis_version()}
@@ -281,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="time limit of one test id's run (default 30)")
     ap.add_argument("--only", action="append", default=[], metavar="PATTERN",
                     help="run only ids containing PATTERN (a glob if it has * ? [); repeatable")
+    ap.add_argument("--memory-gb", type=float, default=None,
+                    help="cap each run's address space at G GiB (RLIMIT_AS; default: no cap)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="the results file")
     ap.add_argument("--root", type=Path, default=REPO, help="where pytest runs")
@@ -288,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.scale < 1:
         ap.error(f"--scale must be at least 1, got {args.scale}")
+    if args.memory_gb is not None and not args.memory_gb > 0:
+        ap.error(f"--memory-gb must be positive, got {args.memory_gb}")
     t_start = time.monotonic()
     deadline = t_start + 60 * args.budget_minutes if args.budget_minutes is not None else None
 
@@ -319,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 limit, by_budget = left, True
         seed = random.SystemRandom().randrange(2**32)
         print(f"[{n}/{len(todo)}] {test['id']}  scale {args.scale} seed {seed} ...", flush=True)
-        record = run_one(root, test, args.scale, seed, limit, args.results)
+        record = run_one(root, test, args.scale, seed, limit, args.results, args.memory_gb)
         if record["outcome"] == "timeout" and by_budget:
             record["outcome"] = "stopped"
         append_result(args.results, record)

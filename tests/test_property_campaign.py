@@ -101,3 +101,36 @@ def test_campaign_records_each_run_and_skips_what_passed(tmp_path, capsys):
     # a failed id stays in the plan
     changed = {**tested, "file_sha256": runs[1]["file_sha256"]}
     assert [t["id"] for t in pc.plan([changed], runs, 2)[0]] == [run["id"]]
+
+
+GREEDY = """
+from hypothesis import given, settings, strategies as st
+
+
+@settings(max_examples=2, deadline=None, database=None)
+@given(st.integers(0, 1))
+def test_greedy(x):
+    block = bytearray(6 * 2**30)  # 6 GiB: above the 3 GiB cap, below this machine's memory
+    assert len(block) == 6 * 2**30
+"""
+
+
+def test_memory_cap_turns_a_blow_up_into_a_recorded_failure(tmp_path):
+    """--memory-gb: the run's allocation beyond the cap raises MemoryError inside the test, so
+    the run is recorded as a failure with its counterexample and the cap, not killed by the
+    kernel. Without the cap the same 6 GiB allocation succeeds (control)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_greedy.py").write_text(GREEDY)
+    results = tmp_path / "results.json"
+    args = ["--root", str(tmp_path), "--tests", "test_greedy.py", "--results", str(results),
+            "--scale", "1"]
+    assert pc.main([*args, "--memory-gb", "3"]) == 1
+    (run,) = json.loads(results.read_text())["runs"]
+    assert run["outcome"] == "fail" and run["memory_limit_gb"] == 3.0
+    assert "MemoryError" in run["output_tail"]
+    assert run["counterexample"].splitlines()[1].strip().startswith("x=0")
+
+    assert pc.main(args) == 0  # no cap: the allocation succeeds, the id passes
+    runs = json.loads(results.read_text())["runs"]
+    assert runs[1]["outcome"] == "pass" and runs[1]["memory_limit_gb"] is None
