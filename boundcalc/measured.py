@@ -38,6 +38,7 @@ import numpy as np
 from .bind import bind
 from .errors import BoundcalcError, DomainError, StatsError, one_line
 from .evaluation import Prepared, confidence_symbol
+from .files import as_finite_float
 from .registry.schema import Entry, ParameterSpec
 from .result import Result
 from .stats import Curve, Stats
@@ -132,12 +133,12 @@ def _record_list(rec: Mapping[str, Any], key: str, n: int | None, positive: bool
                          f"{n if n is not None else 'one or more'} numbers")
     out = []
     for i, x in enumerate(v):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                or x < 0 or (positive and x == 0):
+        f = as_finite_float(x)
+        if f is None or f < 0 or (positive and f == 0):
             raise StatsError(f"provenance.gibbs_groups.{key}[{i}]: expected a "
                              f"{'positive' if positive else 'non-negative'} finite number, "
                              f"got {str(x)[:30]}")
-        out.append(float(x))
+        out.append(f)
     return out
 
 

@@ -30,6 +30,7 @@ import math
 from typing import Any
 
 from .errors import StatsError
+from .files import as_finite_float
 
 REL = 1e-9
 
@@ -53,8 +54,10 @@ def check_digest(data: dict[str, Any]) -> None:
 
 
 def _int(x: Any) -> int | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-            or x != int(x):
+    """A whole number a record gives, else None (a count beyond 2**53 is no count: a float
+    cannot hold it, and 10**400 must not reach float())."""
+    f = as_finite_float(x)
+    if f is None or f != int(f) or abs(f) > 2**53:
         return None
     return int(x)
 
@@ -122,8 +125,13 @@ def _check_units(mc: dict[str, Any], N: int) -> None:
         raise StatsError(f"provenance.gibbs_groups.mc.units = {recorded!r:.30} but "
                          f"curves.gibbs_risk_groups holds N = {N} losses")
     if passes is None or passes < 1:
-        raise StatsError(f"provenance.gibbs_groups.mc.passes: expected a positive integer, "
-                         f"got {mc.get('passes')!r:.30}")
+        raise StatsError(f"provenance.gibbs_groups.mc.passes: expected a positive integer "
+                         f"(at most 2**53), got {mc.get('passes')!r:.30}")
+    for key in {"sample": ("samples_per_pass",),
+                "chunk": ("samples_per_pass", "rows_per_unit")}.get(mode, ()):
+        if _int(mc.get(key)) is None or _int(mc[key]) < 1:
+            raise StatsError(f"provenance.gibbs_groups.mc.{key}: expected a positive integer "
+                             f"(at most 2**53), got {mc.get(key)!r:.30}")
     if mode == "sample":
         expect, how = (None if rows is None else passes * rows), f"{passes} passes × {rows} rows"
     elif mode == "chunk":
@@ -145,12 +153,16 @@ def _check_sigma(rec: dict[str, Any], curve: Any) -> None:
     if not isinstance(shape, list) or not isinstance(sigma, list) or \
             isinstance(scale, bool) or not isinstance(scale, (int, float)):
         return  # an older or partial record: the evaluator checks what it uses
+    scale = as_finite_float(scale)
+    if scale is None:
+        raise StatsError("provenance.gibbs_groups.scale: expected a finite number, got "
+                         f"{rec.get('scale')!r:.30}")
     if len(shape) != len(sigma):
         raise StatsError(f"provenance.gibbs_groups: {len(shape)} shape values but "
                          f"{len(sigma)} σ_g")
     for g, (r, s) in enumerate(zip(shape, sigma)):
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (r, s)) \
-                or not math.isclose(s, scale * r, rel_tol=REL, abs_tol=0):
+        rf, sf = as_finite_float(r), as_finite_float(s)
+        if rf is None or sf is None or not math.isclose(sf, scale * rf, rel_tol=REL, abs_tol=0):
             raise StatsError(f"provenance.gibbs_groups: shape[{g}] = ρ = {r!r:.20} does not match "
                              f"the recorded σ_g = {s!r:.20} = scale {scale:g} · ρ_g")
     if curve is not None and len(curve.at) == 1 and \

@@ -143,6 +143,20 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"non-finite constant {name} is not allowed")
 
 
+def as_finite_float(value: Any) -> float | None:
+    """``value`` as a finite float when it is an int or a float (never a bool), else None: a
+    number too large for double precision (JSON and TOML integers are unbounded; ``float(10**400)``
+    raises OverflowError), inf and nan included. For checks that word their own refusal;
+    :func:`finite_number` words it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
 def finite_number(value: Any, what: str, err: type[BoundcalcError], nonneg: bool = False) -> float:
     """``value`` (an int or float, never a bool or a string) as a finite float, else one line of
     ``err`` naming ``what``; with ``nonneg`` also refused below 0. The one check of a number
