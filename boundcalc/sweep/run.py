@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BoundcalcError, OutputError
-from ..files import check_regular_file, read_json, read_limited
+from ..files import as_finite_float, check_regular_file, read_json, read_limited
 from ..words import option
 from .cache import Hasher, formulas_digest, task_key
 from .manifest import RESULT_COLUMNS, Manifest, read_manifest, registry_symbols
@@ -200,7 +200,10 @@ def _attempts(out: Path, key: str) -> int:
     return len(text.splitlines())
 
 
-_CELL = (str, int, float, bool, type(None))
+def _cell(value: Any) -> bool:
+    """What :func:`_store` writes in a row: text, a flag, nothing, or a finite number (JSON
+    integers are unbounded; 10**400 is no number a row holds)."""
+    return isinstance(value, (str, bool, type(None))) or as_finite_float(value) is not None
 
 
 def _stored_result(out: Path, key: str) -> dict[str, Any] | None:
@@ -218,13 +221,11 @@ def _stored_result(out: Path, key: str) -> dict[str, Any] | None:
         return None
     rows = doc.get("rows")
     if not isinstance(rows, list) or not all(
-            isinstance(r, dict) and all(isinstance(k, str) and isinstance(v, _CELL)
-                                        for k, v in r.items())
+            isinstance(r, dict) and all(isinstance(k, str) and _cell(v) for k, v in r.items())
             and all(isinstance(r.get(b), (bool, type(None))) for b in ("estimated", "vacuous"))
             for r in rows):
         return None
-    seconds = doc.get("seconds", 0.0)
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+    if as_finite_float(doc.get("seconds", 0.0)) is None:
         return None
     return doc
 
