@@ -212,7 +212,7 @@ class _EntryBuilder:
             if (t in definitions and definitions[t].indices) or (t in symbols
                                                                  and symbols[t].indexed):
                 raise self.fail(f"term '{t}' is indexed; terms must be single numbers")
-        symbols = self._prune_shared(symbols, expression, params, definitions)
+        symbols = self._prune_shared(symbols, expression, params, definitions, terms)
         self._check_kind(kind, symbols)
         notes = raw.get("notes", [])
         if isinstance(notes, str):
@@ -525,9 +525,10 @@ class _EntryBuilder:
         return out
 
     def _prune_shared(self, symbols: dict[str, SymbolSpec], expression: sp.Expr,
-                      params: dict[str, ParameterSpec],
-                      definitions: dict[str, Definition]) -> dict[str, SymbolSpec]:
-        """Drop family-level symbols this entry never uses (entry-level ones are kept)."""
+                      params: dict[str, ParameterSpec], definitions: dict[str, Definition],
+                      terms: list[str]) -> dict[str, SymbolSpec]:
+        """Drop family-level symbols this entry never uses (entry-level ones are kept); a
+        symbol the entry reports as one of its ``terms`` is used."""
         exprs: list[sp.Basic] = [expression, *(d.expr for d in definitions.values())]
         for p in params.values():
             exprs.extend(p.grid.args if p.grid is not None else ())
@@ -536,7 +537,7 @@ class _EntryBuilder:
         checks = self.raw.get("assumptions", [])
         if not isinstance(checks, list):  # refused with its own message where it is parsed
             checks = []
-        used: set[str] = set()
+        used: set[str] = set(terms)
         for ex in exprs:
             used |= {s.name for s in ex.free_symbols if isinstance(s, sp.Symbol)}
             used |= {b.label.name for b in ex.atoms(sp.Indexed) for b in [b.base]}
