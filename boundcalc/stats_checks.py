@@ -127,16 +127,16 @@ def _check_units(mc: dict[str, Any], N: int) -> None:
     if passes is None or passes < 1:
         raise StatsError(f"provenance.gibbs_groups.mc.passes: expected a positive integer "
                          f"(at most 2**53), got {mc.get('passes')!r:.30}")
+    counts = {"samples_per_pass": rows, "rows_per_unit": per_unit}
     for key in {"sample": ("samples_per_pass",),
                 "chunk": ("samples_per_pass", "rows_per_unit")}.get(mode, ()):
-        if _int(mc.get(key)) is None or _int(mc[key]) < 1:
+        if counts[key] is None or counts[key] < 1:
             raise StatsError(f"provenance.gibbs_groups.mc.{key}: expected a positive integer "
                              f"(at most 2**53), got {mc.get(key)!r:.30}")
     if mode == "sample":
-        expect, how = (None if rows is None else passes * rows), f"{passes} passes × {rows} rows"
+        expect, how = passes * rows, f"{passes} passes × {rows} rows"
     elif mode == "chunk":
-        ok = rows is not None and per_unit and rows % per_unit == 0
-        expect = passes * (rows // per_unit) if ok else None
+        expect = passes * (rows // per_unit) if rows % per_unit == 0 else None
         how = f"{passes} passes × {rows} rows / {per_unit} rows per unit"
     elif mode == "whole":
         expect, how = passes, f"{passes} passes, one loss each"

@@ -17,14 +17,15 @@ from __future__ import annotations
 from .atomic_write import (check_output, note_input, run_scope, write_bytes_atomic,
                            write_text_atomic)
 from .safe_read import (MAX_FOLDER_DEPTH, MAX_FOLDER_ENTRIES, MAX_FORMULA_FILE_BYTES,
-                        check_regular_file, as_finite_float, finite_number, input_files, loads_json, open_regular,
-                        read_json, read_limited)
+                        as_finite_float, check_regular_file, finite_number, input_files,
+                        loads_json, open_regular, read_json, read_limited)
 from .table_read import (check_cells, check_parquet, plain, read_arrow, read_bytes, read_pandas,
                          stream_rows)
 
 __all__ = ["MAX_FOLDER_DEPTH", "MAX_FOLDER_ENTRIES", "MAX_FORMULA_FILE_BYTES", "check_cells",
            "check_output", "note_input", "run_scope",
-           "as_finite_float", "check_parquet", "check_regular_file", "finite_number", "input_files", "loads_json", "open_regular",
+           "as_finite_float", "check_parquet", "check_regular_file", "finite_number", "input_files",
+           "loads_json", "open_regular",
            "plain", "read_arrow", "read_bytes", "read_json", "read_limited", "read_pandas",
            "stream_rows",
            "write_bytes_atomic", "write_text_atomic"]
