@@ -101,7 +101,9 @@ class Stages:
         if self.terminal:
             return True
         marks: set[int] = set()
-        last = {"done": -1, "total": None, "start": time.monotonic(), "said": 0.0}
+        # "base": the steps already done when the stage's clock started (a stage first heard
+        # of at done > 0 has no time for those: they do not enter its rate)
+        last = {"done": -1, "total": None, "start": time.monotonic(), "said": 0.0, "base": 0}
 
         def report(done: int, total: int, description: str) -> None:
             if not total:
@@ -109,7 +111,7 @@ class Stages:
             now = time.monotonic()
             if total != last["total"] or done < last["done"]:  # a new stage: its own quarters
                 marks.clear()
-                last.update(start=now, said=now)
+                last.update(start=now, said=now, base=done)
             last.update(done=done, total=total)
             quarter = min(4, int(4 * done / total))
             due = now - last["said"] >= PROGRESS_EVERY_S  # at least every 10 s in a long stage
@@ -117,9 +119,10 @@ class Stages:
                 return
             marks.add(quarter)
             last["said"] = now
-            rate = done / max(now - last["start"], 1e-9)
+            spent, counted = now - last["start"], done - last["base"]
+            rate = counted / spent if spent > 0 and counted > 0 else 0.0
             speed = (f", {rate:.3g} steps/s, ETA {(total - done) / rate:.0f} s"
-                     if done and rate > 0 else "")
+                     if rate > 0 else "")
             self.say(f"{verb}{' ' + what if what else ''}: {done}/{total} steps "
                      f"({description}{speed})")
         return report
