@@ -47,6 +47,7 @@ class Batched:
     description: str
     tokens: int = 0  # total non-padding tokens (language models)
     columns: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, Any] | None = None  # how the labels were read (measure/data/labels.py)
 
 
 class Columns(dict):
@@ -126,25 +127,22 @@ def _pick(cols: dict[str, Any], names: tuple[str, ...], what: str, source: str,
     return None
 
 
-def _labels(raw: Any, n: int, tm: TaskModel, source: str, column: str) -> torch.Tensor:
+def _labels(raw: Any, n: int, tm: TaskModel, source: str,
+            column: str) -> tuple[torch.Tensor, dict[str, Any]]:
+    """One label per sample as class indices, by the policy of :mod:`.labels` (names through
+    the model's ``id2label``, or indices), with the record of the rule used."""
+    from .labels import encode_labels
+
     arr = np.asarray(raw.numpy() if isinstance(raw, torch.Tensor) else raw)
-    if arr.dtype == object or arr.ndim != 1:
-        raise DataError(f"{source}: labels '{column}' must be one integer per sample, got "
-                        f"{'mixed values' if arr.dtype == object else f'shape {list(arr.shape)}'}")
+    if arr.ndim != 1 or (arr.dtype == object and not all(
+            isinstance(v, (str, int, float, np.integer, np.floating)) for v in arr.tolist())):
+        got = "mixed values" if arr.ndim == 1 else f"shape {list(arr.shape)}"
+        raise DataError(f"{source}: labels '{column}' must be one integer or class name per "
+                        f"sample, got {got}")
     if arr.shape[0] != n:
         raise DataError(f"{source}: {arr.shape[0]} labels for {n} samples")
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise DataError(f"{source}: labels '{column}' must be integers, got {arr.dtype} "
-                            "with fractional or non-finite values")
-    elif arr.dtype.kind not in "iu":
-        raise DataError(f"{source}: labels '{column}' must be integers, got dtype {arr.dtype}")
-    # the range in the file's own values (a float or uint64 beyond int64 is never wrapped)
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= tm.n_outputs:
-        raise DataError(f"{source}: labels '{column}' range over {lo}..{hi}, but the head of "
-                        f"{tm.architecture} has {tm.n_outputs} classes (0..{tm.n_outputs - 1})")
-    return torch.from_numpy(arr.astype(np.int64))
+    return encode_labels(arr, tm.n_outputs, tm.model.config, tm.architecture, source, column,
+                         DataError)
 
 
 def _texts(raw: Any, source: str, column: str) -> list[str]:
@@ -225,15 +223,16 @@ def _image_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
         raise DataError(f"{source}: images of shape {list(x.shape[1:])}, but the model takes "
                         f"[{want[0]}, {want[1]}, {want[1]}]")
     col = label_column if label_column in cols else ("labels" if "labels" in cols else "targets")
-    y = _labels(_pick(cols, (label_column, "labels", "targets"), "label", source), x.shape[0],
-                tm, source, col)
+    y, label_rule = _labels(_pick(cols, (label_column, "labels", "targets"), "label", source),
+                            x.shape[0], tm, source, col)
     patch = int(getattr(cfg, "patch_size", 1))
     T = (want[1] // patch) ** 2 + 1
     x = x.float()
     batches = [({"pixel_values": x[lo:lo + batch_size]}, y[lo:lo + batch_size])
                for lo in range(0, x.shape[0], batch_size)]
     return Batched(batches, int(x.shape[0]), T, source,
-                   f"{x.shape[0]} images from {kind}", columns={"label": col})
+                   f"{x.shape[0]} images from {kind}", columns={"label": col},
+                   labels=label_rule)
 
 
 def _int_matrix(raw: Any, source: str, what: str) -> torch.Tensor:
@@ -330,13 +329,13 @@ def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
                                 f"outside the model's vocabulary 0..{vocab - 1}")
             encoded.append((ids, enc["attention_mask"]))
         col = text_column
-    y_all = None
+    y_all = label_rule = None
     label_col = ""
     if not tm.is_lm:
         label_col = label_column if label_column in cols else \
             ("labels" if "labels" in cols else "targets")
-        y_all = _labels(_pick(cols, (label_column, "labels", "targets"), "label", source), n,
-                        tm, source, label_col)
+        y_all, label_rule = _labels(_pick(cols, (label_column, "labels", "targets"), "label",
+                                          source), n, tm, source, label_col)
     batches = []
     lo = 0
     T = 0
@@ -352,7 +351,7 @@ def _token_batches(cols: dict[str, Any], tm: TaskModel, source: str, kind: str,
         raise DataError(f"{source}: every sequence has fewer than 2 tokens; a causal LM needs "
                         "at least one next-token target")
     return Batched(batches, n, T, source, f"{n} sequences from {kind}{note}", tokens=tokens,
-                   columns={"text": col, "label": label_col})
+                   columns={"text": col, "label": label_col}, labels=label_rule)
 
 
 def row_digests(data: Batched) -> list[bytes]:

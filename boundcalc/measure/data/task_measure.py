@@ -286,6 +286,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
+        **({"labels": batched.labels} if batched.labels else {}),
         **({} if tm.is_lm else {"n_classes": int(tm.n_outputs)}),
         "prior_centre": init if init is not None else None,
         "prior_note": _prior_note(stats, init),
