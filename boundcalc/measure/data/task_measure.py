@@ -89,6 +89,11 @@ def measure_task(model: str, data: str, init: str | None = None,
     if opts.groups:
         _check_tune(data, init, opts.tune_data)
     tm = load_task_model(model, dev)
+    prior = prior_record = None
+    if opts.groups:  # the prior as a predictor, built (or refused) before any pass over data
+        from .prior_model import prior_task_model
+
+        prior, prior_record = prior_task_model(init, tm, opts.head_init, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
     plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
 
@@ -136,7 +141,7 @@ def measure_task(model: str, data: str, init: str | None = None,
             if opts.groups:
                 from .tune import measure_groups
 
-                prior = load_task_model(init, dev)
+                stats.provenance["prior_predictor"] = prior_record
                 measure_groups(stats, tm, batched, dev, prior, opts, tune=tune,
                                prior_source=init, progress=report, shared_rows=shared)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
@@ -192,8 +197,9 @@ def _check_tune(data: str, init: str | None, tune_data: str | None) -> None:
 
     groups = f"{option('tune_data')} / {option('sigma_groups')}"
     if init is None or is_keyword(init):
-        raise BoundcalcError(f"{groups} need {option('init')}: a checkpoint with the model's "
-                             "task head (e.g. the prior trained on the tune split), where the "
+        raise BoundcalcError(f"{groups} need {option('init')}: a checkpoint (the prior trained "
+                             "on the tune split, or the pretrained base the model was "
+                             "fine-tuned from, with or without a task head), where the "
                              "per-group prior N(w_init, diag σ_g²) is centred")
     if tune_data is not None and Path(tune_data).resolve() == Path(data).resolve():
         raise BoundcalcError(f"{option('tune_data', tune_data)}: is DATA itself; it must be a "

@@ -1,0 +1,79 @@
+"""The prior as a predictor: what ``tune_data``'s σ search runs, and where the per-group prior
+N(w₀, diag σ_g²) is centred.
+
+``--init`` is often the pretrained base a classifier was fine-tuned from, and a base has no task
+head (the bundled MiniLM is a bare encoder). The weights side already centres the prior there:
+every tensor the base has is matched by name, and the tensors it lacks (the new head) are
+centred at ``head_init`` (``zero`` by default, or ``random:SEED``; :mod:`..prior`). The data side
+needs that same centre as a model it can run, so :func:`prior_task_model` builds it:
+
+- ``init`` a folder whose config names a task head: that checkpoint, loaded as it is;
+- otherwise (a bare encoder, a state dict, ``zero``, ``random:SEED``): the **model's own
+  architecture** holding the prior centre's tensors, the head at ``head_init``; the tensors
+  taken from ``head_init`` are listed.
+
+Contract: the returned model's parameters equal, tensor by tensor, the centre the weights side
+uses for the KL (``PriorCentre.get``), so the σ search and the certificate see one prior. An
+init that cannot centre the model (a tensor inside a transformer layer missing, a shape that
+differs) is refused here, before any pass over the data.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...errors import CheckpointError
+from ...words import keyword
+from .hf import TaskModel, load_task_model, read_config, task_of
+
+
+def _has_head(init: Any) -> bool:
+    if not isinstance(init, (str, Path)) or not Path(init).is_dir():
+        return False
+    return task_of(read_config(Path(init))) is not None
+
+
+def prior_task_model(init: Any, tm: TaskModel, head_init: Any,
+                     device: torch.device) -> tuple[TaskModel, dict[str, Any]]:
+    """The prior centre of ``tm`` as a runnable :class:`TaskModel`, and a provenance record
+    (module docstring)."""
+    if _has_head(init):
+        prior = load_task_model(init, device)
+        if prior.n_outputs != tm.n_outputs or prior.task != tm.task:
+            raise CheckpointError(f"{init}: its head ({prior.architecture}, {prior.n_outputs} "
+                                  f"outputs) is not the model's ({tm.architecture}, "
+                                  f"{tm.n_outputs} outputs): the prior must have the model's "
+                                  "head, or no head at all")
+        return prior, {"kind": "checkpoint with a task head", "init": str(init)}
+    from ..architectures import build_layer_map
+    from ..io import open_source
+    from ..prior import open_centre
+
+    src = open_source(tm.model)
+    lmap = build_layer_map(src)
+    centre = open_centre(src, init, head_init,
+                         layer_names=[e.name for e in lmap.entries if e.layer is not None],
+                         model_obj=tm.model)
+    try:
+        centre.check(centre.names())
+        model = copy.deepcopy(tm.model)
+        state = model.state_dict()
+        with torch.no_grad():
+            for name in centre.names():
+                if name in state:
+                    state[name].copy_(centre.get(name).to(state[name].dtype))
+    finally:
+        centre.close()
+    model.eval()
+    prior = TaskModel(model, tm.task, tm.architecture, tm.n_outputs, tm.tokenizer, str(init))
+    record = {"kind": "the model's architecture at the prior centre", "init": str(init),
+              "head_init": centre.head_spec.text, "head_tensors": list(centre.head),
+              "note": (f"{init} has no task head: the σ search runs the model's architecture "
+                       f"with {init}'s tensors and the {len(centre.head)} tensor(s) it lacks "
+                       f"centred at {centre.head_spec.text} ({keyword('head_init')}), the "
+                       "centre of the per-group prior")}
+    return prior, record
