@@ -201,6 +201,16 @@ def trivial_predictor(stats: Stats | None) -> dict[str, Any] | None:
     return out
 
 
+def vacuity_level(entry: Entry, stats: Stats | None) -> tuple[float, str]:
+    """What a certified bound of ``entry`` must stay below to say anything, and why: the
+    trivial predictor's error for a 0-1 risk bound where the stats file gives it
+    (:func:`trivial_predictor`), else 1 (the same level ``Result.vacuous_threshold`` uses)."""
+    triv = trivial_predictor(stats) if bounds_zero_one(entry) else None
+    if triv and triv["error"] < 1:
+        return float(triv["error"]), f"the vacuity level: the error of {triv['against']}"
+    return 1.0, "1"
+
+
 def bounds_zero_one(entry: Entry) -> bool:
     """Does the entry bound a 0-1 risk (its risk comes from a 0-1 statistic)?"""
     return entry.output == "risk" and any(s.stat in ZERO_ONE_STATS

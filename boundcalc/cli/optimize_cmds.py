@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 np = lazy_module("numpy")  # deferred: `--help` and other commands need neither numpy nor SymPy
 bind = lazy_function("boundcalc.bind", "bind")
 fmt = lazy_function("boundcalc.report.tables", "fmt")
+target_words = lazy_function("boundcalc.report.summary", "target_words")
 from .app import app, console, emit_json, fail, guarded, registry
 from .progress import Stages, require_paths
 from .sets import (ENTRY_ID, JSON, SETS, STATS, TEST_ERROR_HELP, check_test_error,
@@ -30,7 +31,7 @@ from .sets import (ENTRY_ID, JSON, SETS, STATS, TEST_ERROR_HELP, check_test_erro
 
 # ---- optimize ------------------------------------------------------------------------------
 
-def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target: float,
+def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target: float | None,
               shrink: str | None, what_if: bool, test_error: float | None = None) -> Result:
     from ..optimize import optimize
     from ..stats import load_stats
@@ -40,7 +41,7 @@ def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target:
     def run() -> Result:
         entry = reg.get(entry_id)
         values = parse_sets(sets)
-        if not (math.isfinite(target) and target > 0):
+        if target is not None and not (math.isfinite(target) and target > 0):
             raise BoundcalcError(f"--target must be a positive number, got {target}")
         if shrink is not None and shrink not in entry.symbols:
             raise BoundcalcError(f"--shrink {shrink}: entry '{entry.id}' has no symbol '{shrink}'")
@@ -183,10 +184,11 @@ def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
     sn = wit.get("smallest_n")
     if sn and sn.get("status") == "found":
         grid.add_row(f"smallest {sn['symbol']}",
-                     f"{sn['n']} for a certified bound < {wit['target']:g} "
-                     f"(now {fmt(sn['current'])}; bound re-optimised at each {sn['symbol']})")
+                     f"{sn['n']} for a certified bound below {target_words(wit)} "
+                     f"(now {fmt(sn['current'])}; bound re-optimised at each {sn['symbol']})"
+                     + (f"; {sn['note']}" if sn.get("note") else ""))
     elif sn and sn.get("status") == "never":
-        grid.add_row(f"smallest {sn['symbol']}", f"never below {wit['target']:g} up to "
+        grid.add_row(f"smallest {sn['symbol']}", f"never below {target_words(wit)} up to "
                                                  f"{sn['cap']:g}")
     sh = wit.get("shrink")
     if sh:
@@ -224,8 +226,10 @@ def optimize_cmd(
                                         help="Write PNG plots into DIR."),
     report: Optional[Path] = typer.Option(None, "--report", metavar="FILE.md",
                                           help="Write a Markdown report (with --plot, linked)."),
-    target: float = typer.Option(1.0, "--target",
-                                 help="Target for 'what would it take' (certified bounds only)."),
+    target: Optional[float] = typer.Option(
+        None, "--target", help="Target for 'what would it take' (certified bounds only); "
+                               "default: the vacuity level (the trivial predictor's error for "
+                               "a 0-1 risk where the stats file gives it, else 1)."),
     shrink: Optional[str] = typer.Option(None, "--shrink", metavar="SYMBOL",
                                          help="Statistic whose needed shrinkage is reported "
                                               "(default: the most sensitive measured one)."),

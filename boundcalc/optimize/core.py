@@ -47,7 +47,8 @@ class Options:
     sensitivity: bool = True
     contributions: bool = True
     what_if: bool = False
-    target: float = 1.0
+    target: float | None = None  # None: the vacuity level (floor.vacuity_level), set by optimize
+    target_rule: str | None = None  # what the target is, in words (set with it)
     shrink: str | None = None
 
 

@@ -149,13 +149,17 @@ def what_it_takes(prepared: Prepared, result: Result, options: Options) -> dict[
 
     base = prepared
     placeholders = prepared.placeholders
-    out: dict[str, Any] = {"target": options.target}
+    target = 1.0 if options.target is None else options.target
+    out: dict[str, Any] = {"target": target,
+                           "target_rule": options.target_rule or (
+                               "1" if options.target is None else "given")}
+    out["table"] = bound_table(base, opt)
     if result.kind == "certified" and getattr(result, "output", "risk") == "risk":
-        out["smallest_n"] = smallest_n(base, opt, options.target)
+        known = [(r["n"], r["value"]) for r in out["table"].get("n", {}).get("rows", [])]
+        out["smallest_n"] = smallest_n(base, opt, target, known=known)
         symbol = options.shrink or _default_shrink(result, placeholders)
         if symbol is not None:
-            out["shrink"] = shrink_factor(base, opt, symbol, options.target)
-    out["table"] = bound_table(base, opt)
+            out["shrink"] = shrink_factor(base, opt, symbol, target)
     if "smallest_n" not in out:
         what = result.kind if result.kind != "certified" else f"certified {result.output}"
         tables = " and ".join(t["symbol"] for t in out["table"].values())
@@ -192,6 +196,11 @@ def optimize(entry: Entry | str, stats: Stats | str | None = None,
     e = resolve_entry(entry, registry)
     if isinstance(stats, str):
         stats = load_stats(stats)
+    if o.what_if and o.target is None:  # compare with what the bound must beat to say anything
+        from ..floor import vacuity_level
+
+        level, rule = vacuity_level(e, stats)
+        o = dataclasses.replace(o, target=level, target_rule=rule)
     values = dict(values or {})
 
     def run(variant: Entry, vals: dict[str, Any], prm: dict[str, float],

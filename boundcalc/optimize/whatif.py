@@ -10,7 +10,7 @@ only the n/δ tables are given.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -45,9 +45,15 @@ def _value_at(prepared: Prepared, optimizer: Optimizer, overrides: Mapping[str, 
 
 
 def smallest_n(prepared: Prepared, optimizer: Optimizer, target: float = 1.0,
-               cap: float = N_CAP) -> dict[str, Any]:
-    """Smallest integer n with bound(n) < target (bisection in log n; assumes the bound
-    decreases in n). ``status``: 'found', 'never' (not below the target up to ``cap``)."""
+               cap: float = N_CAP, known: Sequence[tuple[float, float | None]] = ()
+               ) -> dict[str, Any]:
+    """Smallest integer n with bound(n) < target (bisection in log n, which assumes the bound
+    decreases in n). ``status``: 'found', 'never' (not below the target up to ``cap``).
+
+    ``known``: (n, value) pairs already evaluated (the table against n; None where the bound
+    could not be evaluated). One at or above the bisection's answer whose value is not below
+    the target shows the bound is not monotone there: the search starts again above the
+    largest such n, and ``note`` says so. So the answer never contradicts the table."""
     name = data_size_symbol(prepared)
     if name is None:
         return {"status": "no data size", "symbol": None}
@@ -61,21 +67,36 @@ def smallest_n(prepared: Prepared, optimizer: Optimizer, target: float = 1.0,
     if not f_hi < target:
         out.update(status="never", n=None, value_at_cap=f_hi)
         return out
-    f_lo = _value_at(prepared, optimizer, {name: lo})
-    if f_lo < target:
-        out.update(status="found", n=int(lo), value=f_lo)
-        return out
-    a, b = lo, int(hi)  # f(a) >= target > f(b)
-    f_b = f_hi
-    while b - a > 1:
-        mid = int(round(math.sqrt(a * b))) if b > 2 * a else (a + b) // 2
-        mid = min(max(mid, a + 1), b - 1)
-        f_mid = _value_at(prepared, optimizer, {name: mid})
-        if f_mid < target:
-            b, f_b = mid, f_mid
-        else:
-            a = mid
-    out.update(status="found", n=int(b), value=f_b)
+
+    def below(a: int) -> tuple[int, float]:
+        """The smallest n > a (n = lo when a < lo) with f(n) < target, by bisection."""
+        if a < lo:
+            f_lo = _value_at(prepared, optimizer, {name: lo})
+            if f_lo < target:
+                return int(lo), f_lo
+            a = int(lo)
+        b, f_b = int(hi), f_hi  # f(a) >= target > f(b)
+        while b - a > 1:
+            mid = int(round(math.sqrt(a * b))) if b > 2 * a else (a + b) // 2
+            mid = min(max(mid, a + 1), b - 1)
+            f_mid = _value_at(prepared, optimizer, {name: mid})
+            if f_mid < target:
+                b, f_b = mid, f_mid
+            else:
+                a = mid
+        return b, f_b
+
+    n, value = below(0)
+    against = [(k, v) for k, v in known if k >= n and (v is None or not v < target)]
+    if against:
+        k, v = max(against, key=lambda kv: kv[0])
+        if k < hi:
+            n, value = below(int(k))
+            out["note"] = (f"the bound is not monotone in {name}: it is "
+                           f"{'not evaluable' if v is None else f'{v:.6g}'} ≥ {target:.6g} "
+                           f"at {name} = {int(k)}, above where the bisection first stopped; "
+                           f"searched again above {int(k)}")
+    out.update(status="found", n=int(n), value=value)
     return out
 
 

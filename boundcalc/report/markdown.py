@@ -14,6 +14,7 @@ import numpy as np
 
 from ..evaluation import Result
 from ..files.atomic_write import write_text_atomic
+from .summary import target_words
 from .tables import floor_rows, fmt
 
 
@@ -162,11 +163,12 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
         if "smallest_n" in wit:
             sn = wit["smallest_n"]
             if sn.get("status") == "found":
-                lines.append(f"- smallest {sn['symbol']} with a certified bound < "
-                             f"{wit['target']:g}: **{sn['n']}** (now {fmt(sn['current'])})")
+                lines.append(f"- smallest {sn['symbol']} with a certified bound below "
+                             f"{target_words(wit)}: **{sn['n']}** (now {fmt(sn['current'])})"
+                             + (f"; {sn['note']}" if sn.get("note") else ""))
             elif sn.get("status") == "never":
                 lines.append(f"- no {sn['symbol']} up to {sn['cap']:g} brings the bound below "
-                             f"{wit['target']:g} (never)")
+                             f"{target_words(wit)} (never)")
         if "shrink" in wit:
             sh = wit["shrink"]
             if sh["status"] == "found":

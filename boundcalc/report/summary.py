@@ -26,3 +26,11 @@ def floor_line(row: Mapping[str, Any], scale: float = 1.0) -> str:
     parts.append(f"dominated by {breakdown_text(f, short=True)}" if f and f.get("effects")
                  else "dominated by —")
     return "; ".join(parts)
+
+
+def target_words(what_it_takes: dict[str, Any]) -> str:
+    """The target of 'what would it take', with what it is: '0.658 (the vacuity level: the
+    error of always answering the majority class of S)', '1' or a target the user gave."""
+    t, rule = what_it_takes["target"], what_it_takes.get("target_rule")
+    return f"{t:.4g}" + (f" ({rule})" if rule and rule not in ("1", "given") else "")
+

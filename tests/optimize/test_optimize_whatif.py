@@ -154,3 +154,53 @@ def test_what_it_takes_in_results(reg):
 def test_options_default_is_cheap():
     o = Options()
     assert o.what_if is False and o.sensitivity and o.use_gp
+
+
+# ---- issue 44 item 5: 'smallest n' agrees with the table and the vacuity level ----------------
+
+def _n_of(p):
+    return int(p.scalars["n"])
+
+
+def test_smallest_n_never_contradicts_a_tabulated_n(reg):
+    """A bound below the target on n = 40..80 and from n = 1000 on, 1 elsewhere: bisection
+    alone stops at 40 (it assumes a decreasing bound); the table's n = 90 and 190 at 1 show
+    that is not the smallest n from which on the bound stays below, and the search goes on
+    above the larger."""
+    p = prepare_entry(reg.get("w_mcallester"), None, {"n": 500, "emp": 0.1, "KL": 10.0})
+
+    def f(q):
+        n = _n_of(q)
+        return 0.5 if 40 <= n <= 80 or n >= 1000 else 1.0
+
+    alone = smallest_n(p, f, 0.9)
+    assert alone["n"] == 40 and "note" not in alone  # what the bisection finds by itself
+    out = smallest_n(p, f, 0.9, known=[(2, 1.0), (60, 0.5), (90, 1.0), (190, 1.0),
+                                       (6000, 0.5)])
+    assert out["status"] == "found" and out["n"] == 1000 and out["value"] == 0.5
+    assert "not monotone in n" in out["note"] and "n = 190" in out["note"]
+    # tabulated values that agree change nothing
+    assert smallest_n(p, f, 0.9, known=[(2, 1.0), (60, 0.5), (6000, 0.5)])["n"] == 40
+
+
+def test_the_default_target_is_the_vacuity_level(tmp_path):
+    """Without --target, 'what would it take' aims below the trivial predictor's error (here
+    the majority class errs 0.45), not below 1; the n it names is where the table drops
+    below that level."""
+    from boundcalc.stats import Quantity, Stats
+
+    st = Stats(model={"n_layers": 1, "n_heads": 1, "hidden": 4},
+               scalars={"n": Quantity(1000.0), "emp_risk": Quantity(0.2),
+                        "majority_error": Quantity(0.45)},
+               provenance={"n_classes": 2})
+    r = optimize("pac_bayes_kl", st, {"KL": 50.0}, what_if=True, sensitivity=False)
+    wit = r.extra["what_it_takes"]
+    assert wit["target"] == 0.45 and "majority class" in wit["target_rule"]
+    n = wit["smallest_n"]["n"]
+    assert wit["smallest_n"]["value"] < 0.45
+    below = optimize("pac_bayes_kl", st, {"KL": 50.0, "n": n - 1}, sensitivity=False)
+    assert below.value >= 0.45  # the smallest such n
+    given = optimize("pac_bayes_kl", st, {"KL": 50.0}, what_if=True, sensitivity=False,
+                     target=1.0)
+    assert given.extra["what_it_takes"]["target"] == 1.0
+    assert given.extra["what_it_takes"]["smallest_n"]["n"] < n
