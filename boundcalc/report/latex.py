@@ -311,11 +311,21 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
     total = float(sum(r.union_bound_cost.values()))
     if r.delta is not None:
         L.append(r"\subsection*{Confidence}")
-        line = (r"$\delta = %s$, $\delta_{\mathrm{eff}} = %s$, total union-bound cost $%s$"
-                % (_num(r.delta), _num(r.delta_effective), _num(total, 4)))
+        parts = [(k, r.inputs[k]) for k, sym in entry.symbols.items()
+                 if sym.role == "confidence" and isinstance(r.inputs.get(k), (int, float))]
+        if len(parts) > 1:  # the total first, then each share, named as under Inputs
+            shares = ", ".join("$%s = %s$" % (names.get(k, symbol_latex(k)), _num(v))
+                               for k, v in parts)
+            line = (r"total $\delta = %s$ (%s), $\delta_{\mathrm{eff}} = %s$, total "
+                    r"union-bound cost $%s$" % (_num(r.delta), shares, _num(r.delta_effective),
+                                                _num(total, 4)))
+        else:
+            line = (r"$\delta = %s$, $\delta_{\mathrm{eff}} = %s$, total union-bound cost $%s$"
+                    % (_num(r.delta), _num(r.delta_effective), _num(total, 4)))
         if total > 0:
-            line += (r" (the formula is evaluated at $\delta_{\mathrm{eff}} = \delta\, "
-                     r"e^{-%s}$)" % _num(total, 4))
+            line += (r" (the formula is evaluated at $\delta_{\mathrm{eff}} = %s\, "
+                     r"e^{-%s}$)" % (names.get(conf, symbol_latex(conf)) if conf else r"\delta",
+                                     _num(total, 4)))
         L.append(line + ".")
     if r.union_bound_cost:
         crow = [["$%s$" % names.get(k, symbol_latex(k)), "$%s$" % _num(v, 5)]

@@ -399,3 +399,20 @@ def test_write_text_atomic_keeps_old_file_on_failure(tmp_path):
         write_text_atomic(path, "new \ud800")  # a lone surrogate cannot be encoded
     assert path.read_text(encoding="utf-8") == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.txt"]
+
+
+def test_two_confidences_are_named_under_confidence_as_under_inputs(registry):
+    """Issue 44: the LaTeX showed δ = 0.05 under Inputs and δ = 0.06 under Confidence (the
+    total with the Monte Carlo's δ′). The Confidence line names the total and each share."""
+    e = registry.get("pac_bayes_kl_gaussian_mc")
+    r = bc.evaluate(e, {"n": 5000, "E_hat": 0.1, "k": 5000, "dist_init": 3.0,
+                        "sigma": math.sqrt(0.1 * math.exp(-500 / 100)), "delta": 0.05,
+                        "delta_mc": 0.01})
+    assert r.delta == pytest.approx(0.06)
+    line = next(ln for ln in latex_document(e, r).splitlines() if "total $\\delta" in ln)
+    assert line.startswith(r"total $\delta = 0.06$ ($\delta = 0.05$, $\delta' = 0.01$)"), line
+    assert r"\delta_{\mathrm{eff}} = \delta\, e^{-" in line
+    # one confidence: as before
+    one = bc.evaluate(registry.get("mcallester"), MC_VALUES)
+    doc = latex_document(registry.get("mcallester"), one)
+    assert "total $\\delta" not in doc and r"$\delta = 0.05$, $\delta_{\mathrm{eff}}" in doc
