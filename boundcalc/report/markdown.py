@@ -13,8 +13,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..evaluation import Result
-from ..files.atomic_write import write_text_atomic
 from ..rounding import probability_text
+from ..files.atomic_write import write_text_atomic
 from .tables import floor_rows, fmt
 
 
