@@ -2,8 +2,8 @@
 probability 1 − δ DOWN, in every renderer (rich tables, Markdown, LaTeX, ``to_json()``'s
 ``value_text``, compare's headline and minimum line).
 
-Real results of the bundled registry (a certified and a conditional entry), evaluated once; each example replaces the value and
-renders it through the real renderers. The displayed text is read back and checked against
+Real results of the bundled registry (a certified and a conditional entry), evaluated once;
+each example replaces the value and renders it through the real renderers. The displayed text is read back and checked against
 the exact binary value of the float, and against directed rounding done by hand in exact
 fractions (tests/_rounding_helpers.py)."""
 

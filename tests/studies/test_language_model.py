@@ -171,8 +171,8 @@ def test_report_in_bits_per_byte_above_the_exact_pool_value(built):
 
 def test_minimum_by_sum_rounds_the_value_up_and_the_probability_down():
     """The least certified row in bits per predicted byte, quoted with the sum of the δ's: the
-    value rounded up to 4 digits, 1 − Σδ down (0.05 + 0.01 is the double 0.06000000000000000472…,
-    so 1 − Σδ is just below 0.94)."""
+    value rounded up to 4 digits, 1 − Σδ down (0.05 + 0.01 is the double
+    0.06000000000000000472…, so 1 − Σδ is just below 0.94)."""
     rows = [{"id": "a", "is_bound": True, "value": 3.54128, "delta": 0.05},
             {"id": "b", "is_bound": True, "value": 14.6502, "delta": 0.01},
             {"id": "c", "is_bound": False, "value": 1.0, "delta": 0.05}]
