@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 from .engine.kernels import kl_inv_upper
 from .engine.tree import Node, as_tree, sympy_text
 from .registry.schema import confidence_symbol
+from .rounding import upper_text
 
 if TYPE_CHECKING:
     from .engine.compile import Context
@@ -163,14 +164,15 @@ def zero_complexity_floor(prep: Evaluator, values: Mapping[str, float],
 
 def breakdown_text(floor: Mapping[str, Any] | None, short: bool = False) -> str:
     """'KL_gauss 77.6 nats (+0.31), grid cost 13.1 nats (+0.02), Monte Carlo Ê 0.125 → 0.279
-    (+0.12)', largest effect first; with ``short`` only the dominant piece."""
+    (+0.12)', largest effect first; with ``short`` only the dominant piece. The Monte Carlo
+    upper end, an upper confidence limit, is rounded up; the rest are readings, to nearest."""
     if not floor:
         return "—"
     eff = floor["effects"]
     parts = []
     for name in sorted(eff, key=lambda k: -eff[k]):
         if name == "Monte Carlo":
-            what = f"Monte Carlo {floor['emp_risk']:.3g} → {floor['mc_upper']:.3g}"
+            what = f"Monte Carlo {floor['emp_risk']:.3g} → {upper_text(floor['mc_upper'], 3)}"
         else:
             what = f"{name} {floor['budget_nats'][name]:.4g} nats"
         parts.append(f"{what} (+{eff[name]:.2g})")

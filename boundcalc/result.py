@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .rounding import bound_text
+
 
 @dataclass
 class Result:
@@ -142,12 +144,32 @@ class Result:
             return None
         return self.value - self.test_error
 
+    @property
+    def value_side(self) -> str:
+        """How the value is rounded when shown (:func:`boundcalc.rounding.bound_text`):
+        'upper' (rounded up) for a certified or conditional entry, whose value claims to be ≥
+        what it bounds (a risk, a loss, a divergence), whether or not it is a bound here;
+        'nearest' for a rate or a proxy, which bound nothing."""
+        return "upper" if self.kind in ("certified", "conditional") else "nearest"
+
     def value_text(self, digits: int = 6) -> str:
+        """The value in at most ``digits`` significant digits, rounded on :attr:`value_side`:
+        a certified or conditional value up (the text is never below the value), a rate or a
+        proxy to nearest (``%g``). Beyond the float range, from ``log10_value``: mantissa
+        (at most 5 digits) ``e+`` exponent, the mantissa raised by 1e-12 relative (above the
+        error of the nearest-double log10 and of 10**frac) before it is rounded the same way.
+        Non-finite values without a log10 print as Python prints them."""
+        side = self.value_side
         if math.isfinite(self.value):
-            return f"{self.value:.{digits}g}"
+            return bound_text(self.value, digits, side)
         if math.isfinite(self.log10_value):
             exp = math.floor(self.log10_value)
-            return f"{10 ** (self.log10_value - exp):.{min(digits, 4)}f}e+{exp}"
+            mant = 10 ** (self.log10_value - exp)
+            text = bound_text(mant * (1 + 1e-12) if side == "upper" else mant,
+                              min(digits, 5), side)
+            if float(text) >= 10:  # 9.99996 rounded up: the next power of ten
+                text, exp = "1", exp + 1
+            return f"{text}e+{exp}"
         return str(self.value)
 
     def to_json(self) -> dict[str, Any]:

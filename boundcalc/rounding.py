@@ -21,7 +21,7 @@ print as Python prints them (``inf``, ``nan``); ``None`` is refused by the calle
 from __future__ import annotations
 
 import math
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
 __all__ = ["upper_text", "lower_text", "round_up", "round_down", "bound_text"]
 
@@ -83,3 +83,18 @@ def bound_text(x: float, digits: int = 4, side: str = "upper") -> str:
         x = float(x)
         return f"{x:.{digits}g}"
     raise ValueError(f"side must be 'upper', 'lower' or 'nearest', got {side!r}")
+
+
+def probability_text(delta: float, digits: int = 4) -> str:
+    """``1 − δ``, the probability a statement at total confidence ``δ`` holds with, as the
+    lower bound it is: ≤ the exact ``1 − δ`` of the double ``δ`` (the float subtraction
+    stepped down a double when it rounded up), then rounded down. Exact binary values make
+    ``1 − 0.05`` print ``0.9499`` (the double 0.05 is 0.0500000000000000027…)."""
+    delta = float(delta)
+    p = 1.0 - delta
+    if math.isfinite(p):
+        with localcontext() as ctx:
+            ctx.prec, ctx.rounding = 60, ROUND_FLOOR
+            if Decimal(p) > Decimal(1) - Decimal(delta):
+                p = math.nextafter(p, -math.inf)
+    return lower_text(p, digits)

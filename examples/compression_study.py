@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from boundcalc.errors import BoundcalcError
+from boundcalc.rounding import upper_text
 from studies.compression_study import StudyConfig, run_study
 
 EPILOG = """\
@@ -93,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for name in ("full", "subspace"):
         r = results[name]
-        print(f"{name}: {r['code_bits']:.0f} bits, Occam kl bound {r['occam_kl']['value']:.4f}, "
-              f"quantized test error {r['test_error_quantized']:.4f}, PAC-Bayes "
-              f"{r['pac_bayes']['best']['value']:.4f}")
+        # the certified values rounded up (boundcalc.rounding), the test error to nearest
+        print(f"{name}: {r['code_bits']:.0f} bits, Occam kl bound "
+              f"{upper_text(r['occam_kl']['value'], 4)}, quantized test error "
+              f"{r['test_error_quantized']:.4f}, PAC-Bayes "
+              f"{upper_text(r['pac_bayes']['best']['value'], 4)}")
     print(f"report: {args.out / 'report.md'}")
     return 0
 

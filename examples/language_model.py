@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from boundcalc.errors import BoundcalcError
     from studies.language_model import FULL, LMConfig, run
     from boundcalc.report.summary import floor_line
+    from boundcalc.rounding import upper_text
 
     ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--out", type=Path, default=Path("out/language_model"))
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'entry (bits/predicted byte)':32s} {'value':>8s}  {'δ':>6s}  {'held-out':>7s}  "
           f"{'log2 V':>6s}  label")
     for r in rep["certified"]:
-        v = "—" if r["value"] is None else f"{r['value']:.3f}"
+        v = "—" if r["value"] is None else upper_text(r["value"], 4)  # rounded up
         d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
         print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {h:7.3f}  {g:6.3f}  {r['label']}")
         scale = r["value"] / r["value_normalized"] if r.get("value_normalized") else 1.0
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if rep["certified_other"]:
         print("\non the top-1 next-byte error (a probability, not bits):")
         for r in rep["certified_other"]:
-            v = "—" if r["value"] is None else f"{r['value']:.4f}"
+            v = "—" if r["value"] is None else upper_text(r["value"], 4)
             print(f"  {r['id']:30s} {v:>8s}  {r['label']}")
             if r.get("certifies"):
                 print(f"  {'':30s} certifies {r['certifies']}")
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if rep["certified_other_model"]:
         print("\ncertified, but about ANOTHER model than the fine-tuned one (listed apart):")
         for r in rep["certified_other_model"]:
-            v = "—" if r["value"] is None else f"{r['value']:.4f}"
+            v = "—" if r["value"] is None else upper_text(r["value"], 4)
             print(f"  {r['id']:30s} {v:>8s}  {r['label']}")
             print(f"  {'':30s} certifies {r['certifies']}")
     print(f"\nreport: {args.out / 'report.json'}")

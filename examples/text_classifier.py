@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from boundcalc.errors import BoundcalcError
     from studies.text_classifier import FULL, ClassifierConfig, run
     from boundcalc.report.summary import floor_line
+    from boundcalc.rounding import upper_text
 
     cfg = ClassifierConfig(seed=args.seed, **(FULL if args.full else {}))
     try:
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"\n{title}\n{'entry':32s} {'value':>8s}  {'δ':>6s}  {'held-out':>15s}  label")
         for r in rep[key]:
-            v = "—" if r["value"] is None else f"{r['value']:.4f}"
+            v = "—" if r["value"] is None else upper_text(r["value"], 4)  # rounded up
             d = "—" if r["delta"] is None else f"{r['delta']:.3g}"
             print(f"{r['id']:32s} {v:>8s}  {d:>6s}  {te:.4f} ± {se:.4f}  {r['label']}")
             print(f"{'':32s} certifies {r['certifies']}")

@@ -30,6 +30,7 @@ from torch.func import functional_call
 from boundcalc.measure.compress.compression import compress
 from boundcalc.measure.compress.quantizer import quantize
 from boundcalc.measure.compress.record import Compression
+from boundcalc.rounding import upper_text
 from boundcalc.stats import Quantity, Stats
 from .report import StudyReport
 
@@ -374,8 +375,9 @@ def write_report(res: dict[str, Any], out: Path) -> Path:
         rows.append([name, f"{r['code_bits']:.0f}", r["levels"],
                      f"{r['train_error_float']:.3f}", f"{r['quantized_train_error']:.3f}",
                      f"{r['test_error_float']:.3f}", f"{r['test_error_quantized']:.3f}",
-                     f"{r['occam_kl']['value']:.3f}", f"{r['occam_catoni']['value']:.3f}",
-                     f"{pb['value']:.3f}", f"{r['edelman']['value']:.3g}"])
+                     upper_text(r["occam_kl"]["value"], 3),  # certified values: rounded up
+                     upper_text(r["occam_catoni"]["value"], 3), upper_text(pb["value"], 3),
+                     f"{r['edelman']['value']:.3g}"])
     rep.table(["model", "code bits", "levels", "train err", "quant. train err", "test err",
                "quant. test err", "Occam kl", "Occam Catoni", "PAC-Bayes kl (best σ)",
                "Edelman rate (C=1)"], rows)
@@ -388,14 +390,15 @@ def write_report(res: dict[str, Any], out: Path) -> Path:
                       else ", but not below the 0.9 error of guessing among 10 classes"))
         nll = r["occam_smoothed_nll_kl"]
         lines.append(
-            f"- **{name}**: compression bound {r['occam_kl']['value']:.3f} on the 0-1 error of the "
+            f"- **{name}**: compression bound {upper_text(v, 3)} on the 0-1 error of the "
             f"quantized model ({verdict}; "
             f"δ_eff = {r['occam_kl']['delta_effective']:.3g}), code {r['code_bits']:.0f} bits "
             f"incl. 1 bit for the choice of parameterisation; its test error is "
             f"{r['test_error_quantized']:.3f}. Smoothed log-loss bound "
-            f"{nll['value']:.3f} bits at α = {nll['alpha']:g} (uniform guessing: "
+            f"{upper_text(nll['value'], 3)} bits at α = {nll['alpha']:g} (uniform guessing: "
             f"{nll['uniform_bits']:.3f} bits). PAC-Bayes-kl (Gaussian, MC Gibbs risk): "
-            f"{r['pac_bayes']['best']['value']:.3f} at σ = {r['pac_bayes']['best']['sigma']:.3g} "
+            f"{upper_text(r['pac_bayes']['best']['value'], 3)} at σ = "
+            f"{r['pac_bayes']['best']['sigma']:.3g} "
             f"(‖θ − θ₀‖ = {r['pac_bayes']['dist_init']:.3g}). Edelman: a rate "
             f"({r['edelman']['value']:.3g} with hidden constants 1), not a bound.")
     rep.text("\n".join(lines))

@@ -36,6 +36,7 @@ import torch
 
 from boundcalc.errors import BoundcalcError
 from boundcalc.measure.device import resolve_device
+from boundcalc.rounding import probability_text, upper_text
 from .stdlib_text import (SPLITS, iid_draws, package_of, run_cli, split_by_file, stage,
                           stdlib_files, stdlib_root, write_json)
 
@@ -336,18 +337,18 @@ def minimum_by_sum(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The least of the certified bounds ``rows`` (one quantity: bits per predicted byte),
     with its honest δ: the least of k bounds on the same S holds when all k do, so with
     probability ≥ 1 − Σδ (the sum of the δ's of the rows it ranges over); each row alone
-    holds at its own δ. ``text`` says so in one line."""
+    holds at its own δ. ``text`` says so in one line (the value rounded up, 1 − Σδ down)."""
     bounds = [r for r in rows if r.get("is_bound") and r.get("value") is not None]
     if not bounds:
         return None
     best = min(bounds, key=lambda r: r["value"])
     total = float(sum(r["delta"] or 0.0 for r in bounds))
-    holds = (f"holds with probability ≥ 1 − Σδ = {1 - total:g}" if total < 1
+    holds = (f"holds with probability ≥ 1 − Σδ = {probability_text(total)}" if total < 1
              else f"needs Σδ = {total:g} ≥ 1: no guarantee")
     return {"id": best["id"], "value": best["value"], "k": len(bounds), "method": "sum",
             "delta_total": total, "rows": [r["id"] for r in bounds],
             "text": (f"minimum over {len(bounds)} certified rows with the sum of their δ's: "
-                     f"{best['value']:.4g} bits per predicted byte ({best['id']}) {holds} "
+                     f"{upper_text(best['value'])} bits per predicted byte ({best['id']}) {holds} "
                      f"(union bound over the {len(bounds)} rows)")}
 
 

@@ -54,7 +54,9 @@ def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target:
 
 
 def _extra_tables(r: Result) -> list[Any]:
-    x = r.extra
+    """The optimizer's extras; a value of the bound at some point rounded as the result's
+    own value is (:attr:`Result.value_side`: up for a certified or conditional entry)."""
+    x, up = r.extra, r.value_side
     parts: list[Any] = []
     head = Table.grid(padding=(0, 1))
     head.add_column(style="bold")
@@ -66,24 +68,25 @@ def _extra_tables(r: Result) -> list[Any]:
     opt = x.get("optimizer") or {}
     for name, chk in (opt.get("closed_form_check") or {}).items():
         head.add_row(f"closed form {name}",
-                     f"{fmt(chk.get('closed_form'))} → value {fmt(chk.get('value_at_closed_form'), 8)}"
-                     f" (optimum {fmt(chk.get('value_at_optimum', chk.get('value_at_numeric')), 8)},"
+                     f"{fmt(chk.get('closed_form'))} → value "
+                     f"{fmt(chk.get('value_at_closed_form'), 8, up)} (optimum "
+                     f"{fmt(chk.get('value_at_optimum', chk.get('value_at_numeric')), 8, up)},"
                      f" gap {fmt(chk.get('relative_gap'), 2)})")
     gp = opt.get("gp") or opt.get("gp_relaxation")
     if gp:
         head.add_row("geometric program" + (" (continuous relaxation)" if "gp_relaxation" in opt
                                             else ""), f"{gp.get('status')}"
                      + (f": {gp.get('reason')}" if gp.get("reason") else "")
-                     + (f", value {fmt(gp.get('value'), 8)}" if gp.get("value") is not None
+                     + (f", value {fmt(gp.get('value'), 8, up)}" if gp.get("value") is not None
                         else ""))
     if x.get("comparison"):
         c = x["comparison"]
         head.add_row("per-group vs tied σ",
-                     f"{fmt(c['per_group'], 6)} vs {fmt(c['tied'], 6)} (all σ_g tied, same "
-                     f"costs): {fmt(c['relative_improvement'], 3)} relative improvement")
+                     f"{fmt(c['per_group'], 6, up)} vs {fmt(c['tied'], 6, up)} (all σ_g "
+                     f"tied, same costs): {fmt(c['relative_improvement'], 3)} relative improvement")
         if c.get("single") is not None:
             head.add_row("classic single σ",
-                         f"{fmt(c['single'], 6)} (one Dziugaite–Roy charge, union cost "
+                         f"{fmt(c['single'], 6, up)} (one Dziugaite–Roy charge, union cost "
                          f"{fmt(c['single_union_cost'], 4)} vs {fmt(c['per_group_union_cost'], 4)}"
                          f" for per-group σ; difference {fmt(c['difference_to_single'], 4)})")
     parts.append(head)
@@ -209,7 +212,7 @@ def _what_if_table(r: Result, wit: dict[str, Any]) -> Any:
         for row in t["rows"]:
             x = row[key]
             text = str(int(x)) if key == "n" and float(x).is_integer() and x < 1e15 else fmt(x)
-            table.add_row(text, fmt(row["value"]))
+            table.add_row(text, fmt(row["value"], 6, r.value_side))
         rows.append(table)
     return Group(*rows)
 

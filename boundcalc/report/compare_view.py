@@ -2,6 +2,9 @@
 with its honest δ, one line per missing ingredient, and where to go when KL dominates.
 
 Every function returns plain strings (the CLI styles them; ``compare --json`` carries them).
+A certified value is rounded up (:func:`~boundcalc.rounding.upper_text`), the probability
+1 − δ it holds with down (:func:`~boundcalc.rounding.probability_text`); a δ spent is shown as
+given (``%g``).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evaluation import Result
+from ..rounding import probability_text, upper_text
 from ..words import command
 
 GUIDE = "docs/guide/certify-your-model.md"
@@ -20,20 +24,21 @@ def minimum_line(m: dict[str, Any]) -> str:
     re-evaluated), with the sum of the δ's, or a single row at its own δ."""
     k, rid = m["k"], m["id"]
     if m["method"] == "single":
-        return (f"one certified row about your model: {m['value']:.4g} ({rid}, holds with "
-                f"probability ≥ {1 - m['delta_total']:g})")
+        return (f"one certified row about your model: {upper_text(m['value'])} ({rid}, holds "
+                f"with probability ≥ {probability_text(m['delta_total'])})")
     if m["method"] == "delta_over_k":
         fixed = (f", Monte Carlo confidences {m['delta_fixed']:.3g} undivided"
                  if m.get("delta_fixed") else "")
         return (f"minimum over {k} certified rows, each at δ/k: {rid} re-evaluated at "
-                f"δ/{k} = {m['delta_each']:.3g} gives {m['value']:.4g}, so the minimum holds "
-                f"with probability ≥ {1 - m['delta_total']:.4g} (union bound over the {k} "
-                f"rows{fixed}); per-row values are at their own δ ({rid}: "
-                f"{m['row_value']:.4g})")
+                f"δ/{k} = {m['delta_each']:.3g} gives {upper_text(m['value'])}, so the minimum "
+                f"holds with probability ≥ {probability_text(m['delta_total'])} (union bound "
+                f"over the {k} rows{fixed}); per-row values are at their own δ ({rid}: "
+                f"{upper_text(m['row_value'])})")
     total = m["delta_total"]
-    holds = (f"holds with probability ≥ 1 − Σδ = {1 - total:g}" if total < 1 else
+    holds = (f"holds with probability ≥ 1 − Σδ = {probability_text(total)}" if total < 1 else
              f"would need Σδ = {total:g} ≥ 1: no guarantee")
-    return (f"minimum over {k} certified rows with the sum of their δ's: {m['value']:.4g} "
+    return (f"minimum over {k} certified rows with the sum of their δ's: "
+            f"{upper_text(m['value'])} "
             f"({rid}) {holds} (union bound over the {k} rows)"
             + (f"; {m['note']}" if m.get("note") else ""))
 
@@ -50,8 +55,8 @@ def headline(minimum: dict[str, Any] | None, another: list[Result], certified: l
         test = "" if test_error is None else f"; held-out test error {test_error:g}"
         on = "" if minimum.get("quantity", "0-1 error") == "0-1 error" else \
             f" on the {minimum['quantity']}"
-        return (f"headline: {minimum['value']:.4g} certified{on} ({minimum['id']}, probability "
-                f"≥ {1 - minimum['delta_total']:g}){state}{test}")
+        return (f"headline: {upper_text(minimum['value'])} certified{on} ({minimum['id']}, "
+                f"probability ≥ {probability_text(minimum['delta_total'])}){state}{test}")
     if another:
         return (f"headline: no certified bound about your model; {len(another)} compression "
                 f"row(s) certify another model (listed apart)")

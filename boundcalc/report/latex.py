@@ -22,6 +22,7 @@ from ..errors import BoundcalcError
 from ..evaluation import Result, confidence_symbol, gridmin_params
 from ..registry.schema import Domain, Entry, ParameterSpec
 from ..files.atomic_write import write_text_atomic
+from ..rounding import bound_text
 from .latex_formula import BOUND_SYMBOL, entry_latex, symbol_latex
 from .latex_formula import EntryPrinter as _Printer
 from .latex_formula import entry_names as _names
@@ -38,8 +39,9 @@ __all__ = ["entry_latex", "latex_document", "write_latex", "tex_escape", "symbol
 
 # ---- numbers, domains, grids --------------------------------------------------------------------
 
-def _num(x: Any, digits: int = 6) -> str:
-    """A number in LaTeX math: ``0.05``, ``60000``, ``1.234 \\cdot 10^{-7}``, ``\\infty``."""
+def _num(x: Any, digits: int = 6, side: str = "nearest") -> str:
+    """A number in LaTeX math: ``0.05``, ``60000``, ``1.234 \\cdot 10^{-7}``, ``\\infty``;
+    rounded on ``side`` (:func:`~boundcalc.rounding.bound_text`: 'lower' for a floor)."""
     try:
         x = float(x)
     except (TypeError, ValueError):
@@ -50,7 +52,7 @@ def _num(x: Any, digits: int = 6) -> str:
         return r"\infty" if x > 0 else r"-\infty"
     if x == int(x) and abs(x) < 1e7:
         return str(int(x))
-    return _sci(f"{x:.{digits}g}")
+    return _sci(bound_text(x, digits, side))
 
 
 def _sci(text: str) -> str:
@@ -192,11 +194,13 @@ def _array_text(v: Any) -> str:
 
 
 def _value_text(result: Result) -> str:
-    """The value in LaTeX; beyond the float range from its log10 (products over many layers)."""
-    if not math.isfinite(result.value) and math.isfinite(result.log10_value):
-        exp = math.floor(result.log10_value)
-        return r"%.4f \cdot 10^{%d}" % (10 ** (result.log10_value - exp), exp)
-    return _num(result.value)
+    """The value in LaTeX, :meth:`Result.value_text` (6 digits) typeset: a certified or
+    conditional value rounded up, beyond the float range from its log10 (products over many
+    layers). Parameters, terms and δ elsewhere in the document (:func:`_num`) bound nothing
+    and are rounded to nearest."""
+    if not math.isfinite(result.value) and not math.isfinite(result.log10_value):
+        return _num(result.value)
+    return _sci(result.value_text(6))
 
 
 def latex_document(entry: Entry, result: Result | None = None) -> str:
@@ -384,8 +388,9 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
 
 
 def _floor_section(r: Result) -> list[str]:
-    """The zero-complexity floor, each piece of the budget with its effect, and the gap to a
-    held-out test error (see :mod:`boundcalc.floor`)."""
+    """The zero-complexity floor (a lower limit of the value: rounded down), each piece of
+    the budget with its effect, and the gap to a held-out test error (see
+    :mod:`boundcalc.floor`)."""
     f = r.floor
     L: list[str] = []
     if f:
@@ -395,14 +400,15 @@ def _floor_section(r: Result) -> list[str]:
                  r"$\mathrm{kl}^{-1}(\hat e, \ln(1/\delta)/n) = %s$ "
                  r"($\hat e = %s$, $\delta = %s$, $n = %s$). Each piece of the budget and its "
                  r"effect (the value minus the value without it); %s dominates."
-                 % (_num(f["own"], 4), tex_escape(f["own_form"]), _num(f["plain"], 4),
+                 % (_num(f["own"], 4, "lower"), tex_escape(f["own_form"]),
+                    _num(f["plain"], 4, "lower"),
                     _num(f["emp_risk"], 4), _num(f["delta"]), _num(f["n"]),
                     tex_escape(f["dominant"])))
         rows = [[tex_escape(k), "$%s$" % _num(v, 4), "$%s$" % _num(f["effects"].get(k, 0.0), 3)]
                 for k, v in f["budget_nats"].items()]
         if f.get("mc_upper") is not None:
             rows.append(["Monte Carlo step", "$%s \\to %s$" % (_num(f["emp_risk"], 4),
-                                                              _num(f["mc_upper"], 4)),
+                                                              _num(f["mc_upper"], 4, "upper")),
                          "$%s$" % _num(f["effects"]["Monte Carlo"], 3)])
         L += _table(["piece", "nats (or risk)", "effect"], rows, "l r r")
     if r.test_error is not None and r.gap is not None:

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..evaluation import Result
+from ..rounding import probability_text
 from ..files.atomic_write import write_text_atomic
 from .summary import target_words
 from .tables import floor_rows, fmt
@@ -33,7 +34,8 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def headline(result: Result) -> str:
-    """One sentence saying what the number is (and is not)."""
+    """One sentence saying what the number is (and is not); the value rounded as
+    :meth:`Result.value_text` rounds it, the probability 1 − δ rounded down."""
     v = result.value_text(6)
     output = getattr(result, "output", "risk")
     if result.kind == "certified" and result.is_bound and output != "risk":
@@ -44,7 +46,7 @@ def headline(result: Result) -> str:
             vac = ("vacuous " if result.vacuous else "non-vacuous ") + \
                 result.vacuous_text.split(" ", 1)[1]
             return (f"**Certified bound: {v}** ({vac}), holding with probability ≥ "
-                    f"{1 - (result.delta or 0):g} under the listed assumptions.")
+                    f"{probability_text(result.delta or 0)} under the listed assumptions.")
         return f"**Value: {v}**, {result.label}; it is not a certified bound."
     if result.kind == "conditional":
         return (f"**Conditional value: {v}**, {result.label}. It is not certified and is not "
@@ -93,7 +95,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
                     for name, nats in f["budget_nats"].items()]
             if f.get("mc_upper") is not None:
                 rows.append(["Monte Carlo step", f"{fmt(f['emp_risk'], 4)} → "
-                                                 f"{fmt(f['mc_upper'], 4)}",
+                                                 f"{fmt(f['mc_upper'], 4, 'upper')}",
                              fmt(f["effects"].get("Monte Carlo"), 3)])
             lines += _table(["piece", "nats (or risk)", "effect on the value"], rows)
         else:
@@ -104,13 +106,13 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
                         [[k, fmt(v), r.parameter_choice.get(k, ""),
                           fmt(r.union_bound_cost.get(k))] for k, v in r.parameters.items()])
     if x.get("comparison"):
-        c = x["comparison"]
+        c, up = x["comparison"], r.value_side
         lines += ["## Per-group σ against tied σ", "",
-                  f"Per-group σ_g: {fmt(c['per_group'])}; all σ_g tied (same costs): "
-                  f"{fmt(c['tied'])}; improvement {fmt(c['improvement'])} "
+                  f"Per-group σ_g: {fmt(c['per_group'], 6, up)}; all σ_g tied (same costs): "
+                  f"{fmt(c['tied'], 6, up)}; improvement {fmt(c['improvement'])} "
                   f"({fmt(c['relative_improvement'])} relative). Classic single σ (one "
                   f"Dziugaite–Roy charge, union cost {fmt(c.get('single_union_cost'))} against "
-                  f"{fmt(c.get('per_group_union_cost'))}): {fmt(c.get('single'))}. "
+                  f"{fmt(c.get('per_group_union_cost'))}): {fmt(c.get('single'), 6, up)}. "
                   f"{c['note']}.", ""]
     if r.terms:
         lines += ["## Terms", ""]
@@ -186,7 +188,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
             if t:
                 lines += _table([t["symbol"], "value (re-optimised)"],
                                 [[_int_orfmt(row[key]) if key == "n" else fmt(row[key]),
-                                  fmt(row["value"])] for row in t["rows"]])
+                                  fmt(row["value"], 6, r.value_side)] for row in t["rows"]])
     if r.assumptions:
         lines += ["## Assumptions", ""]
         lines += [f"- [{a['status']}] {a['text']}" for a in r.assumptions]

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..rounding import lower_text, upper_text
 from ..words import option
 
 _SHAPE = ("n_layers", "n_heads", "n_kv_heads", "hidden", "head_dim", "intermediate")
@@ -113,7 +114,8 @@ def print_data(stats: Any, output: Path, console: Console, sigma_given: bool = T
     for key, label in _DATA_ROWS:
         if key in sc:
             q = sc[key]
-            ci = f" [{q.ci[0]:.3g}, {q.ci[1]:.3g}]" if q.ci is not None else ""
+            ci = (f" [{lower_text(q.ci[0], 3)}, {upper_text(q.ci[1], 3)}]"  # outward
+                  if q.ci is not None else "")
             table.add_row(label, f"{q.value:.4g}{ci}", key)
     console.print(table)
     _print_gibbs(stats, console, sigma_given)
@@ -123,7 +125,8 @@ def print_data(stats: Any, output: Path, console: Console, sigma_given: bool = T
 
 
 def _print_gibbs(stats: Any, console: Console, sigma_given: bool) -> None:
-    """The isotropic Monte Carlo Gibbs risk: mean and kl upper end per σ."""
+    """The isotropic Monte Carlo Gibbs risk: mean and kl upper end per σ (an upper confidence
+    limit: rounded up)."""
     c = stats.curves.get("gibbs_risk_mean")
     if c is None:
         return
@@ -136,7 +139,7 @@ def _print_gibbs(stats: Any, console: Console, sigma_given: bool) -> None:
     t.add_column("mean", justify="right")
     t.add_column(f"kl upper ({c.confidence:.0%})", justify="right")
     for x, v, ci in zip(c.at, c.value, c.ci if c.ci is not None else [None] * len(c.at)):
-        t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else f"{ci[1]:.4f}")
+        t.add_row(f"{x:.4g}", f"{v:.4f}", "—" if ci is None else upper_text(ci[1], 4))
     console.print(t)
     for line in snap_notes(pv.get("sigma_snapped", [])) if sigma_given else []:
         console.print(f"  note: {line}", highlight=False)
@@ -148,7 +151,8 @@ def _print_groups(stats: Any, console: Console) -> None:
     if rec is None or c is None:
         return
     t = Table(title=f"per-group σ_g = {rec['scale']:.3g}·ρ_g; Gibbs risk on DATA "
-                    f"{c.value[0]:.4f}, kl upper {c.ci[0][1]:.4f} ({c.n_samples} draws)")
+                    f"{c.value[0]:.4f}, kl upper {upper_text(c.ci[0][1], 4)} ({c.n_samples} "
+                    f"draws)")
     for col in ("group", "params", "‖w_g − w₀,g‖²", "σ_g"):
         t.add_column(col, justify="left" if col == "group" else "right")
     for g, d, dist, s in zip(rec["groups"], rec["n_params"], rec["dist_sq"], rec["sigma"]):

@@ -11,11 +11,13 @@ def floor_line(row: Mapping[str, Any], scale: float = 1.0) -> str:
     from a row of ``boundcalc compare --json`` (keys ``floor``, ``vacuous``,
     ``vacuous_against``); a piece the row lacks says so. ``scale`` multiplies the floor (a
     value the caller converted, e.g. to bits); the vacuity level and the effects stay in the entry's
-    own unit, and the line says so when ``scale`` is not 1."""
+    own unit, and the line says so when ``scale`` is not 1. The floor, the least the value
+    could reach, is rounded down (:func:`~boundcalc.rounding.lower_text`)."""
     from ..floor import breakdown_text
+    from ..rounding import lower_text
 
     f = row.get("floor")
-    parts = [f"floor {f['own'] * scale:.4g}" if f and f.get("own") is not None
+    parts = [f"floor {lower_text(f['own'] * scale)}" if f and f.get("own") is not None
              else "floor — (not a kl inverse)"]
     if row.get("vacuous") is None:
         parts.append("vacuous — (not a [0, 1] risk bound)")

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..evaluation import Result
 from ..registry.schema import Entry
+from ..rounding import bound_text, probability_text
 from ..words import command, option
 
 KIND_STYLE = {"certified": "bold green", "conditional": "bold magenta", "rate": "bold yellow",
@@ -32,8 +33,13 @@ def _row(table: Table, *cells: Any) -> None:
     table.add_row(*[c if isinstance(c, Text) else Text(str(c)) for c in cells])
 
 
-def fmt(x: Any, digits: int = 6) -> str:
-    """A value for a table or report: floats in %g, arrays summarised, None as a dash."""
+def fmt(x: Any, digits: int = 6, side: str = "nearest") -> str:
+    """A value for a table or report: floats in at most ``digits`` significant digits, arrays
+    summarised, None as a dash. ``side`` (:func:`boundcalc.rounding.bound_text`): 'upper'
+    for the value of an upper bound (rounded up: a certified or conditional value, a
+    :attr:`Result.value_side`), 'lower' for a lower limit (rounded down: a zero-complexity
+    floor, a probability 1 − δ), 'nearest' (``%g``) for what bounds nothing (a parameter, a
+    term, a cost, a measured error)."""
     if x is None:
         return "—"
     if isinstance(x, (bool, np.bool_)):
@@ -41,14 +47,16 @@ def fmt(x: Any, digits: int = 6) -> str:
     if isinstance(x, (list, tuple, np.ndarray)):
         arr = np.asarray(x, dtype=float)
         if arr.size <= 6:
-            return "[" + ", ".join(fmt(v, 4) for v in arr.ravel()) + "]"
-        return f"array{list(arr.shape)} min {arr.min():.4g} max {arr.max():.4g}"
+            return "[" + ", ".join(fmt(v, 4, side) for v in arr.ravel()) + "]"
+        lo, hi = float(arr.min()), float(arr.max())
+        return f"array{list(arr.shape)} min {fmt(lo, 4, side)} max {fmt(hi, 4, side)}"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
     if isinstance(x, (float, np.floating)):
         x = float(x)
-        return f"{x:.{digits}g}" if math.isfinite(x) else str(x)
+        return bound_text(x, digits, side) if math.isfinite(x) else str(x)
     return str(x)
+
 
 
 def entries_table(entries: list[Entry], wide: bool = False) -> Table:
@@ -174,7 +182,8 @@ def result_panel(result: Result) -> Group:
         _row(head, "condition", Text(c, style=KIND_STYLE["conditional"]))
     interval = result.extra.get("interval")
     if interval:
-        _row(head, "interval", f"[{fmt(interval['lower'], 17)}, {fmt(interval['upper'], 17)}] "
+        _row(head, "interval", f"[{fmt(interval['lower'], 17, 'lower')}, "
+                               f"{fmt(interval['upper'], 17, 'upper')}] "
                                f"(outward-rounded; the value is its upper end)")
     if result.vacuous is not None:
         _row(head, "vacuous", result.vacuous_text)
@@ -183,7 +192,8 @@ def result_panel(result: Result) -> Group:
     for name, text in floor_rows(result):
         _row(head, name, text)
     if result.delta is not None:
-        _row(head, "δ spent", f"{result.delta:g} (holds with probability ≥ {1 - result.delta:g})"
+        _row(head, "δ spent", f"{result.delta:g} (holds with probability ≥ "
+                              f"{probability_text(result.delta)})"
              if result.delta < 1 else f"{result.delta:g} ≥ 1: no guarantee at all")
     if result.union_bound_cost:
         total = sum(result.union_bound_cost.values())
@@ -228,15 +238,18 @@ def result_panel(result: Result) -> Group:
 
 
 def floor_rows(result: Result) -> list[tuple[str, str]]:
-    """(name, text) lines on the floor, the breakdown and the test-error gap of a result."""
+    """(name, text) lines on the floor, the breakdown and the test-error gap of a result. A
+    floor is the least the value could reach (a lower limit of the bound, not a bound): it
+    is rounded down; the risk, the test error and the gap are measurements, to nearest."""
     from ..floor import breakdown_text
 
     rows = []
     f = result.floor
     if f:
         risk = f"{f['risk_symbol']} = {f['emp_risk']:.4g}"
-        rows.append(("floor", f"{f['own']:.4g} = kl⁻¹({risk}, c(δ)/n) with the entry's own "
-                              f"c(δ) = {f['own_form']}; {f['plain']:.4g} with ln(1/δ) "
+        rows.append(("floor", f"{fmt(f['own'], 4, 'lower')} = kl⁻¹({risk}, c(δ)/n) with the "
+                              f"entry's own c(δ) = {f['own_form']}; {fmt(f['plain'], 4, 'lower')} "
+                              f"with ln(1/δ) "
                               f"(δ = {f['delta']:g}, n = {f['n']:g}; zero complexity)"))
         rows.append(("what dominates", breakdown_text(f)))
     if result.test_error is not None:
@@ -286,7 +299,8 @@ def certified_table(results: list[Result]) -> Table:
 
 
 def value_cell(r: Result, digits: int = 4) -> str:
-    """The value with its unit when it is not a probability ('2.01 bits/token')."""
+    """The value with its unit when it is not a probability ('2.01 bits/token'), rounded as
+    :meth:`Result.value_text` rounds it (a certified or conditional value up)."""
     return r.value_text(digits) + (f" {r.unit.replace(' per ', '/')}" if r.unit else "")
 
 
@@ -321,7 +335,8 @@ def another_model_table(results: list[Result]) -> Table:
 
 def floor_table(results: list[Result]) -> Table:
     """Beside each certified row: its zero-complexity floor (the entry's own δ form), the
-    union-bound cost, what dominates and, with a test error, the gap."""
+    union-bound cost, what dominates and, with a test error, the gap. The floor, a lower
+    limit of the value, is rounded down (:func:`fmt`)."""
     from ..floor import breakdown_text
 
     test = any(r.test_error is not None for r in results)
@@ -339,7 +354,7 @@ def floor_table(results: list[Result]) -> Table:
     t.add_column("dominates", overflow="fold", ratio=1)
     for r in sorted(results, key=lambda r: r.value):
         floor = r.floor
-        cells = [r.id, fmt(floor["own"], 3) if floor else "—",
+        cells = [r.id, fmt(floor["own"], 3, "lower") if floor else "—",
                  fmt(sum(r.union_bound_cost.values()), 3)]
         if test:
             cells.append(fmt(r.gap, 3))

@@ -145,8 +145,9 @@ def test_floor_line_of_a_compare_row():
            "vacuous": False, "vacuous_against": "no (< 0.9, the error of guessing)"}
     assert floor_line(row) == ("floor 0.094; vacuous no (< 0.9, the error of guessing); "
                                "dominated by KL_gauss 23.3 nats (+0.059)")
+    # the floor is rounded down: 0.094 · 10 is the double 0.93999999999999994671…
     assert floor_line(row, scale=10) == (
-        "floor 0.94; vacuous no (< 0.9, the error of guessing) on the entry's own scale (the "
+        "floor 0.9399; vacuous no (< 0.9, the error of guessing) on the entry's own scale (the "
         "value ÷ 10); dominated by KL_gauss 23.3 nats (+0.059)")  # a level of 0.9, not 9
     assert floor_line({"floor": None, "vacuous": None}) == (
         "floor — (not a kl inverse); vacuous — (not a [0, 1] risk bound); dominated by —")

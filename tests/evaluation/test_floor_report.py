@@ -20,6 +20,7 @@ from boundcalc.cli import app
 from boundcalc.registry.schema import PriorSpec
 from boundcalc.stats import Curve, Quantity, Stats
 from tests._reference import kl_inv_exact
+from tests._rounding_helpers import down_text
 
 from tests._cli_helpers import BOX, invoke, runner, words  # noqa: F401
 
@@ -142,10 +143,11 @@ def test_floor_in_markdown_and_latex(tmp_path):
     assert res.exit_code == 0, res.output
     own = _kl_inv(0.05, math.log(2 * math.sqrt(60000) / 0.05) / 60000)
     text = md.read_text()
-    assert "## Floor and what dominates" in text and f"{own:.4g}" in text
+    # the floor, the least the value could reach, is rounded down
+    assert "## Floor and what dominates" in text and down_text(own, 4) in text
     assert "| KL | 5000 |" in text and "value − test error" in text
     latex = tex.read_text()
-    assert "Floor and what dominates" in latex and f"{own:.4g}" in latex and latex.isascii()
+    assert "Floor and what dominates" in latex and down_text(own, 4) in latex and latex.isascii()
     assert "floor" in res.stdout and "what dominates" in res.stdout
 
 
@@ -181,7 +183,7 @@ def test_compare_keeps_every_id_whole_at_80_columns_with_the_floor(tmp_path, reg
     assert set(ids) <= shown, set(ids) - shown
     assert "zero-complexity floor and what dominates" in res.stdout
     mc = next(r for r in doc["certified"] if r["id"] == "pac_bayes_kl_gaussian_mc")
-    assert f"{mc['floor']['own']:.3g}" in res.stdout
+    assert down_text(mc['floor']['own'], 3) in res.stdout
 
 
 def test_lacks_says_what_is_really_missing(tmp_path):

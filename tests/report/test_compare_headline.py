@@ -16,6 +16,7 @@ from rich.cells import cell_len
 from boundcalc.report.compare_view import GUIDE
 from boundcalc.stats import Quantity, Stats
 from tests._cli_helpers import BOX, invoke
+from tests._rounding_helpers import up_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +55,9 @@ def test_the_minimum_over_certified_rows_is_quoted_at_delta_over_k(tmp_path):
     text = invoke("compare", "--stats", path)
     assert text.exit_code == 0
     flat = _flat(text.stdout)
-    assert flat.startswith(f"headline: {m['value']:.4g} certified (catoni, probability ≥ 0.95)")
+    # the value rounded up, 1 − δ down (the double 0.05 is 0.05000000000000000277…)
+    assert flat.startswith(f"headline: {up_text(m['value'], 4)} certified (catoni, "
+                           "probability ≥ 0.9499)")
     assert f"minimum over {k} certified rows, each at δ/k" in flat
     assert max(cell_len(ln) for ln in text.stdout.splitlines()) <= 80
 

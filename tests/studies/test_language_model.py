@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from studies.language_model import (PAD, VOCAB, LMConfig, byte_tokenizer, collect,
-                                    cut, encode, run)
+                                    cut, encode, minimum_by_sum, run)
 from studies.stdlib_text import SPLITS
 from tests._measure_helpers import single_thread
 from tests._reference import kl_inv_exact
+from tests._rounding_helpers import up_text
 
 pytestmark = pytest.mark.slow
 
@@ -166,3 +167,18 @@ def test_report_in_bits_per_byte_above_the_exact_pool_value(built):
     w = m[:, 1:].double()
     per = ((-torch.log2((1 - al) * p + al / VOCAB)) * w).sum(1) / w.sum(1)
     assert r["value"] >= float(per.mean())
+
+
+def test_minimum_by_sum_rounds_the_value_up_and_the_probability_down():
+    """The least certified row in bits per predicted byte, quoted with the sum of the δ's: the
+    value rounded up to 4 digits, 1 − Σδ down (0.05 + 0.01 is the double
+    0.06000000000000000472…, so 1 − Σδ is just below 0.94)."""
+    rows = [{"id": "a", "is_bound": True, "value": 3.54128, "delta": 0.05},
+            {"id": "b", "is_bound": True, "value": 14.6502, "delta": 0.01},
+            {"id": "c", "is_bound": False, "value": 1.0, "delta": 0.05}]
+    m = minimum_by_sum(rows)
+    assert m["id"] == "a" and m["k"] == 2 and m["delta_total"] == 0.05 + 0.01
+    assert up_text(3.54128, 4) == "3.542"
+    assert m["text"] == ("minimum over 2 certified rows with the sum of their δ's: 3.542 bits "
+                         "per predicted byte (a) holds with probability ≥ 1 − Σδ = 0.9399 "
+                         "(union bound over the 2 rows)")

@@ -17,6 +17,7 @@ pytest.importorskip("sklearn", reason="the study's digits data ships with scikit
 
 from _reference import kl_inv_exact  # noqa: E402
 from _study_helpers import load_example  # noqa: E402
+from tests._rounding_helpers import up_text  # noqa: E402
 
 ARGS = ["--n-train", "200", "--d-int", "30", "--steps", "60", "--qat-steps", "20",
         "--levels", "2", "4", "8", "--mc-draws", "5"]
@@ -35,6 +36,9 @@ def test_report_states_bits_delta_test_error_and_vacuity(study):
     for name in ("full", "subspace"):
         r = res[name]
         assert f"code {r['code_bits']:.0f} bits" in text
+        # certified values are shown rounded up (3 digits), never to nearest
+        assert f"compression bound {up_text(r['occam_kl']['value'], 3)} on the 0-1 error" in text
+        assert f"| {up_text(r['occam_catoni']['value'], 3)} |" in text
         assert ("vacuous (≥ 1)" in text) or ("non-vacuous" in text)
         assert 0 <= r["test_error_quantized"] <= 1
     assert "δ_eff = 0.05" in text and res["n_train"] == 200 and res["n_test"] == 1597
