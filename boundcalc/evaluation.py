@@ -19,6 +19,7 @@ from .stages.validate import (ValidatedEntry, compiled_for, count_value, dr_grid
 from .floor import zero_complexity_floor
 from .registry.schema import Entry, confidence_symbol
 from .result import Result
+from .rounding import decimal_total
 
 LN10 = math.log(10.0)
 
@@ -89,7 +90,8 @@ class Prepared(ValidatedEntry):
                             else "given, declared fixed before seeing the data (not charged)"
                             if name in self.fixed else "given, a grid point (grid cost charged)")
         conf_syms = [s for s in e.symbols.values() if s.role == "confidence"]
-        delta_total = sum(self.scalars[s.name] for s in conf_syms) if conf_syms else None
+        # the decimal sum of the shares (rounding.decimal_total): 0.05 + 0.01 is 0.06
+        delta_total = decimal_total(self.scalars[s.name] for s in conf_syms) if conf_syms else None
         used_estimates = sorted(n for n in self.estimated if n in e.symbols
                                 and n not in e.estimated_inputs_ok)
         notes = list(e.notes) + interval_notes

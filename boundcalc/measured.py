@@ -30,6 +30,7 @@ says it was chosen on data disjoint from S with the prior weights only, which is
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,6 +41,7 @@ from .errors import BoundcalcError, DomainError, StatsError, one_line
 from .evaluation import Prepared, confidence_symbol
 from .files import as_finite_float
 from .registry.schema import Entry, ParameterSpec
+from .rounding import decimal_total, share
 from .result import Result
 from .stats import Curve, Stats
 from .words import command, set_value
@@ -238,7 +240,7 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
     for x in targets:
         vals = dict(values)
         vals.update({s: _value_at(c, x) for s, c in curves.items()})
-        vals.update({s: v / n_points for s, v in split.items()})
+        vals.update({s: share(v, n_points) for s, v in split.items()})
         try:
             r = run(variant, vals, {**params, p.name: x}, est)
         except BoundcalcError as exc:
@@ -257,14 +259,17 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
         f"best of {len(targets)} of the {n_points} points where {', '.join(curves)} was "
         f"measured; cost {cost_rule}")
     if split:
-        if best.delta is not None:
-            best.delta = best.delta + sum(v - v / n_points for v in split.values())
+        if best.delta is not None:  # the row's δ with each split share replaced by its whole
+            best.delta = decimal_total([best.delta, *split.values(),
+                                        *(-Decimal(repr(share(v, n_points)))
+                                          for v in split.values())])
         best.notes.append(
             "union bound over the measured points: " + ", ".join(
-                f"{s} = {v:g} split into {n_points} × {v / n_points:.4g}" for s, v in split.items())
+                f"{s} = {v:g} split into {n_points} × {share(v, n_points):.4g}"
+                for s, v in split.items())
             + "; the reported δ is the full total")
     if shape_note is not None:
         best.parameter_choice[_SHAPE] = shape_note
     best.extra["measured_points"] = {"param": p.name, "choice": p.choice, "points": rows,
-                                     "split": {s: v / n_points for s, v in split.items()}}
+                                     "split": {s: share(v, n_points) for s, v in split.items()}}
     return best

@@ -23,18 +23,21 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, localcontext
 
-__all__ = ["upper_text", "lower_text", "round_up", "round_down", "bound_text"]
+__all__ = ["upper_text", "lower_text", "round_up", "round_down", "bound_text", "probability_text",
+           "at_most_decimal", "decimal_total", "share"]
 
 
-def _directed(x: float, digits: int, rounding: str) -> str:
+def _directed(x: float | Decimal, digits: int, rounding: str) -> str:
+    """``x`` (a double, or an exact Decimal) rounded to ``digits`` significant digits."""
     if not isinstance(digits, int) or digits < 1:
         raise ValueError(f"digits must be an integer ≥ 1, got {digits!r}")
-    x = float(x)
-    if not math.isfinite(x):
-        return str(x)
-    if x == 0.0:
+    if not isinstance(x, Decimal):
+        x = float(x)
+        if not math.isfinite(x):
+            return str(x)
+    if x == 0:
         return "0"
-    d = Decimal(x)  # the exact binary value
+    d = Decimal(x)  # the exact binary value (a Decimal is taken as it is)
     exp = d.adjusted()  # the decimal exponent of the leading digit
     q = d.quantize(Decimal(1).scaleb(exp - digits + 1), rounding=rounding)
     if q.adjusted() != exp:  # 9.99… rounded up to 10.0: one digit more to the left
@@ -87,14 +90,55 @@ def bound_text(x: float, digits: int = 4, side: str = "upper") -> str:
 
 def probability_text(delta: float, digits: int = 4) -> str:
     """``1 − δ``, the probability a statement at total confidence ``δ`` holds with, as the
-    lower bound it is: ≤ the exact ``1 − δ`` of the double ``δ`` (the float subtraction
-    stepped down a double when it rounded up), then rounded down. Exact binary values make
-    ``1 − 0.05`` print ``0.9499`` (the double 0.05 is 0.0500000000000000027…)."""
+    lower bound it is: 1 minus the decimal ``δ`` is written as (its shortest ``repr``: 0.05,
+    not the double's binary 0.0500000000000000027…), exactly, rounded down.
+
+    That is literally true of the numbers boundcalc prints because the engine never spends
+    more than that decimal: the interval evaluation of a certified value takes every
+    confidence share at :func:`at_most_decimal` of it, and every total δ is
+    :func:`decimal_total` of its shares (a δ of 0.05 + 0.01 prints ``0.94``)."""
     delta = float(delta)
-    p = 1.0 - delta
-    if math.isfinite(p):
-        with localcontext() as ctx:
-            ctx.prec, ctx.rounding = 60, ROUND_FLOOR
-            if Decimal(p) > Decimal(1) - Decimal(delta):
-                p = math.nextafter(p, -math.inf)
-    return lower_text(p, digits)
+    if not math.isfinite(delta):
+        return str(1.0 - delta)
+    with localcontext() as ctx:
+        ctx.prec = 60
+        exact = Decimal(1) - Decimal(repr(delta))
+    return _directed(exact, digits, ROUND_FLOOR)
+
+
+def at_most_decimal(x: float) -> float:
+    """The largest double ≤ the decimal ``x`` is written as (its shortest ``repr``): ``0.05``
+    (the double 0.0500000000000000027…) → 0.0499999999999999958…; a double already at or
+    below its decimal is returned as it is. A bound evaluated with δ at this double holds
+    with probability ≥ 1 − the decimal, at a cost of one unit in the last place of δ."""
+    x = float(x)
+    if not math.isfinite(x) or Decimal(x) <= Decimal(repr(x)):
+        return x
+    return math.nextafter(x, -math.inf)
+
+
+def decimal_total(parts) -> float:
+    """A total δ: the exact sum of the decimals ``parts`` are written as (floats by their
+    ``repr``, Decimals as they are; a part may be negative), as the smallest double whose
+    ``repr`` is at least that sum. ``0.05 + 0.01 + 0.01`` → ``0.07`` (not the float sum
+    0.07000000000000000666…)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        exact = sum((p if isinstance(p, Decimal) else Decimal(repr(float(p))) for p in parts),
+                    Decimal(0))
+    total = float(exact)
+    while Decimal(repr(total)) < exact:
+        total = math.nextafter(total, math.inf)
+    return total
+
+
+def share(total: float, k: int) -> float:
+    """One of ``k`` equal shares of the δ ``total`` (a union bound over k statements): the
+    decimal total/k rounded down to 15 significant digits, as the double whose ``repr`` is
+    that decimal; k shares never add up to more than the decimal ``total`` is written as.
+    ``share(0.05, 2)`` → 0.025; ``share(0.01, 3)`` → 0.00333333333333333."""
+    with localcontext() as ctx:
+        ctx.prec, ctx.rounding = 15, ROUND_FLOOR
+        part = Decimal(repr(float(total))) / Decimal(int(k))
+    return float(part)
+

@@ -65,3 +65,47 @@ def test_directed_property(x, digits):
     if x != 0:
         ulp = Decimal(1).scaleb(Decimal(up).copy_abs().adjusted() - digits + 1)
         assert Decimal(up) - exact <= ulp
+
+
+# ---- δ as the decimal it is written as --------------------------------------------------------
+
+def test_at_most_decimal_share_and_total_by_hand():
+    from boundcalc.rounding import at_most_decimal, decimal_total, probability_text, share
+
+    assert Decimal(at_most_decimal(0.05)) < Decimal("0.05") < Decimal(0.05)
+    assert at_most_decimal(0.05) == math.nextafter(0.05, 0)
+    assert at_most_decimal(0.06) == 0.06  # the double 0.06 is already below 0.06
+    assert at_most_decimal(0.25) == 0.25  # exact
+    assert share(0.05, 2) == 0.025 and repr(share(0.01, 3)) == "0.00333333333333333"
+    assert 3 * Decimal(repr(share(0.01, 3))) <= Decimal("0.01")
+    assert decimal_total([0.05, 0.01]) == 0.06 != 0.05 + 0.01  # the float sum: 0.060000000000000005
+    assert decimal_total([0.05, 0.01, 0.01]) == 0.07
+    assert decimal_total([0.06, -Decimal("0.05")]) == 0.01
+    assert probability_text(0.05) == "0.95" and probability_text(0.07) == "0.93"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(1e-12, 0.99), st.integers(1, 50))
+def test_shares_never_spend_more_than_their_total(total, k):
+    from boundcalc.rounding import at_most_decimal, decimal_total, share
+
+    s = share(total, k)
+    assert k * Decimal(at_most_decimal(s)) <= k * Decimal(repr(s)) <= Decimal(repr(total))
+    t = decimal_total([total, s])
+    assert Decimal(repr(t)) >= Decimal(repr(total)) + Decimal(repr(s))
+
+
+def test_a_certified_value_holds_at_the_decimal_delta():
+    """The engine takes δ = 0.05 at the largest double below the decimal 0.05, so the printed
+    McAllester value is ≥ the bound at the decimal δ = 0.05 itself (50 digits)."""
+    import mpmath
+
+    import boundcalc as bc
+
+    r = bc.compute("mcallester", values={"emp_risk": 0.05, "KL": 5000.0, "n": 60000})
+    with mpmath.workdps(50):
+        n, d = mpmath.mpf(60000), mpmath.mpf("0.05")
+        exact = mpmath.mpf(0.05) + mpmath.sqrt((5000 + mpmath.log(2 * mpmath.sqrt(n) / d))
+                                               / (2 * n))
+        assert mpmath.mpf(r.value) >= exact
+    assert r.delta == 0.05  # the decimal it holds at

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -12,6 +13,7 @@ from ..errors import BoundcalcError, one_line
 from ..certifies import about_users_model
 from ..hints import needs_compression, set_only_note, source_of
 from ..evaluation import Result
+from ..rounding import decimal_total, share
 from ..registry import Entry, Registry
 from ..stats import Stats
 from ..words import option, set_value
@@ -228,10 +230,10 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
         sym = r.inputs.get(conf_r) if conf_r else None
         sym = float(sym) if isinstance(sym, (int, float)) and 0 < sym <= (r.delta or 0) \
             else 0.0
-        own_delta.append((sym, (r.delta or 0.0) - sym))
+        own_delta.append((sym, decimal_total([r.delta or 0.0, -Decimal(repr(sym))])))
     out: dict[str, Any] = {
         "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
-        "rows": [r.id for r in bounds], "sum_delta": float(sum(deltas)),
+        "rows": [r.id for r in bounds], "sum_delta": decimal_total(deltas),
         "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
         "certifies": best.certifies, "quantity": first}
     best_sym = own_delta[bounds.index(best)][0]
@@ -241,7 +243,7 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     entry, own = by_id[best.id]
     conf = confidence_symbol(entry)
     try:
-        again = optimize(entry, stats, {**own, conf: best_sym / k}, registry=registry,
+        again = optimize(entry, stats, {**own, conf: share(best_sym, k)}, registry=registry,
                          sensitivity=False, contributions=False)
         annotate(again, entry, stats, test_error)
         if not (again.is_bound and math.isfinite(again.value)):
@@ -250,8 +252,10 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
         out.update(method="sum", value=best.value, delta_total=out["sum_delta"],
                    note=f"re-evaluation at δ/k failed: {one_line(str(exc))}")
         return out
-    out.update(method="delta_over_k", value=again.value, delta_each=best_sym / k,
-               delta_fixed=float(sum(x for _, x in own_delta)),
-               delta_total=float(sum(d / k + x for d, x in own_delta)), vacuous=again.vacuous,
+    out.update(method="delta_over_k", value=again.value, delta_each=share(best_sym, k),
+               delta_fixed=decimal_total(x for _, x in own_delta),
+               delta_total=decimal_total([*(share(d, k) for d, _ in own_delta),
+                                        *(x for _, x in own_delta)]),
+               vacuous=again.vacuous,
                vacuous_against=again.vacuous_text)
     return out

@@ -19,6 +19,7 @@ from ..engine.compile import Context
 from ..engine.tree import Node, as_tree
 from ..errors import BoundcalcError, DomainError
 from ..registry.schema import PriorSpec, confidence_symbol
+from ..rounding import at_most_decimal
 from .validate import ValidatedEntry
 
 # kinds whose value is a statement (checked to be a finite number in the output range)
@@ -66,7 +67,9 @@ def enclose_value(entry: ValidatedEntry, values: Mapping[str, float],
 
     Returns (printed value = the interval's upper end rounded up to a double, its log10,
     the interval record, notes). δ_eff enters as an interval around the float δ·e^{−cost}
-    that covers its rounding. Where no enclosure is possible the float value is kept and
+    that covers its rounding; δ and every other confidence share are first taken at
+    :func:`~boundcalc.rounding.at_most_decimal` (0.05 at the largest double below the decimal
+    0.05), so "probability ≥ 1 − δ" holds of the decimal δ is written as. Where no enclosure is possible the float value is kept and
     a note says so.
     """
     from ..engine.interval import (ChargedDelta, IntervalUnavailable, enclose, lower_float,
@@ -94,7 +97,11 @@ def enclose_value(entry: ValidatedEntry, values: Mapping[str, float],
                 prior_js.extend(js)
             elif cost != 0:
                 other.append(cost)
-        scalars[conf] = ChargedDelta(entry.scalars[conf], grid_counts, prior_js, other)
+        scalars[conf] = ChargedDelta(at_most_decimal(entry.scalars[conf]), grid_counts,
+                                     prior_js, other)
+    for name, spec in e.symbols.items():  # every δ share at most the decimal it is written as
+        if spec.role == "confidence" and name != conf and name in scalars:
+            scalars[name] = at_most_decimal(scalars[name])
     try:
         lo, hi = enclose(e.expression, scalars, entry.arrays, entry.grids, selected)
     except IntervalUnavailable as exc:

@@ -5,6 +5,8 @@ vacuous, and --brief."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import json
 import math
 from pathlib import Path
@@ -55,9 +57,13 @@ def test_the_minimum_over_certified_rows_is_quoted_at_delta_over_k(tmp_path):
     text = invoke("compare", "--stats", path)
     assert text.exit_code == 0
     flat = _flat(text.stdout)
-    # the value rounded up, 1 − δ down (the double 0.05 is 0.05000000000000000277…)
+    # the value rounded up, 1 − δ down: each row at δ/k = 0.05/k rounded down to 15 digits,
+    # evaluated at the largest double below that decimal, so the k shares spend at most the
+    # decimal 0.05 and 1 − δ ≥ 0.95 holds exactly
+    assert Decimal(repr(m["delta_each"])) * k <= Decimal("0.05")
+    assert Decimal(repr(m["delta_total"])) <= Decimal("0.05")
     assert flat.startswith(f"headline: {up_text(m['value'], 4)} certified (catoni, "
-                           "probability ≥ 0.9499)")
+                           "probability ≥ 0.95)")
     assert f"minimum over {k} certified rows, each at δ/k" in flat
     assert max(cell_len(ln) for ln in text.stdout.splitlines()) <= 80
 

@@ -139,18 +139,27 @@ def test_compare_headline_and_minimum_line(x, row, delta, k):
 
 
 def _at_most_probability(text: str, delta: float) -> None:
-    """1 − δ shown: at most the exact 1 − δ of the double δ, and within 4 digits of it."""
+    """1 − δ shown: at most 1 − the decimal δ is written as (its repr: the engine spends no
+    more than that decimal, rounding.at_most_decimal), and within 4 digits of it."""
     with localcontext() as ctx:
         ctx.prec = 80
-        exact = Decimal(1) - Decimal(delta)
+        exact = Decimal(1) - Decimal(repr(float(delta)))
         assert Decimal(text) <= exact, (text, delta)
         assert exact - Decimal(text) <= Decimal("1e-4"), (text, delta)
 
 
 def test_probability_by_hand():
-    # the double 0.05 is 0.0500000000000000027…: 1 − δ is just below 0.95
+    # δ is read as the decimal it is written as: the engine evaluates every share at the
+    # largest double at or below it (0.05 → 0.0499999999999999958…), so 1 − 0.05 is 0.95
+    from boundcalc.rounding import at_most_decimal, decimal_total
+    for delta in (0.05, at_most_decimal(0.05)):
+        assert compare_headline({"id": "a", "value": 0.5, "vacuous": None,
+                                 "vacuous_against": "—", "delta_total": delta},
+                                [], []).endswith("probability ≥ 0.95)")
+    total = decimal_total([0.05, 0.01, 0.01])  # not the float sum 0.07000000000000000666…
+    assert total == 0.07
     assert compare_headline({"id": "a", "value": 0.5, "vacuous": None, "vacuous_against": "—",
-                             "delta_total": 0.05}, [], []).endswith("probability ≥ 0.9499)")
+                             "delta_total": total}, [], []).endswith("probability ≥ 0.93)")
     # 0.5 and 0.25 are exact in binary: 1 − δ exactly
     assert "≥ 0.75" in minimum_line({"id": "a", "k": 1, "method": "single", "value": 0.5,
                                      "delta_total": 0.25})
