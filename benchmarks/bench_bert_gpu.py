@@ -263,7 +263,7 @@ def weights_case(files: dict, dev: torch.device, rec: dict, write, limit: float)
             stats[side] = json.loads(path.read_text())
             prov = stats[side].get("provenance", {})
             rec[f"{side}_provenance"] = {k: v for k, v in prov.items()
-                                         if k in ("device", "route", "weights", "threads")}
+                                         if k in ("device", "weights_route", "threads")}
         write(f"weights side, --device {where}: {rec[f'{side}_s']:.1f} s (exit "
               f"{res.returncode})")
     if len(stats) == 2:
