@@ -202,6 +202,8 @@ def run_command(cmd: list[str], rec: dict, write, limit: float) -> None:
     finally:
         timer.cancel()
     rec["command_s"] = time.monotonic() - t0
+    rec["first_progress_line_s"] = next((t for t, x in rec["progress"]
+                                         if x.startswith("boundcalc ")), None)  # start-up
     rec["command_exit"] = proc.returncode
     rec["command_stopped_at_limit"] = proc.returncode is not None and proc.returncode < 0
 
