@@ -302,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     prec = default_precision(dev)
     if a.case == "gpt2":
         probes, extra, prec = 0, ["--precision", "bf16"], "bf16"
+    certifies = {"gpt2": "the Gibbs risk (smoothed per-token NLL) of the Gaussian posterior "
+                         "around the weights, each draw evaluated under bf16 autocast: a "
+                         "predictor run in float32 differs by the tokens that rounding flips "
+                         "(docs/sources/monte_carlo.md §3a)",
+                 "bert": f"the 0-1 Gibbs risk of the posterior evaluated in {prec}"}
     a.out.mkdir(parents=True, exist_ok=True)
     name = f"{a.case}_gpu"
     rec: dict = {"schema": f"boundcalc.benchmarks.{name}", "case": a.case,
@@ -310,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                  "precision": prec, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                               time.gmtime()),
                  "targets": TARGETS[a.case], "sigmas": list(sigmas), "draws": draws,
-                 "probes": probes, "progress": [], "complete": False}
+                 "probes": probes, "certifies": certifies.get(a.case), "progress": [],
+                 "complete": False}
 
     def write(stage: str) -> None:
         rec["stage"] = stage

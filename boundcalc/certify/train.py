@@ -145,7 +145,9 @@ def card_rows(free_bytes: float, hidden: int, layers: int, heads: int, max_lengt
 
 def train_precision(device: torch.device, name: str | None = None) -> str:
     """The arithmetic of training: ``name`` when given, else bf16 autocast on CUDA (weights,
-    gradients and Adam's moments stay float32) and fp32 on a CPU (today's numbers)."""
+    gradients and Adam's moments stay float32) and fp32 on a CPU (today's numbers). It decides
+    which weights are trained, not what is certified: the certificate is about the weights
+    training produced, evaluated in measure's own precision."""
     from ..measure.device import check_precision
 
     return check_precision(name) if name else ("bf16" if device.type == "cuda" else "fp32")
