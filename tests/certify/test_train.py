@@ -201,3 +201,24 @@ def test_error_rate_counts_by_hand():
     wrong = sum(p != y for p, y in zip(pred, labels))
     assert error_rate(model, tok, texts, labels, 20, 8, CPU) == wrong / 21
     assert math.isnan(error_rate(model, tok, [], [], 20, 8, CPU))
+
+
+def test_bf16_autocast_trains_and_is_recorded():
+    """The CUDA arithmetic (bf16 autocast, fused Adam) run on the CPU: float32 weights that
+    moved, a finite loss path, the record naming it; the fp32 run of the same data differs."""
+    from boundcalc.certify.train import TrainSpec, train_classifier
+
+    tok = _tokenizer()
+    texts, labels = _rows(32)
+    a, b = _model(dropout=0.0), _model(dropout=0.0)
+    start = {k: v.clone() for k, v in a.state_dict().items()}
+    how = train_classifier(a, tok, texts, labels,
+                           TrainSpec("prior", 1, 1e-2, 16, 20, 0, CPU, precision="bf16"))
+    train_classifier(b, tok, texts, labels, TrainSpec("prior", 1, 1e-2, 16, 20, 0, CPU))
+    assert how["precision"] == "bf16" and how["steps"] == 2
+    w = a.state_dict()
+    assert all(v.dtype == start[k].dtype for k, v in w.items())  # weights stay float32
+    assert all(torch.isfinite(v.float()).all() for v in w.values())
+    moved = w["classifier.weight"] - start["classifier.weight"]
+    assert moved.abs().max() > 1e-3  # two Adam steps of lr 1e-2
+    assert not torch.equal(w["classifier.weight"], b.state_dict()["classifier.weight"])
