@@ -128,15 +128,17 @@ def batch_rows(model: Any, max_length: int, rows: int, device: torch.device,
 
 def card_rows(free_bytes: float, hidden: int, layers: int, heads: int, max_length: int,
               rows: int, backward: bool = True) -> int:
-    """The largest power of two ≤ 256 (≤ 512 without a backward pass) whose activations fit a
-    quarter of ``free_bytes`` and that leaves ≥ 8 steps per epoch of ``rows`` rows (a larger
-    batch at the same learning rate trains less per epoch), never below 32. Activations of one
+    """The largest power of two ≤ 256 whose activations fit a quarter of ``free_bytes`` and
+    that leaves ≥ 8 steps per epoch of ``rows`` rows (a larger batch at the same learning rate
+    trains less per epoch), never below 32; without a backward pass (evaluation) ≤ 512, with
+    no rule on steps. Activations of one
     row: ``max_length``·h·(34 + 5·a·``max_length``/h) bytes per layer in 16-bit (Korthikanti et
     al. 2022, arXiv:2205.05198, Eq. 2), doubled for float32; a tenth without a backward
     pass (nothing is kept for it)."""
     per_row = 2 * layers * max_length * hidden * (34 + 5 * heads * max_length / hidden)
     fit = free_bytes / 4 / (per_row if backward else per_row / 10)
-    cap = min(ROWS_CARD_MAX * (1 if backward else 2), fit, max(rows // 8, 1))
+    cap = (min(ROWS_CARD_MAX, fit, max(rows // 8, 1)) if backward
+           else min(2 * ROWS_CARD_MAX, fit))
     b = ROWS_CPU
     while b * 2 <= cap:
         b *= 2

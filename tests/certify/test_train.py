@@ -186,6 +186,7 @@ def test_rows_per_batch():
     assert card_rows(80 * gib, 768, 12, 12, 128, 10_000) == 128
     assert card_rows(80 * gib, 768, 12, 12, 128, 10_000, backward=False) == 512
     assert card_rows(80 * gib, 768, 12, 12, 128, 1000) == 64  # ≥ 8 steps per epoch
+    assert card_rows(80 * gib, 768, 12, 12, 128, 1000, backward=False) == 512  # evaluation
     assert card_rows(10 * gib, 768, 12, 12, 128, 10_000) == 32  # 25 fit: never below 32
 
 
