@@ -257,7 +257,11 @@ def weights_case(files: dict, dev: torch.device, rec: dict, write, limit: float)
         cmd = [sys.executable, "-m", "boundcalc", "measure", str(files["model"]), "--init",
                str(files["init"]), "--device", where, "-o", str(path)]
         t = time.monotonic()
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit / 2)
+        try:
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                 timeout=limit / 2)
+        except subprocess.TimeoutExpired:
+            res = subprocess.CompletedProcess(cmd, -9, "", f"stopped at {limit / 2:.0f} s")
         rec[f"{side}_s"], rec[f"{side}_exit"] = time.monotonic() - t, res.returncode
         if res.returncode:
             rec[f"{side}_error"] = res.stderr[-1000:]

@@ -145,17 +145,29 @@ def _load(out: str, name: str) -> dict[str, Any] | None:
         return None
 
 
-def card_busy(path: str) -> dict[str, Any] | None:
-    """Mean and share of samples above 50 % of nvidia-smi's ``utilization.gpu`` column
-    (``timestamp, utilization, memory`` lines, every 250 ms)."""
+def card_busy(path: str, seconds: float | None = None) -> dict[str, Any] | None:
+    """Mean and largest of nvidia-smi's ``utilization.gpu`` column (``timestamp, utilization,
+    memory`` lines, every 250 ms), over the first ``seconds`` after the first sample when
+    given (the command's own run, not what came after it)."""
+    from datetime import datetime
+
+    util = []
     try:
         with open(path, encoding="utf-8") as fh:
-            util = [float(line.split(",")[1]) for line in fh if line.count(",") >= 2]
-    except (OSError, ValueError, IndexError):
+            for line in fh:
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) < 3:
+                    continue
+                t = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                util.append((t, float(parts[1].rstrip(" %"))))  # with or without units
+    except (OSError, ValueError):
         return None
+    if seconds is not None and util:
+        util = [(t, u) for t, u in util if t - util[0][0] <= seconds]
     if not util:
         return None
-    return {"samples": len(util), "mean_pct": sum(util) / len(util), "max_pct": max(util)}
+    vals = [u for _, u in util]
+    return {"samples": len(vals), "mean_pct": sum(vals) / len(vals), "max_pct": max(vals)}
 
 
 def targets(out: str) -> list[dict[str, Any]]:
@@ -163,7 +175,10 @@ def targets(out: str) -> list[dict[str, Any]]:
     did not run or stopped before the figure existed)."""
     bert, gpt2, w = (_load(out, f"{c}_gpu.json") for c in ("bert", "gpt2", "weights"))
     cert = (_load(out, "certify_cuda.json") or {}).get("minilm")
-    busy = card_busy(os.path.join(out, "smi_certify.csv"))
+    # the first run (its wall time and 2 s for bench_certify to write the rows), not the re-run
+    # that follows it with every step reused
+    busy = card_busy(os.path.join(out, "smi_certify.csv"),
+                     cert["wall_s"] + 2 if cert else None)
     rows = []
 
     def row(what, figure, text, met):

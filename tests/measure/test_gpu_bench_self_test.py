@@ -78,3 +78,32 @@ def test_the_gpu_script_imports_nothing_optional():
             names.add(node.module.split(".")[0])
     outside = {n for n in names - allowed if n not in sys.stdlib_module_names}
     assert not outside, outside
+
+
+def test_every_target_beside_its_figure(tmp_path):
+    """gpu_check.py --targets from hand-made records: each figure against its target, the
+    card's use over the certify run only (its wall time + 2 s), a step that did not run
+    shown as such."""
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check_under_test", SCRIPT.parent / "gpu_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    (tmp_path / "bert_gpu.json").write_text(json.dumps(
+        {"command_exit": 0, "command_s": 58.0, "monte_carlo": {"fraction_of_plain": 0.55}}))
+    (tmp_path / "certify_cuda.json").write_text(json.dumps({"minilm": {"wall_s": 1.0}}))
+    # 0.0 s 40 %, 0.5 s 80 %, 3.5 s 100 % (after the run: 3.5 > 1.0 + 2): mean 60 %
+    (tmp_path / "smi_certify.csv").write_text(
+        "2026/11/27 10:00:00.000, 40 %, 9 MiB\n2026/11/27 10:00:00.500, 80 %, 9 MiB\n"
+        "2026/11/27 10:00:03.500, 100 %, 9 MiB\n")
+    (tmp_path / "gpt2_gpu.json").write_text(json.dumps({"command_exit": -9,
+                                                        "command_s": 100.0}))
+    rows = {r["target"].split(" ")[0] + str(i): r
+            for i, r in enumerate(mod.targets(str(tmp_path)))}
+    mc, bert, cert, weights, gpt2 = rows.values()
+    assert (mc["figure"], mc["met"], mc["text"]) == (0.55, False, "55%")
+    assert (bert["figure"], bert["met"]) == (58.0, True)
+    assert cert["met"] is True and "60 % on average (max 80 %)" in cert["text"]
+    assert weights["met"] is None and weights["text"] == "not run"
+    assert gpt2["met"] is False and "(stopped)" in gpt2["text"]  # killed before the end
+    assert mod.print_targets(str(tmp_path)) == 0
+    assert (tmp_path / "targets.md").read_text().count("\n") == 7
