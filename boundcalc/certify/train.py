@@ -131,10 +131,9 @@ def card_rows(free_bytes: float, hidden: int, layers: int, heads: int, max_lengt
     """The largest power of two ≤ 256 whose activations fit a quarter of ``free_bytes`` and
     that leaves ≥ 8 steps per epoch of ``rows`` rows (a larger batch at the same learning rate
     trains less per epoch), never below 32; without a backward pass (evaluation) ≤ 512, with
-    no rule on steps. Activations of one
-    row: ``max_length``·h·(34 + 5·a·``max_length``/h) bytes per layer in 16-bit (Korthikanti et
-    al. 2022, arXiv:2205.05198, Eq. 2), doubled for float32; a tenth without a backward
-    pass (nothing is kept for it)."""
+    no rule on steps. Activations of one row: ``max_length``·h·(34 + 5·a·``max_length``/h)
+    bytes per layer in 16-bit (Korthikanti et al. 2022, arXiv:2205.05198, Eq. 2), doubled for
+    float32; a tenth without a backward pass (nothing is kept for it)."""
     per_row = 2 * layers * max_length * hidden * (34 + 5 * heads * max_length / hidden)
     fit = free_bytes / 4 / (per_row if backward else per_row / 10)
     cap = (min(ROWS_CARD_MAX, fit, max(rows // 8, 1)) if backward
@@ -176,12 +175,13 @@ class Encoded:
         """The rows ``rows`` (an index tensor on the device; ``rows_host`` the same on the
         host, for the width), padded to their longest."""
         lengths = self.lengths[rows_host]
-        width = int(lengths.max()) if len(rows_host) else 0
+        width = int(lengths.max()) if len(lengths) else 0
+        padded = bool(len(lengths)) and int(lengths.min()) < width
         cut = slice(-width, None) if self.left else slice(0, width)
         # no padding in the batch: no mask (transformers drops an all-ones mask itself, after
         # reading it back from the card: one synchronisation per forward pass saved)
         return {k: v[rows][:, cut] for k, v in self.tensors.items()
-                if k != "attention_mask" or int(lengths.min()) < width}
+                if k != "attention_mask" or padded}
 
 
 def train_classifier(model: Any, tokenizer: Any, texts: Sequence[str], labels: Sequence[int],
