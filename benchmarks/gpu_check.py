@@ -1,5 +1,7 @@
 """CUDA results equal CPU results: spectra, norms and Schatten sums of a checkpoint, Hutchinson
 and Hutch++ traces with fixed seeds. Writes ``gpu_check.json`` and ``gpu_check.md`` to ``--out``.
+``--targets``: every target of the card check beside its figure, from the records the other
+steps of ``gpu_check.sh`` left in ``--out`` (``targets.md``, ``targets.json``).
 
 Run by ``benchmarks/gpu_check.sh``; without CUDA every CUDA comparison is recorded as skipped
 (the CPU side still runs, so the script is testable anywhere).
@@ -135,13 +137,104 @@ def compare_traces(other: str = "cuda") -> dict[str, Any]:
     return res
 
 
+def _load(out: str, name: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(out, name), encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def card_busy(path: str, seconds: float | None = None) -> dict[str, Any] | None:
+    """Mean and largest of nvidia-smi's ``utilization.gpu`` column (``timestamp, utilization,
+    memory`` lines, every 250 ms), over the first ``seconds`` after the first sample when
+    given (the command's own run, not what came after it)."""
+    from datetime import datetime
+
+    util = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) < 3:
+                    continue
+                t = datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+                util.append((t, float(parts[1].rstrip(" %"))))  # with or without units
+    except (OSError, ValueError):
+        return None
+    if seconds is not None and util:
+        util = [(t, u) for t, u in util if t - util[0][0] <= seconds]
+    if not util:
+        return None
+    vals = [u for _, u in util]
+    return {"samples": len(vals), "mean_pct": sum(vals) / len(vals), "max_pct": max(vals)}
+
+
+def targets(out: str) -> list[dict[str, Any]]:
+    """Each target of issue 40 beside the figure its record in ``out`` holds (None: the step
+    did not run or stopped before the figure existed)."""
+    bert, gpt2, w = (_load(out, f"{c}_gpu.json") for c in ("bert", "gpt2", "weights"))
+    cert = (_load(out, "certify_cuda.json") or {}).get("minilm")
+    # the first run (its wall time and 2 s for bench_certify to write the rows), not the re-run
+    # that follows it with every step reused
+    busy = card_busy(os.path.join(out, "smi_certify.csv"),
+                     cert["wall_s"] + 2 if cert else None)
+    rows = []
+
+    def row(what, figure, text, met):
+        rows.append({"target": what, "figure": figure, "text": text, "met": met})
+
+    mc = (bert or {}).get("monte_carlo", {}).get("fraction_of_plain")
+    row("Monte Carlo of `boundcalc measure` >= 60 % of the plain loop (BERT-base)", mc,
+        f"{mc:.0%}" if mc is not None else "not measured", None if mc is None else mc >= 0.6)
+    done = bert is not None and bert.get("command_exit") == 0
+    sec = bert.get("command_s") if bert else None
+    row("BERT-base 2048x128, 5 sigma x 20 draws + 20 probes, the whole command <= 60 s", sec,
+        "not run" if sec is None else f"{sec:.1f} s" + ("" if done else " (stopped, not done)"),
+        None if sec is None else done and sec <= 60)
+    csec = cert.get("wall_s") if cert else None
+    mean = busy["mean_pct"] if busy else None
+    row("`boundcalc certify` MiniLM, 2,000 rows <= 20 s, card > 50 % busy", csec,
+        "not run" if csec is None else f"{csec:.1f} s, card busy "
+        + ("unknown" if mean is None else f"{mean:.0f} % on average (max {busy['max_pct']:.0f} %)"),
+        None if csec is None else csec <= 20 and mean is not None and mean > 50)
+    card, host = (w or {}).get("card_s"), (w or {}).get("host_s")
+    row("weights side on CUDA no slower than on the host (whole processes)", card,
+        "not run" if card is None or host is None else f"{card:.1f} s vs {host:.1f} s",
+        None if card is None or host is None else card <= host)
+    g_done = gpt2 is not None and gpt2.get("command_exit") == 0
+    gsec = gpt2.get("command_s") if gpt2 else None
+    row("GPT-2 124M 2048x256, 5 sigma x 20 draws, --precision bf16 <= 120 s", gsec,
+        "not run" if gsec is None else f"{gsec:.1f} s" + ("" if g_done else " (stopped)"),
+        None if gsec is None else g_done and gsec <= 120)
+    return rows
+
+
+def print_targets(out: str) -> int:
+    rows = targets(out)
+    lines = ["| target | figure | met |", "|---|---|---|"]
+    for r in rows:
+        met = {True: "yes", False: "NO", None: "-"}[r["met"]]
+        lines.append(f"| {r['target']} | {r['text']} | {met} |")
+    with open(os.path.join(out, "targets.md"), "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    with open(os.path.join(out, "targets.json"), "w", encoding="utf-8") as fh:
+        json.dump(rows, fh, indent=1)
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "gpu_check_out"))
     ap.add_argument("--self-test", action="store_true", help="no GPU needed: compare CPU with "
                     "CPU through the same code, on the synthetic checkpoint (tests the script)")
+    ap.add_argument("--targets", action="store_true", help="only print every target beside "
+                    "its figure from the records already in --out (targets.md)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.targets:
+        return print_targets(args.out)
     import torch
 
     doc: dict[str, Any] = {"card": card(), "tolerance": TOL, "checks": {}}

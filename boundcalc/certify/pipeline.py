@@ -64,7 +64,7 @@ class CertifyConfig:
     post_epochs: int = 1
     post_lr: float | None = None
     proximal: float = 1.0  # posterior loss: cross-entropy + proximal·‖w − w_prior‖²
-    batch_size: int = 32
+    batch_size: int | None = None  # None: 32 on a CPU, sized to the card on CUDA
     max_length: int = 64
     text_column: str = "text"
     label_column: str = "label"
@@ -249,8 +249,10 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             f"{prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
         spec = TrainSpec("prior", prior_epochs, prior_lr, cfg.batch_size, cfg.max_length,
                          cfg.seed, device)
-        train_fn(model, tok, texts, labels, spec, **({} if custom else {"progress": progress}))
-        save_folder(model, tok, out / "prior", {"step": "prior", "key": prior_key})
+        how = train_fn(model, tok, texts, labels, spec,
+                       **({} if custom else {"progress": progress}))
+        save_folder(model, tok, out / "prior", {"step": "prior", "key": prior_key,
+                                                "training": how})
         steps.finish("prior", prior_key)
     post_key = _key("posterior", cfg, prior_key)
     if not steps.fresh("posterior", post_key, [out / "model"]):
@@ -265,8 +267,10 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
         spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
                          cfg.max_length, cfg.seed + 1, device, cfg.proximal, anchor)
-        train_fn(model, tok, texts, labels, spec, **({} if custom else {"progress": progress}))
-        save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key})
+        how = train_fn(model, tok, texts, labels, spec,
+                       **({} if custom else {"progress": progress}))
+        save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key,
+                                                "training": how})
         steps.finish("posterior", post_key)
     meas_key = _key("measure", cfg, post_key)
     if not steps.fresh("measure", meas_key, [out / "stats.json"]):
@@ -318,7 +322,8 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
 
     stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
                          device=cfg.device, max_length=cfg.max_length,
-                         batch_size=cfg.batch_size, sigmas=tuple(cfg.sigmas), draws=cfg.draws,
+                         **({} if cfg.batch_size is None else {"batch_size": cfg.batch_size}),
+                         sigmas=tuple(cfg.sigmas), draws=cfg.draws,
                          hessian_probes=0, seed=cfg.seed, progress=progress,
                          tune_data=str(out / "tune.jsonl") if cfg.tune_rows else None,
                          tune_draws=cfg.tune_draws, group_draws=cfg.group_draws)
@@ -328,7 +333,7 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
 
         add_compression(stats, str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
-                        max_length=cfg.max_length, batch_size=cfg.batch_size)
+                        max_length=cfg.max_length, batch_size=cfg.batch_size or 32)
     stats.save(out / "stats.json")
 
 

@@ -42,7 +42,9 @@ def certify_cmd(
                                             "(default 3e-5 pretrained, 3e-4 config)"),
     proximal: float = typer.Option(1.0, "--proximal", min=0.0, help="posterior loss: "
                                    "cross-entropy + PROXIMAL·‖w − w_prior‖²"),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="rows per batch"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="rows per "
+                                             "batch (default 32 on a CPU, sized to the card "
+                                             "on CUDA)"),
     max_length: int = typer.Option(64, "--max-length", min=2, help="tokens per text"),
     sigma: Optional[list[float]] = typer.Option(None, "--sigma", help="isotropic posterior σ "
                                                 "(repeatable; default 0.003 and 0.01)"),

@@ -136,3 +136,49 @@ def test_worker_threads_speak_the_callers_words(monkeypatch, routed_like_a_card)
     assert any(name != here for name, _ in said)  # the layers really ran in other threads
     assert {text for _, text in said} == {"<tune_data>"}
     assert option("tune_data", 5) == "tune_data=5"  # the scope ended with the block
+
+
+def test_a_card_still_warming_takes_no_layer_and_is_not_waited_for(monkeypatch):
+    """A cold card (its context and solver still loading) takes no layer: the host's workers
+    measure every layer, the statistics are the plain route's, and measure returns while the
+    card is still warming (the warm-up is held until after measure returned); the card's
+    thread then ends by itself."""
+    model, init = _deep_bert(0), _deep_bert(1)
+    plain = measure(model, init=init, progress=False, device="cpu", grid=[0, 0.5, 2])
+    seen = _stand_in_card(monkeypatch, 2)
+    release, started = threading.Event(), threading.Event()
+
+    def cold(card):
+        started.set()
+        assert release.wait(30), "measure waited for the card's warm-up"
+
+    monkeypatch.setattr(route, "warm_up", cold)
+    shared = measure(model, init=init, progress=False, device="cpu", grid=[0, 0.5, 2])
+    assert started.is_set() and not release.is_set()  # returned with the card still cold
+    release.set()
+    _assert_same(plain, shared, rel=1e-12)
+    rec = shared.provenance["weights_route"]
+    assert rec["card_layers"] == [] and rec["host_layers"] == list(range(6))
+    assert rec["card_warm_s"] is None  # not warm when the record was taken
+    assert all(name != route.CARD_THREAD for _, name in seen)
+    for t in [t for t in threading.enumerate() if t.name == route.CARD_THREAD]:
+        t.join(10)
+        assert not t.is_alive()
+
+
+def test_a_card_that_cannot_start_works_as_a_host_worker(monkeypatch):
+    """The card alone (no host workers) whose warm-up fails: its worker measures every layer
+    on the host, the record names the error."""
+    model = _deep_bert(0)
+    plain = measure(model, progress=False, device="cpu")
+    _stand_in_card(monkeypatch, 0)
+
+    def broken(card):
+        raise RuntimeError("CUDA driver initialization failed (stand-in)")
+
+    monkeypatch.setattr(route, "warm_up", broken)
+    shared = measure(model, progress=False, device="cpu")
+    _assert_same(plain, shared, rel=1e-12)
+    rec = shared.provenance["weights_route"]
+    assert rec["card_layers"] == [] and rec["host_layers"] == list(range(6))
+    assert "driver initialization failed" in rec["card_error"]
