@@ -27,7 +27,7 @@ import torch
 from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import Progress, lm_targets, to_device
+from .inputs import Progress, lm_targets, mask_is_full, model_call, to_device
 
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
 
@@ -47,28 +47,30 @@ class PassResult:
 def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float = 0.01,
              norms: bool = True, progress: Progress | None = None,
              what: str = "data pass") -> PassResult:
-    """One pass over the data at the model's current weights (see the module docstring)."""
+    """One pass over the data at the model's current weights (see the module docstring), with
+    one host synchronisation: every per-sample figure, the norm maxima and the count of
+    non-finite logits stay on the device until the one copy at the end."""
     err, ce, bounded, margin = [], [], [], []
-    tmax, fmax = 0.0, 0.0
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    tmax, fmax, nonfinite = zero, zero, zero
     model = tm.model
     with torch.no_grad():
-        for i, (inputs, y) in enumerate(data.batches):
+        for i, (host, y) in enumerate(data.batches):
             if progress:
                 progress(i, len(data.batches), what)
-            inputs = to_device(inputs, device)
+            inputs = to_device(host, device)
             if tm.is_lm:
                 inputs, targets, keep = lm_targets(tm, inputs)
-            out = model(**inputs, output_hidden_states=norms)
+            out = model(**model_call(inputs, mask_is_full(host)), output_hidden_states=norms)
             if norms:
                 h = out.hidden_states[0].double()  # the embedding output: input of layer 0
                 tok = torch.linalg.vector_norm(h, dim=-1)
                 if "attention_mask" in inputs:
                     tok = tok * inputs["attention_mask"].to(tok.dtype)
-                tmax = max(tmax, float(tok.max()))
-                fmax = max(fmax, float(tok.square().sum(-1).sqrt().max()))
+                tmax = torch.maximum(tmax, tok.max())
+                fmax = torch.maximum(fmax, tok.square().sum(-1).sqrt().max())
             logits = out.logits.double()
-            if not bool(torch.isfinite(logits).all()):
-                raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
+            nonfinite = nonfinite + (~torch.isfinite(logits)).sum()
             if tm.is_lm:
                 if tm.task == "causal_lm":
                     logits = logits[:, :-1]
@@ -92,9 +94,14 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
                 fy = logits.gather(1, y[:, None]).squeeze(1)
                 other = logits.scatter(1, y[:, None], -math.inf).max(1).values
                 margin.append(fy - other)
-    cat = lambda xs: torch.cat(xs).cpu().numpy()  # noqa: E731
-    return PassResult(cat(err), cat(ce), cat(bounded), cat(margin) if margin else None,
-                      tmax, fmax)
+    columns = [torch.cat(xs) for xs in (err, ce, bounded, margin) if xs]
+    n = columns[0].shape[0]
+    packed = torch.cat([*columns, torch.stack([tmax, fmax, nonfinite])]).cpu().numpy()
+    if packed[-1] > 0:  # the pass's one synchronisation is the copy above
+        raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
+    parts = [packed[k * n:(k + 1) * n] for k in range(len(columns))]
+    return PassResult(parts[0], parts[1], parts[2], parts[3] if margin else None,
+                      float(packed[-3]), float(packed[-2]))
 
 
 def ramp_risk(margins: np.ndarray, gamma: float) -> float:
@@ -118,22 +125,24 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
         left -= b
     used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
 
-    def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None) -> torch.Tensor:
-        inputs = to_device(inputs, device)
+    def term(host: dict[str, torch.Tensor], y: torch.Tensor | None,
+             full: bool) -> torch.Tensor:
+        inputs = to_device(host, device)
         if tm.is_lm:
             inputs, targets, keep = lm_targets(tm, inputs)
-            logits = tm.model(**inputs).logits
+            logits = tm.model(**model_call(inputs, full)).logits
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]
             lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             w = keep.to(lp.dtype)
             per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
         else:
-            logits = tm.model(**inputs).logits
+            logits = tm.model(**model_call(inputs, full)).logits
             per = torch.nn.functional.cross_entropy(logits, y.to(device), reduction="none")
         return per.sum() / used
 
-    return [functools.partial(term, i, y) for i, y in chosen], used
+    # whether a mask is all ones is read here, on the host, once (not under torch.func)
+    return [functools.partial(term, i, y, mask_is_full(i)) for i, y in chosen], used
 
 
 def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):

@@ -37,3 +37,21 @@ def lm_targets(tm: TaskModel, inputs: dict[str, torch.Tensor]
     chosen = (pos % MASK_EVERY == 1) & mask.bool()
     masked = ids.masked_fill(chosen, int(tok_mask))
     return {**inputs, "input_ids": masked}, ids, chosen
+
+
+def mask_is_full(inputs: dict[str, torch.Tensor]) -> bool:
+    """Whether ``inputs`` holds an attention mask kept on the host with every entry 1, read
+    with numpy (no device work, no synchronisation). A model given no mask attends every
+    position, as with this one; Hugging Face models read a given mask back from the device to
+    skip it (``mask.all()``), a host synchronisation per forward pass that leaving it out
+    avoids."""
+    mask = inputs.get("attention_mask")
+    return mask is not None and mask.device.type == "cpu" and bool(mask.numpy().all())
+
+
+def model_call(inputs: dict[str, torch.Tensor], full_mask: bool) -> dict[str, torch.Tensor]:
+    """The keyword arguments of the model call: ``inputs`` without its attention mask when
+    ``full_mask`` (:func:`mask_is_full` of the batch on the host)."""
+    if not full_mask:
+        return inputs
+    return {k: v for k, v in inputs.items() if k != "attention_mask"}

@@ -31,7 +31,8 @@ from ...words import keyword, option
 from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, ramp_risk,
                         run_pass)
 from .dataset_io import read_batches
-from .gibbs import gibbs_estimate
+from .batch_rows import DEFAULT_ROWS, batch_rows
+from .gibbs import gibbs_estimate, resolve_mode
 from ... import plan
 from ..device import (default_precision, device_name, precision as data_precision,
                       precision_record, resolve_device, work_budget_for)
@@ -80,7 +81,7 @@ def measure_task(model: str, data: str, init: str | None = None,
     counts = dict(sigmas=len({p["j"] for p in snaps}), draws=opts.draws,
                   hessian_probes=opts.hessian_probes, hessian_samples=opts.hessian_samples,
                   perturbation_draws=opts.perturbation_draws, gibbs_samples=opts.gibbs_samples,
-                  batch_size=opts.batch_size)
+                  batch_size=opts.batch_size or DEFAULT_ROWS)
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
     if opts.groups:
@@ -92,10 +93,10 @@ def measure_task(model: str, data: str, init: str | None = None,
     n_params = sum(p.numel() for p in tm.model.parameters())
     plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
 
-    def read(source: str):
+    def read(source: str, rows: int | None = None):
         return read_batches(source, tm, text_column=opts.text_column,
                             label_column=opts.label_column, max_length=opts.max_length,
-                            batch_size=opts.batch_size)
+                            batch_size=rows or opts.batch_size or DEFAULT_ROWS)
 
     batched = read(data)
     plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
@@ -132,6 +133,12 @@ def measure_task(model: str, data: str, init: str | None = None,
     stats.provenance["precision"] = precision_record(prec, dev)
     try:
         with blas_threads(n_threads), data_precision(prec, dev):
+            rows, stats.provenance["batch_size"] = batch_rows(
+                tm, batched, dev, opts.batch_size,
+                per_sample=opts.draws > 0 and resolve_mode(tm, opts.gibbs_mode)[1] == "hooks")
+            if rows != (opts.batch_size or DEFAULT_ROWS):  # sized to the card: read again
+                batched = read(data, rows)
+                tune = read(opts.tune_data, rows) if tune is not None else None
             _data_side(stats, tm, batched, dev, data, init, opts, report)
             if opts.groups:
                 from .tune import measure_groups

@@ -1,0 +1,89 @@
+"""The operator census of issue 40 (items 3 and 4), run by ``bench_row_noise.py --census``.
+
+Host synchronisations of one Monte Carlo pass (one and two passes), one data pass and one
+Hessian trace (2 probes), each at 1 and at 4 batches of 6 rows, on a BERT-shaped and a
+ViT-shaped tiny model; aten operators and FLOPs of one per-sample forward against the plain
+forward of the same batch of 6 rows, in the same run. Counts, not timings: they do not depend
+on the machine's load.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from boundcalc.measure.data.census import forward_census, pass_syncs
+from boundcalc.measure.data.dataset_io import Batched
+from boundcalc.measure.data.hf import TaskModel
+
+ROWS = 6
+
+
+def models() -> dict:
+    """name: (model, task, classes, one batch of 6 rows' inputs): the BERT- and ViT-shaped
+    models of tests/measure/test_row_noise_ops.py."""
+    from tests.measure.test_row_noise_ops import _bert, _vit
+
+    return {"bert": (*_bert(), "sequence_classification", 2),
+            "vit": (*_vit(), "image_classification", 3)}
+
+
+def batched(inputs: dict, classes: int, n_batches: int) -> Batched:
+    """``n_batches`` copies of one batch, with labels."""
+    y = torch.arange(ROWS) % classes
+    return Batched([(inputs, y)] * n_batches, ROWS * n_batches, 16, "census",
+                   f"{n_batches} batches")
+
+
+def census_record() -> dict:
+    cpu = torch.device("cpu")
+    out = {}
+    for name, (model, inputs, task, classes) in models().items():
+        tm = TaskModel(model, task, name, classes)
+        rec: dict = {"syncs": {}}
+        for b in (1, 4):
+            data = batched(inputs, classes, b)
+            for stage, passes in (("gibbs", 1), ("gibbs", 2), ("data", 1), ("hessian", 1),
+                                  ("hessian_func", 1)):
+                key = f"{stage}_{passes}pass" if stage == "gibbs" else stage
+                c = pass_syncs(stage, tm, data, cpu, passes=passes)
+                rec["syncs"].setdefault(key, {})[f"{b}_batches"] = {
+                    "total": c.n_syncs, "by_op": dict(c.syncs)}
+        fwd = forward_census(model, inputs, 0.01)
+        fwd["ratio"] = {k: fwd["per_sample"][k] / fwd["plain"][k] for k in ("ops", "flops")}
+        rec["forward"] = fwd
+        out[name] = rec
+    return out
+
+
+def write_census(out: Path, label: str) -> None:
+    torch.set_num_threads(1)
+    rec = census_record()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "census_cpu.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    doc["what"] = __doc__.split("\n\n")[1].replace("\n", " ")
+    doc["torch"] = torch.__version__
+    doc.setdefault("records", {})[label] = rec
+    path.write_text(json.dumps(doc, indent=1))
+    lines = ["| record | model | syncs: MC 1 pass (1 / 4 batches) | MC 2 passes | data pass | "
+             "Hessian trace (autograd / func) | ops per batch: per-sample / plain | FLOPs: per-sample / plain |",
+             "|---|---|---|---|---|---|---|---|"]
+    for lab, recs in doc["records"].items():
+        for name, r in recs.items():
+            s = r["syncs"]
+            cell = lambda k: f"{s[k]['1_batches']['total']} / {s[k]['4_batches']['total']}"  # noqa: E731
+            f = r["forward"]
+            lines.append(
+                f"| {lab} | {name} | {cell('gibbs_1pass')} | {cell('gibbs_2pass')} | "
+                f"{cell('data')} | {cell('hessian')}; "
+                f"{cell('hessian_func') if 'hessian_func' in s else '-'} | {f['per_sample']['ops']} / "
+                f"{f['plain']['ops']} = {f['ratio']['ops']:.2f}× | {f['per_sample']['flops']:,} / "
+                f"{f['plain']['flops']:,} = {f['ratio']['flops']:.2f}× |")
+    (out / "census_cpu.md").write_text(
+        "Operator census (issue 40 items 3, 4), CPU, batches of 6 rows; command: "
+        "`python benchmarks/bench_row_noise.py --census --label LABEL`.\n\n"
+        + "\n".join(lines) + "\n")
+    print("\n".join(lines))
