@@ -52,7 +52,8 @@ def census_record() -> dict:
                 rec["syncs"].setdefault(key, {})[f"{b}_batches"] = {
                     "total": c.n_syncs, "by_op": dict(c.syncs)}
         fwd = forward_census(model, inputs, 0.01)
-        fwd["ratio"] = {k: fwd["per_sample"][k] / fwd["plain"][k] for k in ("ops", "flops")}
+        fwd["ratio"] = {k: fwd["per_sample"][k] / fwd["plain"][k]
+                        for k in ("ops", "kernels", "flops")}
         rec["forward"] = fwd
         out[name] = rec
     return out
@@ -69,8 +70,15 @@ def write_census(out: Path, label: str) -> None:
     doc.setdefault("records", {})[label] = rec
     path.write_text(json.dumps(doc, indent=1))
     lines = ["| record | model | syncs: MC 1 pass (1 / 4 batches) | MC 2 passes | data pass | "
-             "Hessian trace (autograd / func) | ops per batch: per-sample / plain | FLOPs: per-sample / plain |",
-             "|---|---|---|---|---|---|---|---|"]
+             "Hessian trace (autograd; func) | ops per batch: per-sample / plain | non-view ops | "
+             "FLOPs: per-sample / plain |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def kernels(f: dict) -> str:
+        if "kernels" not in f["plain"]:
+            return "-"
+        return (f"{f['per_sample']['kernels']} / {f['plain']['kernels']} = "
+                f"{f['ratio']['kernels']:.2f}×")
+
     for lab, recs in doc["records"].items():
         for name, r in recs.items():
             s = r["syncs"]
@@ -80,7 +88,8 @@ def write_census(out: Path, label: str) -> None:
                 f"| {lab} | {name} | {cell('gibbs_1pass')} | {cell('gibbs_2pass')} | "
                 f"{cell('data')} | {cell('hessian')}; "
                 f"{cell('hessian_func') if 'hessian_func' in s else '-'} | {f['per_sample']['ops']} / "
-                f"{f['plain']['ops']} = {f['ratio']['ops']:.2f}× | {f['per_sample']['flops']:,} / "
+                f"{f['plain']['ops']} = {f['ratio']['ops']:.2f}× | {kernels(f)} | "
+                f"{f['per_sample']['flops']:,} / "
                 f"{f['plain']['flops']:,} = {f['ratio']['flops']:.2f}× |")
     (out / "census_cpu.md").write_text(
         "Operator census (issue 40 items 3, 4), CPU, batches of 6 rows; command: "

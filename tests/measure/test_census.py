@@ -84,4 +84,5 @@ def test_a_per_sample_forward_reads_nothing_back_and_issues_at_most_3x_the_opera
     plain, noisy = got["plain"], got["per_sample"]
     assert noisy["syncs"] == 0
     assert plain["ops"] < noisy["ops"] <= 3 * plain["ops"], got
+    assert noisy["kernels"] <= 3 * plain["kernels"], got  # the same, views left out
     assert plain["flops"] < noisy["flops"] <= 2.5 * plain["flops"], got

@@ -1,5 +1,5 @@
-"""Rows per batch of the data side (issue 40 item 2): the data pass, the Monte Carlo passes and
-the Hessian terms all take DATA in batches of the same size, which is
+"""Rows per batch of the data side (issue 40 item 2): the data pass and the Monte Carlo passes
+take DATA in batches of the same size, which is
 
 * the user's ``batch_size`` when given;
 * on a CPU, :data:`DEFAULT_ROWS` (today's figures, bit for bit);
@@ -8,6 +8,10 @@ the Hessian terms all take DATA in batches of the same size, which is
   hooks, else the data pass's forward) runs once on the first batch of :data:`DEFAULT_ROWS`
   rows, and its measured peak sizes the rest (:func:`~boundcalc.measure.device.rows_that_fit`,
   as the Hessian's probe stacks are sized), at most every row of DATA.
+
+The Hessian terms take at most the given size, else :data:`DEFAULT_ROWS` rows: a gradient
+pass holds far more memory per row than the forward measured here, and on a card the probes
+stacked per pass are sized from the measured peak of a term instead (:mod:`.curvature`).
 
 The choice and how it was made go into the stats file's ``provenance.batch_size``; the Monte
 Carlo progress line names it.

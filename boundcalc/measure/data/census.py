@@ -50,11 +50,13 @@ def _repeat_without_size(func_name: str, kwargs: dict) -> bool:
 class Census(TorchDispatchMode):
     """Counts of the aten operators run inside it (``ops``, by name) and of the host
     synchronisations among them and among the host copies (``syncs``, by name). Use as a
-    context manager; :attr:`n_ops` and :attr:`n_syncs` are the totals."""
+    context manager; :attr:`n_ops` and :attr:`n_syncs` are the totals, :attr:`views` the
+    operators among them that only make a view of a tensor (no kernel runs)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: Counter[str] = Counter()
+        self.views = 0  # operators that only make a view (no kernel on a card)
         self.syncs: Counter[str] = Counter()
         self._patches: list[tuple[str, Any]] = []
 
@@ -70,6 +72,7 @@ class Census(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
         self.ops[name] += 1
+        self.views += bool(getattr(func, "is_view", False))
         if (name in SYNC_OPS or _bool_index(name, args)
                 or _repeat_without_size(name, kwargs)):
             self.syncs[name] += 1
@@ -119,7 +122,8 @@ def forward_census(model: torch.nn.Module, inputs: dict[str, torch.Tensor], sigm
     """Operators, host synchronisations and FLOPs of one plain forward of ``inputs`` and of one
     forward with a posterior draw per row (:class:`.row_noise.RowNoise`, deferred; σ on every
     parameter; counted on a second pass, after the one-time checks of the first):
-    ``{"plain": {...}, "per_sample": {...}}``, each with ``ops``, ``syncs`` and ``flops``."""
+    ``{"plain": {...}, "per_sample": {...}}``, each with ``ops``, ``kernels`` (the operators
+    that are not views), ``syncs`` and ``flops``."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from .inputs import mask_is_full, model_call
@@ -132,15 +136,20 @@ def forward_census(model: torch.nn.Module, inputs: dict[str, torch.Tensor], sigm
     with torch.no_grad():
         with Census() as c, FlopCounterMode(display=False) as f:
             model(**inputs)
-        out["plain"] = {"ops": c.n_ops, "syncs": c.n_syncs, "flops": f.get_total_flops()}
+        out["plain"] = _counts(c, f)
         with RowNoise(model, sig, torch.Generator().manual_seed(seed), deferred=True) as hooks:
             hooks.start_pass(rows)
             model(**inputs)
             with Census() as c, FlopCounterMode(display=False) as f:
                 hooks.start_pass(rows)
                 model(**inputs)
-        out["per_sample"] = {"ops": c.n_ops, "syncs": c.n_syncs, "flops": f.get_total_flops()}
+        out["per_sample"] = _counts(c, f)
     return out
+
+
+def _counts(c: Census, flops: Any) -> dict[str, int]:
+    return {"ops": c.n_ops, "kernels": c.n_ops - c.views, "syncs": c.n_syncs,
+            "flops": flops.get_total_flops()}
 
 
 def pass_syncs(what: str, tm: Any, data: Any, device: torch.device, *, passes: int = 1,

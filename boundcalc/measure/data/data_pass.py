@@ -109,20 +109,25 @@ def ramp_risk(margins: np.ndarray, gamma: float) -> float:
     return float(np.mean(np.clip(1.0 - margins / gamma, 0.0, 1.0)))
 
 
-def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_samples: int
-                  ) -> tuple[list[Callable[[], torch.Tensor]], int]:
+def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_samples: int,
+                  rows: int | None = None) -> tuple[list[Callable[[], torch.Tensor]], int]:
     """The mean training loss (cross-entropy / NLL) on the first ``max_samples`` samples, as
     one closure per batch (the batch's summed loss divided by the number used), with graphs
-    for second derivatives. The terms add up to the mean loss; each is evaluated on its own,
-    so a Hessian estimate holds one batch of activations at a time, whatever the count."""
+    for second derivatives; ``rows``: at most that many rows per term (a batch cut in pieces).
+    The terms add up to the mean loss; each is evaluated on its own, so a Hessian estimate
+    holds one term's activations at a time, whatever the count."""
     chosen = []
     left = max_samples
     for inputs, y in data.batches:
+        size = min(left, next(iter(inputs.values())).shape[0])
+        step = rows or max(size, 1)
+        for lo in range(0, size, step):
+            hi = min(size, lo + step)
+            chosen.append(({k: v[lo:hi] for k, v in inputs.items()},
+                           None if y is None else y[lo:hi]))
+        left -= size
         if left <= 0:
             break
-        b = min(left, next(iter(inputs.values())).shape[0])
-        chosen.append(({k: v[:b] for k, v in inputs.items()}, None if y is None else y[:b]))
-        left -= b
     used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
 
     def term(host: dict[str, torch.Tensor], y: torch.Tensor | None,
@@ -159,16 +164,17 @@ LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_s
 def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
                       sigmas: Sequence[float], draws: int, probes: int, samples: int,
                       seed: int, progress: Progress | None = None,
-                      routes: list[str] | None = None) -> np.ndarray:
+                      routes: list[str] | None = None, rows: int | None = None) -> np.ndarray:
     """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
     u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
     Rademacher probes (common random numbers), on the first ``samples`` samples (streamed a
-    batch at a time, as in :func:`hessian_terms`). ``routes``: where given, each distinct
+    term of at most ``rows`` rows at a time, as in :func:`hessian_terms`). ``routes``: where
+    given, each distinct
     route of the Hessian-vector products (``HessianTrace.route``) is appended to it."""
     from .curvature import hutchinson_trace
     from .gibbs import perturbed
 
-    terms, _ = hessian_terms(tm, data, device, samples)
+    terms, _ = hessian_terms(tm, data, device, samples, rows)
     for p in tm.model.parameters():
         p.requires_grad_(True)
     total = len(sigmas) * draws + 1

@@ -24,7 +24,8 @@ The weights of hooked modules are never modified. Exactness needs every trainabl
 be owned by exactly one module (no tied weights) and every owning module to run at most once
 per forward pass; :func:`plan` checks the first statically, the hooks check the second on
 every pass. Noise is drawn on the model's device, in the parameter dtype, from the given
-device generator.
+device generator (the draws whose amount depends on the data from a second one, see
+:class:`RowNoise`). In ``deferred`` mode no hook reads anything back from the device.
 """
 
 from __future__ import annotations

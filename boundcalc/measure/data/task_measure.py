@@ -164,7 +164,7 @@ def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) 
     probes = max(opts.hessian_probes, 2)
     routes: list[str] = []
     values = perturbation_term(tm, batched, dev, LS_MESH, draws, probes, samples, seed, report,
-                               routes=routes)
+                               routes=routes, rows=opts.batch_size or DEFAULT_ROWS)
     stats.provenance["perturbation_term_hvp"] = "; ".join(routes)
     stats.curves["perturbation_term"] = Curve(
         "sigma", np.array(LS_MESH), values, estimated=True, n_samples=draws,
@@ -289,7 +289,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
     if opts.hessian_probes >= 2:
         with data_precision("fp32", dev):  # curvature ignores the precision option
             _hessian(stats, tm, batched, dev, opts.hessian_probes, opts.hessian_samples, seed,
-                     report)
+                     report, rows=opts.batch_size or DEFAULT_ROWS)
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
@@ -323,10 +323,13 @@ def _prior_note(stats: Stats, init: Any) -> str:
 
 
 def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: int,
-             report=None) -> None:
+             report=None, rows: int | None = None) -> None:
+    """The Hessian trace on the first ``samples`` rows, in terms of at most ``rows`` rows (a
+    gradient pass holds far more per row than the forward the batches were sized on; the
+    probes stacked per pass are sized from its measured peak instead, on a card)."""
     from .curvature import attach_hessian_trace, hutchinson_trace, param_groups
 
-    terms, used = hessian_terms(tm, batched, dev, samples)
+    terms, used = hessian_terms(tm, batched, dev, samples, rows)
     try:
         groups = param_groups(tm.model)
     except BoundcalcError:
