@@ -61,7 +61,7 @@ class FakeCard:
         self.rows.clear()
 
     def _peak(self, device=None):
-        return 5 * GiB + self.fixed + self.per_row * max(self.rows)
+        return 5 * GiB + self.fixed + self.per_row * max(self.rows)  # forwards one by one
 
 
 def _bert_data(rows_per_batch: int, batches: int):
@@ -81,13 +81,15 @@ def test_on_a_card_the_rows_are_the_most_the_measured_peak_lets_fit(monkeypatch)
     meter = MemoryMeter(torch.device("cuda"))
     rows, rec = batch_rows(tm, data, CPU, None, per_sample=True, meter=meter)
     # the first batch (8 rows) peaked at 2 + 8 = 10 GiB; the budget is half of the 60 GiB free
-    assert card.resets == 1 and card.noisy == [True]  # one forward, with row-wise noise
+    # the data pass's forward, then one with row-wise noise, each on the first batch
+    assert card.resets == 1 and card.noisy == [False, True]
     assert rows == 30 * 8 // 10 == 24
     assert rec["peak_bytes"] == 10 * GiB and rec["room_bytes"] == 30 * GiB
     assert rec["measured_rows"] == 8 and "24 rows fit" in rec["rule"]
     card.free = 200 * GiB  # room for more rows than DATA has: every row in one batch
+    card.noisy.clear()
     assert batch_rows(tm, data, CPU, None, per_sample=False, meter=meter)[0] == 40
-    assert card.noisy[-1] is False  # the plain forward was measured
+    assert card.noisy == [False]  # without per-sample draws only the data pass's forward
     card.free = 4 * GiB  # a full card: still one row at a time, never zero
     assert batch_rows(tm, data, CPU, None, per_sample=True, meter=meter)[0] == 1
 

@@ -3,10 +3,10 @@ take DATA in batches of the same size, which is
 
 * the user's ``batch_size`` when given;
 * on a CPU, :data:`DEFAULT_ROWS` (today's figures, bit for bit);
-* on a card, the most rows whose memory fits the budget: the heaviest forward of the data side
-  (one forward with a posterior draw per row where the Monte Carlo passes use the row-wise
-  hooks, else the data pass's forward) runs once on the first batch of :data:`DEFAULT_ROWS`
-  rows, and its measured peak sizes the rest (:func:`~boundcalc.measure.device.rows_that_fit`,
+* on a card, the most rows whose memory fits the budget: the forwards of the data side (the
+  data pass's, which keeps every layer's hidden states, then one with a posterior draw per
+  row where the Monte Carlo passes use the row-wise hooks) run once on the first batch of
+  :data:`DEFAULT_ROWS` rows, and the larger of their measured peaks sizes the rest (:func:`~boundcalc.measure.device.rows_that_fit`,
   as the Hessian's probe stacks are sized), at most every row of DATA.
 
 The Hessian terms take at most the given size, else :data:`DEFAULT_ROWS` rows: a gradient
@@ -46,10 +46,14 @@ def batch_rows(tm: TaskModel, data: Batched, device: torch.device, given: int | 
         return DEFAULT_ROWS, {"rows": DEFAULT_ROWS, "rule": "the default on a CPU"}
     inputs, y = data.batches[0]
     measured = next(iter(inputs.values())).shape[0]
-    run = (lambda: _noisy_forward(tm, inputs, device)) if per_sample else \
-        (lambda: _plain_forward(tm, inputs, device))
+    def run() -> None:  # one after the other: the peak is the larger of the two
+        _plain_forward(tm, inputs, device)
+        if per_sample:
+            _noisy_forward(tm, inputs, device)
+
     rows, record = rows_that_fit(run, measured, data.n, meter or MemoryMeter(device))
-    what = "a forward with a posterior draw per row" if per_sample else "a forward"
+    what = ("the data pass's forward and one with a posterior draw per row" if per_sample
+            else "the data pass's forward")
     return rows, {"rows": rows, **record,
                   "rule": (f"sized to the card: {what} on the first {measured} rows peaked at "
                            f"{record['peak_bytes']} bytes; {rows} rows fit the budget of "
