@@ -2,12 +2,13 @@
 take DATA in batches of the same size, which is
 
 * the user's ``batch_size`` when given;
-* on a CPU, :data:`DEFAULT_ROWS` (today's figures, bit for bit);
+* on a CPU, :data:`DEFAULT_ROWS` (the default before the card's size was measured);
 * on a card, the most rows whose memory fits the budget: the forwards of the data side (the
   data pass's, which keeps every layer's hidden states, then one with a posterior draw per
   row where the Monte Carlo passes use the row-wise hooks) run once on the first batch of
-  :data:`DEFAULT_ROWS` rows, and the larger of their measured peaks sizes the rest (:func:`~boundcalc.measure.device.rows_that_fit`,
-  as the Hessian's probe stacks are sized), at most every row of DATA.
+  :data:`DEFAULT_ROWS` rows, and the larger of their measured peaks sizes the rest
+  (:func:`~boundcalc.measure.device.rows_that_fit`, as the Hessian's probe stacks are sized),
+  at most every row of DATA.
 
 The Hessian terms take at most the given size, else :data:`DEFAULT_ROWS` rows: a gradient
 pass holds far more memory per row than the forward measured here, and on a card the probes

@@ -126,6 +126,7 @@ def forward_census(model: torch.nn.Module, inputs: dict[str, torch.Tensor], sigm
     that are not views), ``syncs`` and ``flops``."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from .gibbs import device_generator
     from .inputs import mask_is_full, model_call
     from .row_noise import RowNoise
 
@@ -137,7 +138,7 @@ def forward_census(model: torch.nn.Module, inputs: dict[str, torch.Tensor], sigm
         with Census() as c, FlopCounterMode(display=False) as f:
             model(**inputs)
         out["plain"] = _counts(c, f)
-        with RowNoise(model, sig, torch.Generator().manual_seed(seed), deferred=True) as hooks:
+        with RowNoise(model, sig, device_generator(model, seed), deferred=True) as hooks:
             hooks.start_pass(rows)
             model(**inputs)
             with Census() as c, FlopCounterMode(display=False) as f:
