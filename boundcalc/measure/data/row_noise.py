@@ -125,7 +125,7 @@ def _same_rows(whole: Any, rows: list[Any], R: int) -> bool:
                                atol=1e-5 * float(whole.abs().max()) + 1e-12))
 
 
-def _gram_factor(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _gram_cholesky(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(L, info)``: the batched Cholesky factor of the T × T Grams XXᵀ (formed in float32,
     float64 for float64 inputs) and ``cholesky_ex``'s per-row ``info`` (0: L is exact for that
     row; else the row's L is not usable). No host synchronisation."""
@@ -133,11 +133,12 @@ def _gram_factor(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.linalg.cholesky_ex(torch.bmm(work, work.transpose(1, 2)))
 
 
-def _repaired(X: torch.Tensor, L: torch.Tensor, info: torch.Tensor
-              ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(L, bad)`` from a float32 factor and its ``info``: the rows whose Gram had no Cholesky
-    factor retried in float64, and the indices of those still without one (their L zero; None
-    when every row has one). Reading which rows failed is a host synchronisation."""
+def _gram_factor(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(L, bad)``: L (R, T, T) lower triangular with LLᵀ = XXᵀ row by row (zero for the
+    rows in ``bad``), and the indices of the rows whose Gram has no Cholesky factor even in
+    float64 (None when every row has one): :func:`_gram_cholesky`, the failed rows retried in
+    float64. Reading which rows failed is a host synchronisation."""
+    L, info = _gram_cholesky(X)
     failed = info.nonzero().flatten()
     if failed.numel() == 0:
         return L, None
@@ -432,11 +433,11 @@ class RowNoise:
         bad = None
         if sw > 0:
             if _gram_is_cheaper(T, d_in, y3.shape[2]):
-                F, info = _gram_factor(X)
                 if self.deferred and not self._replaying and self._path not in self._sticky:
+                    F, info = _gram_cholesky(X)
                     self._infos.append(info)
                 else:
-                    F, bad = _repaired(X, F, info)
+                    F, bad = _gram_factor(X)
                     if bad is not None:
                         self._sticky.add(self._path)
                 F = F.to(y3.dtype)
