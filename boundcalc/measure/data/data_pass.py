@@ -27,7 +27,7 @@ import torch
 from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import Progress, lm_targets, mask_is_full, model_call, to_device
+from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
 
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
 
@@ -85,7 +85,7 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
                 bounded.append((smooth * w).sum(1) / cnt)
                 err.append((wrong * w).sum(1) / cnt)
             else:
-                y = y.to(device)
+                y = on_device(y, device)
                 logp = torch.log_softmax(logits, -1)
                 ce.append(-logp.gather(1, y[:, None]).squeeze(1))
                 e = (logits.argmax(-1) != y).double()
@@ -123,16 +123,17 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
         step = rows or max(size, 1)
         for lo in range(0, size, step):
             hi = min(size, lo + step)
-            chosen.append(({k: v[lo:hi] for k, v in inputs.items()},
-                           None if y is None else y[lo:hi]))
+            host = {k: v[lo:hi] for k, v in inputs.items()}
+            # on the device once, here: a term runs once per probe pass, under torch.func
+            chosen.append((to_device(host, device), None if y is None else
+                           on_device(y[lo:hi], device), mask_is_full(host)))
         left -= size
         if left <= 0:
             break
-    used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
+    used = sum(next(iter(i.values())).shape[0] for i, _, _ in chosen)
 
-    def term(host: dict[str, torch.Tensor], y: torch.Tensor | None,
+    def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None,
              full: bool) -> torch.Tensor:
-        inputs = to_device(host, device)
         if tm.is_lm:
             inputs, targets, keep = lm_targets(tm, inputs)
             logits = tm.model(**model_call(inputs, full)).logits
@@ -143,11 +144,10 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
             per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
         else:
             logits = tm.model(**model_call(inputs, full)).logits
-            per = torch.nn.functional.cross_entropy(logits, y.to(device), reduction="none")
+            per = torch.nn.functional.cross_entropy(logits, y, reduction="none")
         return per.sum() / used
 
-    # whether a mask is all ones is read here, on the host, once (not under torch.func)
-    return [functools.partial(term, i, y, mask_is_full(i)) for i, y in chosen], used
+    return [functools.partial(term, *c) for c in chosen], used
 
 
 def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):

@@ -35,7 +35,7 @@ from ...stats import Quantity
 from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import Progress, lm_targets, mask_is_full, model_call, to_device
+from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
 
 Sigma = float | Mapping[str, float]
 MODES = ("auto", "sample", "whole")
@@ -406,7 +406,7 @@ def _one_pass(tm: TaskModel, batches, device: torch.device, alpha: float,
 
 def _on_device(batch, device: torch.device):
     inputs, y = batch
-    return to_device(inputs, device), None if y is None else y.to(device)
+    return to_device(inputs, device), None if y is None else on_device(y, device)
 
 
 def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: list[str],
@@ -416,8 +416,7 @@ def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: l
     from .row_audit import audit
 
     batch = data.batches[0]
-    inputs, y = to_device(batch[0], device), batch[1]
-    y = None if y is None else y.to(device)
+    inputs, y = _on_device(batch, device)
     rows = next(iter(inputs.values())).shape[0]
 
     def run(k: int) -> None:

@@ -17,9 +17,20 @@ Progress = Callable[[int, int, str], None]  # (done, total, what is running)
 MASK_EVERY = 7  # a masked LM predicts every 7th non-special position
 
 
+def on_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """``t`` on ``device``. A host tensor goes to a card from pinned memory without blocking:
+    a blocking copy makes the host wait until the card has run every queued kernel (a host
+    synchronisation per tensor), a non-blocking one from pinned memory is queued like a
+    kernel (torch keeps the pinned block until the copy has run)."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return (t if t.is_pinned() else t.pin_memory()).to(device, non_blocking=True)
+    return t.to(device)
+
+
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
-    """Every tensor of ``batch`` on ``device``."""
-    return {k: v.to(device) for k, v in batch.items()}
+    """Every tensor of ``batch`` on ``device`` (:func:`on_device`)."""
+    return {k: on_device(v, device) for k, v in batch.items()}
 
 
 def lm_targets(tm: TaskModel, inputs: dict[str, torch.Tensor]
