@@ -8,6 +8,13 @@ N(0, σ²XXᵀ). Each is timed on MiniLM-shaped (T = 32, widths 384 / 1536) and 
 the same run, process CPU time, one thread (benchmarks/README.md).
 
     python benchmarks/bench_row_noise.py [--repeats 5] [--out benchmarks/results/row_noise]
+
+``--census``: instead of timing, the operator census of issue 40 (items 3 and 4) on a
+BERT-shaped and a ViT-shaped tiny model, on the CPU: host synchronisations of one Monte Carlo
+pass, one data pass and one Hessian trace at 1 and at 4 batches, and the aten operators and
+FLOPs of one per-sample forward against a plain forward of the same batch, in the same run
+(``census_cpu.json`` / ``.md``; ``--label`` names the record, e.g. before / after;
+``--device cuda`` on a card, ``census_cuda.*``).
 """
 
 from __future__ import annotations
@@ -61,7 +68,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default="benchmarks/results/row_noise")
+    ap.add_argument("--census", action="store_true", help="the operator census, not timings")
+    ap.add_argument("--label", default="current", help="name of the census record")
+    ap.add_argument("--device", default="cpu", help="census device (cuda: also counts the "
+                    "synchronisations CUDA's debug mode reports)")
     a = ap.parse_args()
+    if a.census:
+        from census_row_noise import write_census
+
+        write_census(Path(a.out), a.label, a.device)
+        return
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     rows = {}

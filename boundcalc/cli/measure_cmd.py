@@ -65,7 +65,9 @@ def measure_cmd(
     text_column: str = typer.Option("text", "--text-column", help="text column of DATA"),
     label_column: str = typer.Option("label", "--label-column", help="label column of DATA"),
     max_length: int = typer.Option(128, "--max-length", min=2, help="tokens per text (truncate)"),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="samples per batch"),
+    batch_size: Optional[int] = typer.Option(
+        None, "--batch-size", min=1,
+        help="samples per batch (default: 32 on a CPU, sized to the card's memory on CUDA)"),
     sigma: Optional[list[float]] = typer.Option(None, "--sigma", help="posterior σ for the "
                                                 "Monte Carlo Gibbs risk (repeatable; snapped to "
                                                 "the Dziugaite–Roy grid); default: seven σ, "
@@ -231,7 +233,7 @@ def measure_cmd(
         if compress is not None:
             result = add_compression(stats, model, data, init, text_column=text_column,
                                      label_column=label_column, max_length=max_length,
-                                     batch_size=batch_size, head_init=head_init, **opts)
+                                     batch_size=batch_size or 32, head_init=head_init, **opts)
             if result.warning():
                 err_console.print(f"warning: {escape(result.warning())}", highlight=False)
         path = stats.save(output)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -54,6 +54,48 @@ def work_budget_for(device: torch.device) -> int:
     if device.type == "cuda":
         return work_budget(int(torch.cuda.mem_get_info(device)[0]))
     return work_budget()
+
+
+class MemoryMeter:
+    """A card's memory as work sized from a measured pass needs it (the probe stacks of the
+    Hessian trace, the rows per batch of the data side): :meth:`start` before a pass,
+    :meth:`peak` after it (bytes above the start), :meth:`room` (bytes a pass may take: the
+    budget of :func:`work_budget_for`, counting blocks the allocator holds but does not use
+    as free). Reading the peak needs the card idle: :meth:`start` synchronises once."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.base = 0
+
+    def start(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.base = torch.cuda.memory_allocated(self.device)
+
+    def peak(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device)) - self.base
+
+    def room(self) -> int:
+        from ..limits import work_budget
+
+        free = int(torch.cuda.mem_get_info(self.device)[0])
+        held = (int(torch.cuda.memory_reserved(self.device))
+                - int(torch.cuda.memory_allocated(self.device)))
+        return work_budget(free + held)
+
+
+def rows_that_fit(run: Callable[[], object], rows: int, cap: int,
+                  meter: MemoryMeter) -> tuple[int, dict[str, int]]:
+    """``(n, record)``: the most rows a pass may hold, from one pass ``run()`` over ``rows``
+    rows measured by ``meter``: its whole peak counted per row (the part that does not grow
+    with the rows too, so the estimate errs on the large side), n · peak / rows ≤ room; at
+    least 1, at most ``cap``. ``record``: the rows measured, the peak and the room (bytes)."""
+    meter.start()
+    run()
+    peak = max(1, int(meter.peak()))
+    room = int(meter.room())
+    n = max(1, min(int(cap), room * int(rows) // peak))
+    return n, {"measured_rows": int(rows), "peak_bytes": peak, "room_bytes": room}
 
 
 PRECISIONS = ("fp32", "tf32", "bf16")

@@ -26,6 +26,7 @@ import torch
 
 from ...errors import BoundcalcError, DomainError
 from ...stats import Quantity, Stats
+from ..device import MemoryMeter
 
 Closure = Callable[[], torch.Tensor]
 Progress = Callable[[int, int, str], None]
@@ -132,9 +133,13 @@ def _terms(loss_fn: Terms) -> list[Closure]:
 def _checked(loss: Any, who: str) -> torch.Tensor:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
         raise BoundcalcError(f"{who}: loss_fn must return a scalar tensor")
-    if not bool(torch.isfinite(loss)):
-        raise DomainError(f"{who}: loss is not finite ({float(loss)})")
     return loss.reshape(())
+
+
+def _poison(out: torch.Tensor, loss: torch.Tensor) -> None:
+    """Make every entry of ``out`` NaN where ``loss`` is not finite, on the device (no host
+    synchronisation): the one read-back of the estimate then refuses it."""
+    out.add_(torch.where(torch.isfinite(loss.detach()), 0.0, math.nan))
 
 
 def probe_batch(n_probes: int, n_params: int, itemsize: int, device: torch.device,
@@ -296,36 +301,13 @@ def _float(probe: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return probe.to(device=like.device, dtype=like.dtype)
 
 
-class _Meter:
-    """A card's memory as the stacked route needs it: :meth:`start` before a pass,
-    :meth:`peak` after it (bytes above the start), :meth:`room` (bytes a pass may take: the
-    budget of :func:`~boundcalc.measure.device.work_budget_for`-style, counting blocks the
-    allocator holds but does not use as free)."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.base = 0
-
-    def start(self) -> None:
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        self.base = torch.cuda.memory_allocated(self.device)
-
-    def peak(self) -> int:
-        return int(torch.cuda.max_memory_allocated(self.device)) - self.base
-
-    def room(self) -> int:
-        from ...limits import work_budget
-
-        free = int(torch.cuda.mem_get_info(self.device)[0])
-        held = (int(torch.cuda.memory_reserved(self.device))
-                - int(torch.cuda.memory_allocated(self.device)))
-        return work_budget(free + held)
+_Meter = MemoryMeter
 
 
-def _memory_meter(device: torch.device) -> _Meter | None:
-    """A :class:`_Meter` on CUDA, else None (tests patch this to size stacks on the CPU)."""
-    return _Meter(device) if device.type == "cuda" else None
+def _memory_meter(device: torch.device) -> MemoryMeter | None:
+    """A :class:`~boundcalc.measure.device.MemoryMeter` on CUDA, else None (tests patch this
+    to size stacks on the CPU)."""
+    return MemoryMeter(device) if device.type == "cuda" else None
 
 
 class _Stack:
@@ -376,6 +358,7 @@ def _accumulate_func(out: torch.Tensor, model: torch.nn.Module, names: list[str]
 def _accumulate_autograd(out: torch.Tensor, params: list[torch.Tensor], term: Closure,
                          source: ProbeSource, b: int, inner: int) -> None:
     loss = _checked(term(), "hutchinson_trace")
+    _poison(out, loss)
     grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
     live = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
     if not live:
@@ -520,7 +503,7 @@ def hutchinson_trace(model: torch.nn.Module, loss_fn: Terms, *, n_probes: int = 
 
     def quantity(samples: np.ndarray) -> Quantity:
         if not np.all(np.isfinite(samples)):
-            raise DomainError("hutchinson_trace: non-finite Hessian-vector products")
+            raise DomainError("hutchinson_trace: non-finite loss or Hessian-vector products")
         mean, se, ci = t_interval(samples, confidence)
         if not all(math.isfinite(x) for x in (mean, se, *ci)):
             raise DomainError("hutchinson_trace: non-finite Hessian-vector products")

@@ -27,7 +27,7 @@ import torch
 from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import Progress, lm_targets, to_device
+from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
 
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
 
@@ -47,28 +47,30 @@ class PassResult:
 def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float = 0.01,
              norms: bool = True, progress: Progress | None = None,
              what: str = "data pass") -> PassResult:
-    """One pass over the data at the model's current weights (see the module docstring)."""
+    """One pass over the data at the model's current weights (see the module docstring), with
+    one host synchronisation: every per-sample figure, the norm maxima and the count of
+    non-finite logits stay on the device until the one copy at the end."""
     err, ce, bounded, margin = [], [], [], []
-    tmax, fmax = 0.0, 0.0
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    tmax, fmax, nonfinite = zero, zero, zero
     model = tm.model
     with torch.no_grad():
-        for i, (inputs, y) in enumerate(data.batches):
+        for i, (host, y) in enumerate(data.batches):
             if progress:
                 progress(i, len(data.batches), what)
-            inputs = to_device(inputs, device)
+            inputs = to_device(host, device)
             if tm.is_lm:
                 inputs, targets, keep = lm_targets(tm, inputs)
-            out = model(**inputs, output_hidden_states=norms)
+            out = model(**model_call(inputs, mask_is_full(host)), output_hidden_states=norms)
             if norms:
                 h = out.hidden_states[0].double()  # the embedding output: input of layer 0
                 tok = torch.linalg.vector_norm(h, dim=-1)
                 if "attention_mask" in inputs:
                     tok = tok * inputs["attention_mask"].to(tok.dtype)
-                tmax = max(tmax, float(tok.max()))
-                fmax = max(fmax, float(tok.square().sum(-1).sqrt().max()))
+                tmax = torch.maximum(tmax, tok.max())
+                fmax = torch.maximum(fmax, tok.square().sum(-1).sqrt().max())
             logits = out.logits.double()
-            if not bool(torch.isfinite(logits).all()):
-                raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
+            nonfinite = nonfinite + (~torch.isfinite(logits)).sum()
             if tm.is_lm:
                 if tm.task == "causal_lm":
                     logits = logits[:, :-1]
@@ -83,7 +85,7 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
                 bounded.append((smooth * w).sum(1) / cnt)
                 err.append((wrong * w).sum(1) / cnt)
             else:
-                y = y.to(device)
+                y = on_device(y, device)
                 logp = torch.log_softmax(logits, -1)
                 ce.append(-logp.gather(1, y[:, None]).squeeze(1))
                 e = (logits.argmax(-1) != y).double()
@@ -92,9 +94,14 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
                 fy = logits.gather(1, y[:, None]).squeeze(1)
                 other = logits.scatter(1, y[:, None], -math.inf).max(1).values
                 margin.append(fy - other)
-    cat = lambda xs: torch.cat(xs).cpu().numpy()  # noqa: E731
-    return PassResult(cat(err), cat(ce), cat(bounded), cat(margin) if margin else None,
-                      tmax, fmax)
+    columns = [torch.cat(xs) for xs in (err, ce, bounded, margin) if xs]
+    n = columns[0].shape[0]
+    packed = torch.cat([*columns, torch.stack([tmax, fmax, nonfinite])]).cpu().numpy()
+    if packed[-1] > 0:  # the pass's one synchronisation is the copy above
+        raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
+    parts = [packed[k * n:(k + 1) * n] for k in range(len(columns))]
+    return PassResult(parts[0], parts[1], parts[2], parts[3] if margin else None,
+                      float(packed[-3]), float(packed[-2]))
 
 
 def ramp_risk(margins: np.ndarray, gamma: float) -> float:
@@ -102,38 +109,45 @@ def ramp_risk(margins: np.ndarray, gamma: float) -> float:
     return float(np.mean(np.clip(1.0 - margins / gamma, 0.0, 1.0)))
 
 
-def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_samples: int
-                  ) -> tuple[list[Callable[[], torch.Tensor]], int]:
+def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_samples: int,
+                  rows: int | None = None) -> tuple[list[Callable[[], torch.Tensor]], int]:
     """The mean training loss (cross-entropy / NLL) on the first ``max_samples`` samples, as
     one closure per batch (the batch's summed loss divided by the number used), with graphs
-    for second derivatives. The terms add up to the mean loss; each is evaluated on its own,
-    so a Hessian estimate holds one batch of activations at a time, whatever the count."""
+    for second derivatives; ``rows``: at most that many rows per term (a batch cut in pieces).
+    The terms add up to the mean loss; each is evaluated on its own, so a Hessian estimate
+    holds one term's activations at a time, whatever the count."""
     chosen = []
     left = max_samples
     for inputs, y in data.batches:
+        size = min(left, next(iter(inputs.values())).shape[0])
+        step = rows or max(size, 1)
+        for lo in range(0, size, step):
+            hi = min(size, lo + step)
+            host = {k: v[lo:hi] for k, v in inputs.items()}
+            # on the device once, here: a term runs once per probe pass, under torch.func
+            chosen.append((to_device(host, device), None if y is None else
+                           on_device(y[lo:hi], device), mask_is_full(host)))
+        left -= size
         if left <= 0:
             break
-        b = min(left, next(iter(inputs.values())).shape[0])
-        chosen.append(({k: v[:b] for k, v in inputs.items()}, None if y is None else y[:b]))
-        left -= b
-    used = sum(next(iter(i.values())).shape[0] for i, _ in chosen)
+    used = sum(next(iter(i.values())).shape[0] for i, _, _ in chosen)
 
-    def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None) -> torch.Tensor:
-        inputs = to_device(inputs, device)
+    def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None,
+             full: bool) -> torch.Tensor:
         if tm.is_lm:
             inputs, targets, keep = lm_targets(tm, inputs)
-            logits = tm.model(**inputs).logits
+            logits = tm.model(**model_call(inputs, full)).logits
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]
             lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             w = keep.to(lp.dtype)
             per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
         else:
-            logits = tm.model(**inputs).logits
-            per = torch.nn.functional.cross_entropy(logits, y.to(device), reduction="none")
+            logits = tm.model(**model_call(inputs, full)).logits
+            per = torch.nn.functional.cross_entropy(logits, y, reduction="none")
         return per.sum() / used
 
-    return [functools.partial(term, i, y) for i, y in chosen], used
+    return [functools.partial(term, *c) for c in chosen], used
 
 
 def hessian_closure(tm: TaskModel, data: Batched, device: torch.device, max_samples: int):
@@ -150,16 +164,17 @@ LS_MESH = tuple(float(x) for x in np.linspace(0.01, 0.00001, 20))  # lintilhac_s
 def perturbation_term(tm: TaskModel, data: Batched, device: torch.device,
                       sigmas: Sequence[float], draws: int, probes: int, samples: int,
                       seed: int, progress: Progress | None = None,
-                      routes: list[str] | None = None) -> np.ndarray:
+                      routes: list[str] | None = None, rows: int | None = None) -> np.ndarray:
     """P̂(σ) of Lintilhac–Shaikh at each σ: the 90th percentile over ``draws`` noise draws
     u ~ N(0, σ²I) of |tr ∇²L̂(θ + u) − tr ∇²L̂(θ)|, both traces by Hutchinson with the same
     Rademacher probes (common random numbers), on the first ``samples`` samples (streamed a
-    batch at a time, as in :func:`hessian_terms`). ``routes``: where given, each distinct
+    term of at most ``rows`` rows at a time, as in :func:`hessian_terms`). ``routes``: where
+    given, each distinct
     route of the Hessian-vector products (``HessianTrace.route``) is appended to it."""
     from .curvature import hutchinson_trace
     from .gibbs import perturbed
 
-    terms, _ = hessian_terms(tm, data, device, samples)
+    terms, _ = hessian_terms(tm, data, device, samples, rows)
     for p in tm.model.parameters():
         p.requires_grad_(True)
     total = len(sigmas) * draws + 1

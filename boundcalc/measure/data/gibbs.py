@@ -20,9 +20,10 @@ Carlo error, not bitwise (different generators).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +35,7 @@ from ...stats import Quantity
 from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import Progress, lm_targets, to_device
+from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
 
 Sigma = float | Mapping[str, float]
 MODES = ("auto", "sample", "whole")
@@ -252,12 +253,14 @@ def rows_per_chunk(tm: TaskModel, seq_len: int, batch_rows: int) -> int:
 
 
 def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tensor | None,
-                  alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+                  alpha: float, full_mask: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row bounded loss (float64, on the device; see :mod:`.data_pass`) and the count of
-    non-finite logits, without a host synchronisation."""
+    non-finite logits, without a host synchronisation. ``full_mask``: the attention mask is
+    all ones (:func:`.inputs.mask_is_full`, read on the host) and is left out of the model
+    call, where it would only be read back to be skipped."""
     if tm.is_lm:
         inputs, targets, keep = lm_targets(tm, inputs)
-    logits = tm.model(**inputs).logits
+    logits = tm.model(**model_call(inputs, full_mask)).logits
     bad = (~torch.isfinite(logits)).sum()
     logits = logits.double()
     if tm.is_lm:
@@ -271,6 +274,11 @@ def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tenso
     else:
         loss = (logits.argmax(-1) != y).double()
     return loss.clamp(0.0, 1.0), bad
+
+
+def _batch_rows(data: Batched) -> int:
+    """The rows of ``data``'s largest batch."""
+    return max(next(iter(b[0].values())).shape[0] for b in data.batches)
 
 
 def _take(batch: tuple[dict[str, torch.Tensor], torch.Tensor | None], rows: torch.Tensor):
@@ -323,10 +331,10 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
             if progress:
                 progress(0, len(sigmas) * passes, note)
     per_row = mode == "sample"
-    chunk = rows_per_chunk(tm, data.seq_len, max(next(iter(b[0].values())).shape[0]
-                                                  for b in data.batches)) \
+    chunk = rows_per_chunk(tm, data.seq_len, _batch_rows(data)) \
         if engine == "hooks" else (1 if engine == "loop" else 1 << 62)
     rows = samples if samples is not None else data.n
+    per_batch = f", batches of {min(chunk, _batch_rows(data))} rows"
     means = np.empty((len(sigmas), passes))
     pert = Perturber(model) if engine != "hooks" else None
     total = len(sigmas) * passes
@@ -338,36 +346,67 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
             rng = np.random.default_rng([seed, i])
             if pert is not None:
                 pert.gen = gen
-            hooks = RowNoise(model, sig, gen) if engine == "hooks" else None
+            hooks = RowNoise(model, sig, gen, deferred=True) if engine == "hooks" else None
             with torch.no_grad(), (hooks if hooks is not None else _null()):
                 for j in range(passes):
                     if progress:
                         progress(i * passes + j, total,
-                                 f"Gibbs risk σ={label}, {rows} samples per step")
-                    acc = torch.zeros((), dtype=torch.float64, device=device)
-                    bad = torch.zeros((), dtype=torch.int64, device=device)
+                                 f"Gibbs risk σ={label}, {rows} samples per step{per_batch}")
                     if engine == "weights":
                         pert.draw(sig)
-                    for batch in _pass_batches(data, samples, rng, chunk):
-                        inputs, y = to_device(batch[0], device), batch[1]
-                        y = None if y is None else y.to(device)
-                        if engine == "loop":
-                            pert.draw(sig)
-                        if hooks is not None:
-                            hooks.start_pass(next(iter(inputs.values())).shape[0])
-                        loss, b = _bounded_rows(tm, inputs, y, alpha)
-                        acc += loss.sum()
-                        bad += b
-                    got = torch.stack([acc, bad.double()]).tolist()  # the pass's one sync
-                    if got[1] > 0:
+                    total_loss, bad = _one_pass(tm, _pass_batches(data, samples, rng, chunk),
+                                                device, alpha, hooks,
+                                                pert.draw if engine == "loop" else None, sig)
+                    if bad > 0:
                         raise BoundcalcError(f"{tm.source}: the perturbed model produced NaN or "
                                              f"infinite logits at σ={label}")
-                    means[i, j] = got[0] / rows
+                    means[i, j] = total_loss / rows
     finally:
         if pert is not None:
             pert.restore()
     return GibbsEstimate(means, mode, rows, rows if per_row else 1, samples is not None,
                          engine, note)
+
+
+def _one_pass(tm: TaskModel, batches, device: torch.device, alpha: float,
+              hooks: Any, draw: Callable | None, sig: dict[str, float]) -> tuple[float, float]:
+    """``(summed bounded loss, count of non-finite logits)`` of one pass over ``batches``, with
+    one host synchronisation: the per-batch sums and the hooks' counts of rows whose Gram had no
+    factor (:class:`.row_noise.RowNoise`, deferred) are read together at the end; a batch with
+    such rows is then run again with :meth:`~.row_noise.RowNoise.replay` (same draws, those
+    rows repaired) and its figures replaced. ``draw``: a weight draw before each batch (the
+    ``loop`` engine)."""
+    sums, bads, fails = [], [], []
+    for batch in batches:
+        inputs, y = _on_device(batch, device)
+        full = mask_is_full(batch[0])
+        if draw is not None:
+            draw(sig)
+        mark = None
+        if hooks is not None:
+            mark = hooks.mark()
+            hooks.start_pass(next(iter(inputs.values())).shape[0])
+        loss, b = _bounded_rows(tm, inputs, y, alpha, full)
+        sums.append(loss.sum())
+        bads.append(b.double())
+        failed = hooks.failures() if hooks is not None else None
+        if failed is not None:
+            fails.append((len(sums) - 1, failed.double(), mark, batch))
+    got = torch.stack([*sums, *bads, *(f[1] for f in fails)]).tolist()  # the pass's one sync
+    n = len(sums)
+    for (k, _, mark, batch), count in zip(fails, got[2 * n:]):
+        if count > 0:  # rare: rows whose Gram had no factor; the same draws, repaired
+            inputs, y = _on_device(batch, device)
+            with hooks.replay(mark):
+                hooks.start_pass(next(iter(inputs.values())).shape[0])
+                loss, b = _bounded_rows(tm, inputs, y, alpha, mask_is_full(batch[0]))
+            got[k], got[n + k] = float(loss.sum()), float(b)
+    return sum(got[:n]), sum(got[n:2 * n])
+
+
+def _on_device(batch, device: torch.device):
+    inputs, y = batch
+    return to_device(inputs, device), None if y is None else on_device(y, device)
 
 
 def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: list[str],
@@ -377,8 +416,7 @@ def _hooks_unproven(tm: TaskModel, data: Batched, device: torch.device, names: l
     from .row_audit import audit
 
     batch = data.batches[0]
-    inputs, y = to_device(batch[0], device), batch[1]
-    y = None if y is None else y.to(device)
+    inputs, y = _on_device(batch, device)
     rows = next(iter(inputs.values())).shape[0]
 
     def run(k: int) -> None:

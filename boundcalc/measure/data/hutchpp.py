@@ -130,8 +130,8 @@ def hutchpp_trace(model: torch.nn.Module, loss_fn: Closure, *, sketch: int = 20,
         for lo in range(0, n, batch_size):  # a batch at a time: n × dim would not fit
             G = _rademacher_rows(min(batch_size, n - lo), hvp.dim, hvp.device, gen)
             G = G - (G @ Q) @ Q.T
-            out.append((G * hvp(G)).sum(1).cpu().numpy())
-        return np.concatenate(out) if out else np.zeros(0)
+            out.append((G * hvp(G)).sum(1))
+        return torch.cat(out).cpu().numpy() if out else np.zeros(0)  # one copy to the host
 
     from scipy import stats as sps
 

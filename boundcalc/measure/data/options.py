@@ -28,7 +28,9 @@ class MeasureOptions:
     """The data side's options (defaults: the CLI's); checked when built.
 
     Reading DATA: ``device`` (auto | cpu | cuda[:i]), ``text_column``, ``label_column``,
-    ``max_length`` (tokens per text), ``batch_size``, ``head_init`` (the centre of tensors
+    ``max_length`` (tokens per text), ``batch_size`` (rows per batch of every data-side pass;
+    None: 32 on a CPU, sized to the card's memory on CUDA, :mod:`.batch_rows`), ``head_init``
+    (the centre of tensors
     ``init`` lacks). Isotropic Gibbs risk: ``sigmas`` (each snapped to the Dziugaite–Roy grid),
     ``draws`` passes per σ (0: skip), ``delta_mc`` (δ′ of the Monte Carlo step, split over the
     σ points), ``gibbs_mode`` (auto | sample | whole), ``gibbs_samples`` (m rows drawn per
@@ -48,7 +50,7 @@ class MeasureOptions:
     text_column: str = "text"
     label_column: str = "label"
     max_length: int = 128
-    batch_size: int = 32
+    batch_size: int | None = None
     head_init: Any = None
     sigmas: tuple[float, ...] = DEFAULT_SIGMAS
     draws: int = 20
@@ -74,6 +76,11 @@ class MeasureOptions:
         object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
         if self.precision is not None:
             check_precision(self.precision)
+        if self.batch_size is not None and (isinstance(self.batch_size, bool)
+                                            or not isinstance(self.batch_size, int)
+                                            or self.batch_size < 1):
+            raise BoundcalcError(f"{option('batch_size', self.batch_size)}: expected a whole "
+                                 "number of rows >= 1")
         if self.draws < 0 or self.hessian_probes < 0 or self.hessian_probes == 1:
             raise BoundcalcError(f"{option('draws')} must be >= 0 and "
                                  f"{option('hessian_probes')} 0 or >= 2")

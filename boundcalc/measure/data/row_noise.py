@@ -24,12 +24,15 @@ The weights of hooked modules are never modified. Exactness needs every trainabl
 be owned by exactly one module (no tied weights) and every owning module to run at most once
 per forward pass; :func:`plan` checks the first statically, the hooks check the second on
 every pass. Noise is drawn on the model's device, in the parameter dtype, from the given
-device generator.
+device generator (the draws whose amount depends on the data from a second one, see
+:class:`RowNoise`). In ``deferred`` mode no hook reads anything back from the device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -122,17 +125,24 @@ def _same_rows(whole: Any, rows: list[Any], R: int) -> bool:
                                atol=1e-5 * float(whole.abs().max()) + 1e-12))
 
 
+def _gram_cholesky(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(L, info)``: the batched Cholesky factor of the T × T Grams XXᵀ (formed in float32,
+    float64 for float64 inputs) and ``cholesky_ex``'s per-row ``info`` (0: L is exact for that
+    row; else the row's L is not usable). No host synchronisation."""
+    work = X if X.dtype in (torch.float32, torch.float64) else X.float()
+    return torch.linalg.cholesky_ex(torch.bmm(work, work.transpose(1, 2)))
+
+
 def _gram_factor(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(L, bad)``: L (R, T, T) lower triangular with LLᵀ = XXᵀ row by row (zero for the
     rows in ``bad``), and the indices of the rows whose Gram has no Cholesky factor even in
-    float64 (None when every row has one; the only host synchronisation is reading that
-    count). The Gram is formed in float32 (float64 for float64 inputs)."""
-    work = X if X.dtype in (torch.float32, torch.float64) else X.float()
-    L, info = torch.linalg.cholesky_ex(torch.bmm(work, work.transpose(1, 2)))
+    float64 (None when every row has one): :func:`_gram_cholesky`, the failed rows retried in
+    float64. Reading which rows failed is a host synchronisation."""
+    L, info = _gram_cholesky(X)
     failed = info.nonzero().flatten()
     if failed.numel() == 0:
         return L, None
-    if work.dtype != torch.float64:
+    if L.dtype != torch.float64:
         X64 = X.index_select(0, failed).double()
         L64, info64 = torch.linalg.cholesky_ex(torch.bmm(X64, X64.transpose(1, 2)))
         ok = info64 == 0
@@ -143,16 +153,52 @@ def _gram_factor(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     return L, failed if failed.numel() else None
 
 
+def _gram_is_cheaper(T: int, d_in: int, d_out: int) -> bool:
+    """Whether a row's noise costs less by the T × T Gram's Cholesky factor (T²·(d_in + d_out)
+    multiply-adds, T³/3 for the factor, T·d_out normals) than directly as X·Ξ (T·d_in·d_out
+    multiply-adds, d_in·d_out normals); both are exact. The Gram needs T < d_in to pay."""
+    gram = T * T * (d_in + d_out) + T ** 3 / 3 + T * d_out
+    return T < d_in and gram < T * d_in * d_out + d_in * d_out
+
+
+def _aux_seed(seed: int, batch: int) -> int:
+    """The seed of the auxiliary generator for batch ``batch`` of a RowNoise seeded ``seed``."""
+    digest = hashlib.blake2b(f"row_noise aux {seed} {batch}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
 class RowNoise:
     """Forward hooks giving each of ``rows`` rows its own draw u ∼ N(0, diag σ²) (see module
-    docstring). Use as a context manager; call :meth:`start_pass` before each forward pass."""
+    docstring). Use as a context manager; call :meth:`start_pass` before each forward pass.
+
+    Draws come from ``generator``, except the two kinds whose amount depends on the data: the
+    direct draws of rows whose Gram has no factor and the noisy check of a replayed module,
+    which come from an auxiliary generator seeded afresh for every pass from ``generator``'s
+    seed and the pass's index. So the main stream a pass consumes depends on its shapes only.
+
+    ``deferred``: a Linear or Conv2d never synchronises with the host. A row whose Gram has
+    no Cholesky factor in the working precision is not repaired but counted (:meth:`failures`,
+    on the device); the caller reads the count once per pass and runs each pass that had one
+    again with :meth:`replay`, which repairs such rows exactly as the default mode does (a
+    float64 retry, else the direct draw). A pass and its replay consume the same draws, so a
+    pass without a failure is exactly its replay, and the result is the replay's in every
+    case: the same law as the default mode. A module whose rows failed once is repaired on
+    the spot in the passes after (one synchronisation each) instead of being replayed."""
 
     def __init__(self, model: nn.Module, sigma_of: Mapping[str, float],
-                 generator: torch.Generator) -> None:
+                 generator: torch.Generator, *, deferred: bool = False) -> None:
         hooked, replayed, reason = plan(model, sigma_of)
         if reason is not None:
             raise refused(reason)
         self.gen = generator
+        self.aux = torch.Generator(device=generator.device)
+        self.deferred = deferred
+        self._replaying = False
+        self._seed = int(generator.initial_seed())
+        self._next = self._batch = 0  # index of the next and of the current pass
+        self._infos: list[torch.Tensor] = []
+        self._sticky: set[str] = set()  # modules repaired on the spot in deferred mode
+        self._path = ""
         self.rows = 0
         self.calls: dict[str, int] = {}
         self._plan = hooked
@@ -193,6 +239,39 @@ class RowNoise:
         """Before each forward pass: the number of rows (each gets its own draw)."""
         self.rows = rows
         self.calls.clear()
+        self._infos.clear()
+        if not self._replaying:
+            self._batch = self._next
+            self._next += 1
+        self.aux.manual_seed(_aux_seed(self._seed, self._batch))
+
+    def mark(self) -> tuple[torch.Tensor, int]:
+        """Before :meth:`start_pass`: what :meth:`replay` needs to run the coming pass again
+        (the main generator's state and the pass's index; no host synchronisation)."""
+        return self.gen.get_state(), self._next
+
+    def failures(self) -> torch.Tensor | None:
+        """After a deferred pass: the number of rows, summed over the Linears and Conv2ds, whose
+        Gram had no Cholesky factor (an int64 tensor on the device), or None when no Gram
+        route was deferred in the pass."""
+        if not self._infos:
+            return None
+        return torch.cat(self._infos).count_nonzero()
+
+    @contextmanager
+    def replay(self, mark: tuple[torch.Tensor, int]) -> Iterator[None]:
+        """Inside it, the pass ``mark`` was taken before runs again (call :meth:`start_pass`
+        and the forward pass) with the same draws, every failed row repaired; the generator
+        continues afterwards where it was."""
+        state, batch = mark
+        after = self.gen.get_state()
+        self._replaying, self._batch = True, batch
+        self.gen.set_state(state)
+        try:
+            yield
+        finally:
+            self.gen.set_state(after)
+            self._replaying = False
 
     def _wrap(self, path: str, sig: dict[str, float], fn: Callable) -> Callable:
         def hook(mod: nn.Module, args: tuple, kwargs: dict, out: torch.Tensor) -> torch.Tensor:
@@ -200,6 +279,7 @@ class RowNoise:
                 self._lead(path, (*args, *kwargs.values()))
                 return out
             self._count(path)
+            self._path = path
             return fn(mod, args[0] if args else kwargs["input"], out, sig)
         return hook
 
@@ -247,9 +327,9 @@ class RowNoise:
         return replay
 
     def _draw_rows(self, params: dict[str, torch.Tensor], sig: dict[str, float],
-                   R: int) -> dict[str, torch.Tensor]:
+                   R: int, gen: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         """θ + u_r for r < R, stacked along each parameter's leading axis of 1."""
-        return {a: p.detach() + self._randn((R, *p.shape[1:]), p) * sig[a]
+        return {a: p.detach() + self._randn((R, *p.shape[1:]), p, gen) * sig[a]
                 for a, p in params.items()}
 
     @staticmethod
@@ -309,7 +389,7 @@ class RowNoise:
         ``mod``'s own parameters differ between rows)."""
         self._quiet = True
         try:
-            draws = self._draw_rows(params, sig, R)
+            draws = self._draw_rows(params, sig, R, self.aux)
             try:
                 whole = self._with_params(mod, draws, lambda: forward(*args, **kwargs))
                 rows = [self._with_params(mod, {a: d[b:b + 1] for a, d in draws.items()},
@@ -322,8 +402,10 @@ class RowNoise:
         if _same_rows(whole, rows, R):
             self._stacked.add(path)
 
-    def _randn(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
-        return torch.randn(shape, generator=self.gen, device=like.device, dtype=like.dtype)
+    def _randn(self, shape: tuple[int, ...], like: torch.Tensor,
+               gen: torch.Generator | None = None) -> torch.Tensor:
+        return torch.randn(shape, generator=gen or self.gen, device=like.device,
+                           dtype=like.dtype)
 
     def _rows_of(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` with its leading axis equal to :attr:`rows` (a broadcast axis of 1 expanded)."""
@@ -339,29 +421,40 @@ class RowNoise:
 
         The columns of X·Eᵀ are N(0, σ_w²·XXᵀ), so X·Eᵀ has the law of σ_w·L·ξ for any L with
         LLᵀ = XXᵀ and ξ a T × d_out standard normal matrix. L is the Cholesky factor of the
-        T × T Gram when T < d_in (no QR, SVD or solve: one batched ``cholesky_ex``), else X
-        itself with ξ d_in × d_out. A row whose Gram is not numerically positive definite in
-        the working precision is retried in float64, and one still refused (repeated rows of
-        X: rank < T) gets its noise as X·Ξ directly, Ξ a d_in × d_out draw: exact either way.
-        The bias noise is a last column σ_b of L, shared by the row's positions."""
+        T × T Gram (no QR, SVD or solve: one batched ``cholesky_ex``) where that costs less
+        than taking X itself with ξ d_in × d_out (:func:`_gram_is_cheaper`, never when
+        T ≥ d_in). A row whose Gram is not numerically positive definite in the working
+        precision is retried in float64, and one still refused (repeated rows of
+        X: rank < T) gets its noise as X·Ξ directly, Ξ a d_in × d_out draw of the auxiliary
+        generator: exact either way (deferred mode: counted instead, see the class). The bias
+        noise σ_b·e is a last row of the same draw ξ, shared by the row's positions."""
         R, T, d_in = X.shape
-        cols = []
+        F = None
         bad = None
         if sw > 0:
-            if T < d_in:
-                L, bad = _gram_factor(X)
-                cols.append(L.to(y3.dtype) * sw)
+            if _gram_is_cheaper(T, d_in, y3.shape[2]):
+                if self.deferred and not self._replaying and self._path not in self._sticky:
+                    F, info = _gram_cholesky(X)
+                    self._infos.append(info)
+                else:
+                    F, bad = _gram_factor(X)
+                    if bad is not None:
+                        self._sticky.add(self._path)
+                F = F.to(y3.dtype)
             else:
-                cols.append(X.to(y3.dtype) * sw)
+                F = X.to(y3.dtype)
+        k = 0 if F is None else F.shape[2]
+        xi = self._randn((R, k + (sb > 0), y3.shape[2]), y3)
+        out = y3
+        if F is not None:
+            out = torch.baddbmm(out, F, xi[:, :k] if sb > 0 else xi, alpha=sw)
         if sb > 0:
-            cols.append(torch.full((R, T, 1), sb, dtype=y3.dtype, device=y3.device))
-        L = cols[0] if len(cols) == 1 else torch.cat(cols, dim=2)
-        xi = self._randn((R, L.shape[2], y3.shape[2]), y3)
-        out = torch.baddbmm(y3, L, xi)
-        if bad is not None and bad.numel():  # rank-deficient rows: their Cholesky part is 0
+            out = torch.add(out, xi[:, k:] if k else xi, alpha=sb)
+        if bad is not None:  # rank-deficient rows: their Cholesky part is 0
             Xb = X.index_select(0, bad).to(y3.dtype)
-            direct = torch.bmm(Xb, self._randn((bad.shape[0], d_in, y3.shape[2]), y3)) * sw
-            out = out.index_add(0, bad, direct)
+            direct = torch.bmm(Xb, self._randn((bad.shape[0], d_in, y3.shape[2]), y3,
+                                               self.aux))
+            out = out.index_add(0, bad, direct, alpha=sw)
         return out
 
     def _linear(self, mod: nn.Linear, x: torch.Tensor, y: torch.Tensor,
@@ -389,29 +482,38 @@ class RowNoise:
 
     def _embedding(self, mod: nn.Embedding, ids: torch.Tensor, y: torch.Tensor,
                    sig: dict[str, float]) -> torch.Tensor:
+        """One noise vector per distinct id of a row, without a host synchronisation: a
+        position takes the draw of the row's first position holding the same id (a stable
+        sort and a search find it), so repeated ids share their noise."""
         R = self.rows
-        ids = self._rows_of(ids).reshape(R, -1)
+        ids = ids.reshape(ids.shape[0] if ids.ndim > 1 else 1, -1)  # (R or 1, T)
+        if ids.shape[0] > 1 and ids.stride(0) == 0:  # one row of ids broadcast to every row
+            ids = ids[:1]
+        ids = ids.contiguous()
+        T = ids.shape[1]
         y = self._rows_of(y)
-        key = torch.arange(R, device=ids.device)[:, None] * mod.num_embeddings + ids
-        uniq, inv = torch.unique(key, return_inverse=True)
-        e = self._randn((uniq.shape[0], mod.embedding_dim), y) * sig["weight"]
-        return y + e[inv].reshape(y.shape)
+        s, perm = ids.sort(dim=1, stable=True)
+        first = self._rows_of(perm.gather(1, torch.searchsorted(s, ids)))
+        d = mod.embedding_dim
+        e = self._randn((R, T, d), y).gather(1, first.unsqueeze(2).expand(R, T, d))
+        return torch.add(y, e.reshape(y.shape), alpha=sig["weight"])
 
     def _layer_norm(self, mod: nn.LayerNorm, x: torch.Tensor, y: torch.Tensor,
                     sig: dict[str, float]) -> torch.Tensor:
+        """y + x̂·ε_γ + ε_β with ε_γ, ε_β drawn together, one pair per row."""
         R = self.rows
-        x = self._rows_of(x)
         y = self._rows_of(y)
-        d = y.shape[-1]
-        mid = (1,) * (y.ndim - 2)
+        sw, sb = sig.get("weight", 0.0), sig.get("bias", 0.0)
+        parts = (sw > 0) + (sb > 0)
+        if not parts:
+            return y
+        z = self._randn((R, parts, *(1,) * (y.ndim - 2), y.shape[-1]), y)
         out = y
-        s = sig.get("weight", 0.0)
-        if s > 0:
+        if sw > 0:
+            x = self._rows_of(x)
             xf = x.float() if x.dtype not in (torch.float32, torch.float64) else x
-            var, mean = torch.var_mean(xf, dim=-1, keepdim=True, unbiased=False)
-            xhat = ((xf - mean) * torch.rsqrt(var + mod.eps)).to(y.dtype)
-            out = out + xhat * (self._randn((R, *mid, d), y) * s)
-        s = sig.get("bias", 0.0)
-        if s > 0:
-            out = out + self._randn((R, *mid, d), y) * s
+            xhat = nn.functional.layer_norm(xf, mod.normalized_shape, eps=mod.eps).to(y.dtype)
+            out = torch.addcmul(out, xhat, z[:, 0], value=sw)
+        if sb > 0:
+            out = torch.add(out, z[:, parts - 1], alpha=sb)
         return out

@@ -31,7 +31,8 @@ from ...words import keyword, option
 from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, ramp_risk,
                         run_pass)
 from .dataset_io import read_batches
-from .gibbs import gibbs_estimate
+from .batch_rows import DEFAULT_ROWS, batch_rows
+from .gibbs import gibbs_estimate, resolve_mode
 from ... import plan
 from ..device import (default_precision, device_name, precision as data_precision,
                       precision_record, resolve_device, work_budget_for)
@@ -80,7 +81,7 @@ def measure_task(model: str, data: str, init: str | None = None,
     counts = dict(sigmas=len({p["j"] for p in snaps}), draws=opts.draws,
                   hessian_probes=opts.hessian_probes, hessian_samples=opts.hessian_samples,
                   perturbation_draws=opts.perturbation_draws, gibbs_samples=opts.gibbs_samples,
-                  batch_size=opts.batch_size)
+                  batch_size=opts.batch_size or DEFAULT_ROWS)
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
     if opts.groups:
@@ -97,10 +98,10 @@ def measure_task(model: str, data: str, init: str | None = None,
     n_params = sum(p.numel() for p in tm.model.parameters())
     plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
 
-    def read(source: str):
+    def read(source: str, rows: int | None = None):
         return read_batches(source, tm, text_column=opts.text_column,
                             label_column=opts.label_column, max_length=opts.max_length,
-                            batch_size=opts.batch_size)
+                            batch_size=rows or opts.batch_size or DEFAULT_ROWS)
 
     batched = read(data)
     plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
@@ -137,6 +138,12 @@ def measure_task(model: str, data: str, init: str | None = None,
     stats.provenance["precision"] = precision_record(prec, dev)
     try:
         with blas_threads(n_threads), data_precision(prec, dev):
+            rows, stats.provenance["batch_size"] = batch_rows(
+                tm, batched, dev, opts.batch_size,
+                per_sample=opts.draws > 0 and resolve_mode(tm, opts.gibbs_mode)[1] == "hooks")
+            if rows != (opts.batch_size or DEFAULT_ROWS):  # sized to the card: read again
+                batched = read(data, rows)
+                tune = read(opts.tune_data, rows) if tune is not None else None
             _data_side(stats, tm, batched, dev, data, init, opts, report)
             if opts.groups:
                 from .tune import measure_groups
@@ -162,7 +169,7 @@ def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) 
     probes = max(opts.hessian_probes, 2)
     routes: list[str] = []
     values = perturbation_term(tm, batched, dev, LS_MESH, draws, probes, samples, seed, report,
-                               routes=routes)
+                               routes=routes, rows=opts.batch_size or DEFAULT_ROWS)
     stats.provenance["perturbation_term_hvp"] = "; ".join(routes)
     stats.curves["perturbation_term"] = Curve(
         "sigma", np.array(LS_MESH), values, estimated=True, n_samples=draws,
@@ -288,7 +295,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
     if opts.hessian_probes >= 2:
         with data_precision("fp32", dev):  # curvature ignores the precision option
             _hessian(stats, tm, batched, dev, opts.hessian_probes, opts.hessian_samples, seed,
-                     report)
+                     report, rows=opts.batch_size or DEFAULT_ROWS)
     stats.provenance.update({
         "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
         "architecture_class": tm.architecture, "data_columns": batched.columns,
@@ -323,10 +330,13 @@ def _prior_note(stats: Stats, init: Any) -> str:
 
 
 def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: int,
-             report=None) -> None:
+             report=None, rows: int | None = None) -> None:
+    """The Hessian trace on the first ``samples`` rows, in terms of at most ``rows`` rows (a
+    gradient pass holds far more per row than the forward the batches were sized on; the
+    probes stacked per pass are sized from its measured peak instead, on a card)."""
     from .curvature import attach_hessian_trace, hutchinson_trace, param_groups
 
-    terms, used = hessian_terms(tm, batched, dev, samples)
+    terms, used = hessian_terms(tm, batched, dev, samples, rows)
     try:
         groups = param_groups(tm.model)
     except BoundcalcError:
