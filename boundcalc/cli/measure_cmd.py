@@ -220,7 +220,8 @@ def measure_cmd(
                 tune_data=tune_data, tune_draws=tune_draws, tune_slack=tune_slack,
                 group_draws=group_draws, allow_overlap=allow_overlap, init_data=init_data,
                 threads=threads, precision=precision)
-            stats = measure_task(model, data, init, options, progress=progress)
+            stats = measure_task(model, data, init, options, progress=progress,
+                                 say=stages.note)
         else:
             if precision is not None:
                 raise BoundcalcError("--precision sets the data side's arithmetic: it needs "

@@ -88,6 +88,15 @@ class Stages:
         sys.stderr.write(f"boundcalc {self.command}: {one_line(message)}\n")
         sys.stderr.flush()
 
+    def note(self, message: str) -> None:
+        """One line on stderr before a long stage (a plan), on a terminal too; not when
+        quiet."""
+        if self.quiet:
+            return
+        self.spoke = True
+        sys.stderr.write(f"boundcalc {self.command}: {one_line(message)}\n")
+        sys.stderr.flush()
+
     def done(self) -> None:
         if self.spoke:
             self.say(f"done in {self.elapsed():.1f} s", force=True)

@@ -47,13 +47,16 @@ __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "me
 
 def measure_task(model: str, data: str, init: str | None = None,
                  options: MeasureOptions | None = None, *, progress: Any = None,
-                 **keywords: Any) -> Stats:
+                 say: Any = None, **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``options`` (:class:`~.options.MeasureOptions`, checked when built) says what to measure;
     ``keywords`` are its fields given one by one (``draws=5``, ``sigmas=(0.01,)``; ``alpha`` is
     ``smoothing``), in place of the values of ``options`` when both are given. ``progress``:
-    True for a terminal bar, a callable ``(done, total, what)``, or None.
+    True for a terminal bar, a callable ``(done, total, what)``, or None. ``say(line)``
+    gets the plan (:mod:`.work_plan`: the passes and their time here, from a one-batch
+    calibration) before the first pass over the data; a plan longer than the time budget is
+    refused then.
 
     ``sigma_groups`` (implied by ``tune_data``) adds the per-group Gaussian posterior of
     :mod:`.tune`: σ_g searched on ``tune_data`` (disjoint from DATA, e.g. the split the prior
@@ -144,6 +147,7 @@ def measure_task(model: str, data: str, init: str | None = None,
             if rows != (opts.batch_size or DEFAULT_ROWS):  # sized to the card: read again
                 batched = read(data, rows)
                 tune = read(opts.tune_data, rows) if tune is not None else None
+            _say_plan(stats, tm, batched, dev, opts, counts["sigmas"], tune, say)
             _data_side(stats, tm, batched, dev, data, init, opts, report)
             if opts.groups:
                 from .tune import measure_groups
@@ -161,6 +165,33 @@ def measure_task(model: str, data: str, init: str | None = None,
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
     return stats
+
+
+def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, sigma_points: int,
+              tune, say) -> None:
+    """The data side's passes and, where more than the data pass runs, their time here from
+    a one-batch calibration (:mod:`.work_plan`): said, recorded in ``provenance.plan``, and
+    refused above the time budget, before any pass over the data."""
+    from . import work_plan
+    from .tune import sigma_groups
+
+    n_groups = len(set(sigma_groups(tm.model).values())) if opts.groups else 0
+    plan_ = work_plan.stages(opts, batched.n, sigma_points, tune.n if tune is not None else None,
+                             n_groups)
+    record: dict[str, Any] = {"stages": [vars(st) for st in plan_]}
+    if len(plan_) > 1:
+        speed = work_plan.calibrate(tm, batched, dev,
+                                    noisy=any(st.kind == "noisy" for st in plan_))
+        seconds = work_plan.estimate(plan_, speed)
+        record.update(calibration=speed, seconds=seconds)
+        text = work_plan.plan_text(plan_, speed, seconds)
+    else:
+        text = f"plan: {plan_[0].what}: 1 × {plan_[0].rows} rows"
+    stats.provenance["plan"] = record
+    if say is not None:
+        say(text)
+    if "seconds" in record:
+        work_plan.check(plan_, record["seconds"])
 
 
 def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) -> None:

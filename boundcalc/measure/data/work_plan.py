@@ -1,0 +1,141 @@
+"""The data side's plan, said before any pass over the data starts (issue 44 item 3).
+
+``measure --data`` multiplies work: σ points × draws passes over S, a σ search on the tune rows,
+passes at the per-group σ, Hessian probes. :mod:`boundcalc.plan` refuses counts that cannot
+finish on *any* machine (optimistic speeds, before the model is loaded); this module says what
+*this* run will do and how long it should take *here*:
+
+* :func:`stages`: the passes, from the options and the sizes (rows of S and of the tune data,
+  σ points, parameter groups): each stage with its rows and whether its forwards carry a
+  posterior draw per row (the Monte Carlo) or not (the data pass), or are gradient passes
+  (Hessian-vector products, counted as :data:`HVP_FORWARDS` forwards each);
+* :func:`calibrate`: the seconds per row of one plain and one per-row-noise forward, measured
+  on the first batch (the noisy one only when a stage needs it);
+* :func:`estimate` and :func:`plan_text`: their product, and one line that states it.
+
+Contract: the estimate is a measurement of this machine now (another load later changes it),
+not a bound; it is said, never used in a certificate. :func:`check` refuses a plan whose
+estimate exceeds the time budget (:func:`boundcalc.limits.time_budget`, the option
+``time_budget``) in one line naming the options that shrink it, before any pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ...errors import ResourceError
+from ...limits import time_budget
+from ...words import option
+
+HVP_FORWARDS = 4.0  # a Hessian-vector product, in forwards (as boundcalc.plan counts it)
+
+
+@dataclass
+class Stage:
+    """One piece of the data side: ``passes`` passes over ``rows`` rows, whose forwards are
+    ``kind`` "plain", "noisy" (a posterior draw per row) or "hvp"."""
+
+    what: str
+    passes: int
+    rows: int
+    kind: str
+
+    @property
+    def row_forwards(self) -> float:
+        return self.passes * self.rows * (HVP_FORWARDS if self.kind == "hvp" else 1.0)
+
+
+def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
+           n_groups: int) -> list[Stage]:
+    """The stages of ``measure_task`` for options ``opts`` on ``n`` rows of S (see the
+    module docstring); ``tune_rows`` None without tune data."""
+    from .tune import search_evaluations
+
+    mc_rows = opts.gibbs_samples if opts.gibbs_samples is not None else n
+    out = [Stage("data pass", 1, n, "plain")]
+    if opts.draws > 0 and sigma_points:
+        out.append(Stage(f"Monte Carlo, {sigma_points} σ × {opts.draws} draws", sigma_points
+                         * opts.draws, mc_rows, "noisy"))
+    if opts.groups:
+        evals = search_evaluations(n_groups) * opts.tune_draws
+        out.append(Stage(f"σ search, ≤ {evals} evaluations", evals,
+                         tune_rows if tune_rows is not None else n, "noisy"))
+        out.append(Stage(f"per-group σ, {opts.group_passes} pass(es)", opts.group_passes,
+                         mc_rows, "noisy"))
+    if opts.hessian_probes > 0:
+        out.append(Stage(f"Hessian trace, {opts.hessian_probes} probes", opts.hessian_probes,
+                         min(opts.hessian_samples, n), "hvp"))
+    if opts.perturbation_draws > 0:
+        probes = max(opts.hessian_probes, 2)
+        out.append(Stage(f"P̂, 20 σ × {opts.perturbation_draws} draws",
+                         20 * opts.perturbation_draws * probes, min(opts.hessian_samples, n),
+                         "hvp"))
+    return out
+
+
+def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool) -> dict[str, Any]:
+    """Seconds per row of a plain forward and (``noisy``) of one with a posterior draw per
+    row, timed on the first batch after one untimed warm-up of each."""
+    from .batch_rows import _noisy_forward, _plain_forward
+
+    inputs, _ = batched.batches[0]
+    rows = int(next(iter(inputs.values())).shape[0])
+
+    def timed(run) -> float:
+        run(tm, inputs, device)  # warm-up: first-call allocations and kernel choices
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        run(tm, inputs, device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return (time.perf_counter() - t0) / rows
+
+    out: dict[str, Any] = {"rows": rows, "plain": timed(_plain_forward)}
+    out["noisy"] = timed(_noisy_forward) if noisy else out["plain"]
+    return out
+
+
+def estimate(plan: list[Stage], speed: dict[str, Any]) -> float:
+    """Seconds the stages take at the calibrated speeds."""
+    return sum(s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"] for s in plan)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 5400:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def plan_text(plan: list[Stage], speed: dict[str, Any], seconds: float) -> str:
+    """'plan: data pass 1 × 1000 rows; Monte Carlo, 7 σ × 20 draws 140 × 1000 rows; … ≈ 2.1 h
+    here (calibrated on 32 rows: 0.012 s per row, 0.031 s with a draw per row)'."""
+    parts = [f"{s.what}: {s.passes} × {s.rows} rows" for s in plan]
+    return (f"plan: {'; '.join(parts)}; ≈ {_duration(seconds)} here (calibrated on "
+            f"{speed['rows']} rows: {speed['plain']:.3g} s per row, {speed['noisy']:.3g} s "
+            "with a draw per row; an estimate, not a bound)")
+
+
+def check(plan: list[Stage], seconds: float) -> None:
+    """Refuse a plan whose estimate exceeds the time budget, naming what shrinks it."""
+    budget = time_budget()
+    if seconds <= budget:
+        return
+    shrink = []
+    names = " ".join(s.what for s in plan)
+    if "Monte Carlo" in names:
+        shrink += [option("draws"), option("sigma")]
+    if "σ search" in names:
+        shrink += [option("tune_draws"), option("group_draws")]
+    if "Hessian" in names or "P̂" in names:
+        shrink += [option("hessian_probes")]
+    shrink.append(option("gibbs_samples"))
+    raise ResourceError(f"the plan would take about {_duration(seconds)} on this machine "
+                        f"(calibrated), more than the time budget of {_duration(budget)}: "
+                        f"lower {', '.join(shrink)}, or raise {option('time_budget')}")
