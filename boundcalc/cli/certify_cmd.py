@@ -205,7 +205,11 @@ def print_result(result) -> None:
     if b is not None:
         say(f"baseline, not claimed (shown for comparison, not in the total): holding S out "
             f"would certify the prior at ≤ {_up(b['value'])} (δ = {b['delta']:.3g}; "
-            f"{b['errors']} errors of the prior on the {b['m']} rows of S); the PAC-Bayes "
-            "machinery buys something only where a certified row is below it")
+            f"{b['errors']} errors of the prior on the {b['m']} rows of S); "
+            + ("" if m is None else
+               f"the PAC-Bayes minimum {_up(m['value'])} is "
+               + ("below it: the machinery buys" if m["value"] < b["value"] else
+                  "above it: holding S out would certify more than the PAC-Bayes machinery "
+                  "does") + " here"))
     say("model/, prior/ and the rows are in the output folder; the certificates hold for rows "
         "drawn like DATA's")
