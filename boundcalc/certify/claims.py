@@ -153,6 +153,15 @@ def _row(r: Any, entry: Any, stats: Any, ev: Evidence) -> dict[str, Any]:
         if r.floor else None, "breakdown": breakdown_text(r.floor) if r.floor else None}
 
 
+def _other_text(record: Any) -> str:
+    """What a certified row that is not a Gibbs row certifies (a compression row: the model its
+    code decodes to, in :mod:`boundcalc.certifies`' words)."""
+    if isinstance(record, Mapping) and record.get("text"):
+        text = str(record["text"])
+        return text[len("certifies "):] if text.startswith("certifies ") else text
+    return "the predictor its entry states (not a Gibbs row; see its entry)"
+
+
 def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
     """The certified results on ``stats.json`` (least first) and the report: ``certified``
     (one row each, with the predictor it certifies and that predictor's held-out error),
@@ -181,7 +190,8 @@ def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
         # values rounded up to 4 digits first: minimum_line's %.4g then prints them as they are
         shown = {**m, "value": round_up(m["value"], 4), "row_value": round_up(m["row_value"], 4)}
         m.update(line=minimum_line(shown), sigma=sigma,
-                 certifies=predictor_text(sigma) if sigma is not None else own["certifies"],
+                 certifies=predictor_text(sigma) if sigma is not None else
+                 _other_text(m.get("certifies")),
                  gibbs_test_error=_gibbs_error(ev, sigma, passes),
                  model_test_error=ev.model_test.rate if ev.model_test else None,
                  floor=own["floor"], dominates=own["dominates"],
@@ -189,7 +199,8 @@ def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
     report["minimum"] = m
     report["model_rows"] = [x for x in (f(ev) for f in MODEL_ROWS) if x is not None]
     report["baseline"] = baseline(ev)
-    parts = ([("Gibbs minimum " + m["id"], m["delta_total"])] if m is not None else []) + \
+    parts = ([("Gibbs minimum " + m["id"], m["delta_total"])]
+             if m is not None and m["delta_total"] < 1 else []) + \
         [(x["id"] + " (model/)", x["delta"]) for x in report["model_rows"] if x["is_bound"]]
     total = float(sum(d for _, d in parts))
     report["claimed"] = {"rows": [p for p, _ in parts], "deltas": [d for _, d in parts],

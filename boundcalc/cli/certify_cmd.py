@@ -177,7 +177,10 @@ def print_result(result) -> None:
     if rep.get("certified"):
         console.print(certified_rows_table(rep))
     m = rep.get("minimum")
-    if m is None:
+    if m is not None and m["delta_total"] >= 1:  # never a bound: Σδ ≥ 1 guarantees nothing
+        say(f"no certified minimum: {escape(m['line'])}")
+        m = None
+    elif m is None:
         say("no certified bound: see `boundcalc compare --stats "
             f"{escape(str(result.out / 'stats.json'))}`")
     else:
@@ -192,7 +195,7 @@ def print_result(result) -> None:
             say(f"  held-out error of that Gibbs predictor {g['value']:.4f} (Monte Carlo, "
                 f"{g['draws']} per-row draws on the {rep['n_test']} held-out rows); of model/ "
                 f"itself {rep['test_error']:.4f}")
-    for r in rep.get("model_rows", []):
+    for r in (r for r in rep.get("model_rows", []) if r.get("is_bound")):
         say(f"certifies model/ itself: {r['id']} ≤ {_up(r['value'])} with probability ≥ "
             f"{1 - r['delta']:.4g} (δ = {r['delta']:.3g}; {r['how']})")
     c = rep.get("claimed") or {}
@@ -208,8 +211,8 @@ def print_result(result) -> None:
             f"{b['errors']} errors of the prior on the {b['m']} rows of S); "
             + ("" if m is None else
                f"the PAC-Bayes minimum {_up(m['value'])} is "
-               + ("below it: the machinery buys" if m["value"] < b["value"] else
-                  "above it: holding S out would certify more than the PAC-Bayes machinery "
-                  "does") + " here"))
+               + (f"below it: the PAC-Bayes machinery buys {b['value'] - m['value']:.3g} here"
+                  if m["value"] < b["value"] else "above it: here holding S out would certify "
+                  "more than the PAC-Bayes machinery does")))
     say("model/, prior/ and the rows are in the output folder; the certificates hold for rows "
         "drawn like DATA's")

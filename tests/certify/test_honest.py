@@ -164,3 +164,26 @@ def test_gibbs_held_out_error_is_measured_on_the_held_out_rows(done):
     f = gibbs_on(w / "out", w / "out" / "test.jsonl", 24, 16, 0, torch.device("cpu"))
     mean, n, how = f(1e-9, 2)
     assert (mean, n) == (rep["test_error"], 160) and "held-out rows" in how
+
+
+def test_rows_about_model_are_a_list_another_route_extends(done, monkeypatch):
+    """A further certificate for model/ is one more function in MODEL_ROWS: its row is listed
+    after the test-set row and its δ joins the total; without the prior's count, no baseline."""
+    from boundcalc.certify import claims
+
+    w, rep = done
+
+    def another(ev):
+        return {"id": "another_route", "certifies": "model/ itself", "value": 0.3,
+                "delta": 0.01, "is_bound": True}
+
+    monkeypatch.setattr(claims, "MODEL_ROWS", claims.MODEL_ROWS + [another])
+    _, again = claims.build(w / "out" / "stats.json",
+                            claims.Evidence(model_test=claims.Count(3, 80)))
+    assert [r["id"] for r in again["model_rows"]] == ["test_set_kl", "another_route"]
+    assert again["model_rows"][0]["errors"] == 3 and again["baseline"] is None
+    assert again["claimed"]["deltas"] == [rep["minimum"]["delta_total"], 0.05, 0.01]
+    assert again["claimed"]["probability"] == pytest.approx(
+        1 - rep["minimum"]["delta_total"] - 0.06)
+    assert again["minimum"]["value"] == rep["minimum"]["value"]
+    assert again["minimum"]["gibbs_test_error"] is None  # no held-out rows given this time
