@@ -6,8 +6,10 @@ output folder), then again on the finished folder (every step reused).
 
 Data: ``--rows`` labelled rows of the synthetic topic task of ``tests/_certify_helpers.py``
 (3 classes, ``--noise`` of the labels redrawn uniformly) and 500 held-out rows of another
-seed. Results (wall seconds, load averages before/after, the certified rows) are written to
-``benchmarks/results/certify_<device>.json`` under the base's name.
+seed. Results (wall seconds, load averages before/after, the certified rows, compare's minimum
+at δ/k with the Gibbs predictor it certifies and that predictor's held-out error, model/'s
+test-set row, the prior's test-set bound on S as the baseline, the total probability of what
+is claimed) are written to ``benchmarks/results/certify_<device>.json`` under the base's name.
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+
+def _minimum(m: dict | None) -> dict | None:
+    """compare's least certified row at δ/k, the predictor it certifies and its held-out
+    error."""
+    if m is None:
+        return None
+    g = m.get("gibbs_test_error") or {}
+    return {**{k: m[k] for k in ("id", "method", "k", "value", "row_value", "delta_total",
+                                 "certifies", "line", "model_test_error")},
+            "gibbs_test_error": g.get("value"), "gibbs_test_draws": g.get("draws")}
 
 
 def main() -> int:
@@ -91,9 +104,17 @@ def main() -> int:
         "cores": os.cpu_count(), "device": torch.cuda.get_device_name(0) if device == "cuda"
         else "cpu", "sizes": report["sizes"], "test_error": report["test_error"],
         "prior_test_error": report["prior_test_error"],
-        "certified": [{k: r[k] for k in ("id", "value", "vacuous", "floor", "dominates",
-                                         "delta")} for r in report["certified"]
-                      if r["is_bound"]]}
+        "prior_error_on_S": report["prior_error_on_S"],
+        "minimum": _minimum(report["minimum"]),
+        "model_rows": [{k: r[k] for k in ("id", "certifies", "value", "delta", "errors", "m")}
+                       for r in report["model_rows"]],
+        "baseline": report["baseline"] and {k: report["baseline"][k] for k in (
+            "id", "certifies", "value", "delta", "errors", "m", "on", "claimed")},
+        "claimed": report["claimed"],
+        "certified": [{**{k: r[k] for k in ("id", "value", "vacuous", "floor", "dominates",
+                                            "delta")},
+                       "gibbs_test_error": (r["gibbs_test_error"] or {}).get("value")}
+                      for r in report["certified"] if r["is_bound"]]}
     path.write_text(json.dumps(doc, indent=1))
     print(f"{args.base}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
           f"{resume:.1f} s; wrote {path}")

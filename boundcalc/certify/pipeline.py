@@ -4,9 +4,9 @@ procedure trains (the recipe of ``examples/digits_vit.py``, as one function).
 Steps, each writing its output under ``out`` and reused when it is already there for the same
 inputs and settings (so a killed run resumes where it stopped):
 
-1. ``split``: a stratified, seeded split of DATA into the prior's data (``prior.jsonl``) and
-   the bound sample S (``S.jsonl``); ``tune.jsonl`` (rows of the prior's data, for the σ
-   search) and ``test.jsonl`` (the held-out set, if given); ``split.json`` records the
+1. ``split``: a seeded permutation of DATA's rows (no label read) into the prior's data
+   (``prior.jsonl``) and the bound sample S (``S.jsonl``), the classes from the prior's rows
+   alone; ``tune.jsonl`` (rows of the prior's data, for the σ search) and ``test.jsonl`` (the held-out set, if given); ``split.json`` records the
    indices, the classes, the file's SHA-256 and each split's SHA-256.
 2. ``prior``: the base fine-tuned on the prior's data (``prior/``, a Hugging Face folder).
    It never sees S, so a PAC-Bayes prior centred at it is legitimate.
@@ -14,13 +14,18 @@ inputs and settings (so a killed run resumes where it stopped):
 4. ``measure``: ``measure model/ --init prior/ --data S.jsonl --tune-data tune.jsonl``
    (``stats.json``), the library function, not a subprocess.
 5. ``compare``: every certified entry on ``stats.json`` with its floor and what dominates,
-   beside the held-out error (``report.json``).
+   their least quoted as ``compare`` quotes it (at δ/k, with its total probability); the
+   test-set bound of model/ on the held-out rows; the prior's test-set bound on S as the
+   baseline (shown, not claimed); the held-out errors of model/ and of the Gibbs predictor
+   (``report.json``, built by :mod:`boundcalc.certify.claims`).
 
-What is certified is the model this procedure trained (or, for the Gibbs rows, the random
-posterior around it), on the distribution S was drawn from: the rows of DATA are assumed
-i.i.d. A user who trained their own model gets a certificate for it with ``boundcalc measure``
-instead: their pretrained base (or a checkpoint that never saw S) as ``--init``, their own
-held-out split as ``--tune-data``, and a sample the model was not selected on as ``--data``.
+What is certified, on the distribution S was drawn from (the rows of DATA assumed i.i.d.): by
+every PAC-Bayes row, the *Gibbs predictor* of model/ (each input answered by its own draw
+w ∼ N(model/, σ²)), a random classifier, not model/; by the test-set row (with held-out rows),
+model/ itself. A user who trained their own model gets a certificate for it with
+``boundcalc measure`` instead: their pretrained base (or a checkpoint that never saw S) as
+``--init``, their own held-out split as ``--tune-data``, and a sample the model was not
+selected on as ``--data``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..words import option
-from . import split as splits
+from . import claims, split as splits
+from .heldout import read_jsonl
 from .train import Progress, TrainSpec, save_folder
 
 # the settings each step depends on (a change re-runs that step and every later one)
@@ -48,6 +54,13 @@ STEP_FIELDS = {
     "compare": (),
 }
 STEPS = tuple(STEP_FIELDS)
+# in the keys of their steps: a folder made by an earlier rule re-runs that step
+SPLIT_RULE = "seeded permutation, no label read; classes from the prior's rows"
+REPORT_FORM = "minimum at delta/k; test-set rows; baseline; Gibbs held-out error"
+CERTIFIES = ("the PAC-Bayes (Gibbs) rows: the Gibbs predictor of model/, a random classifier "
+             "that answers each input with its own draw w ∼ N(model/, σ²) (not model/ itself); "
+             "the test-set rows (model_rows): model/ itself; the baseline: the prior, not "
+             "claimed; on the distribution the rows of DATA were drawn from")
 
 
 @dataclass
@@ -57,7 +70,7 @@ class CertifyConfig:
     ``post_lr`` None: 4 epochs, 1e-3 and 3e-4 for a base without weights (a config: random
     initialisation), 2 epochs, 1e-4 and 3e-5 for a pretrained one."""
 
-    prior_fraction: float = 0.5  # share of DATA (per class) for the prior; the rest is S
+    prior_fraction: float = 0.5  # share of DATA's rows for the prior; the rest is S
     seed: int = 0
     prior_epochs: int | None = None  # None: 4 from a config, 2 from a pretrained base
     prior_lr: float | None = None
@@ -148,11 +161,6 @@ def _fingerprint(path: str | Path) -> list[Any]:
              f.stat().st_mtime_ns] for f in files]
 
 
-def _read_jsonl(path: Path) -> tuple[list[str], list[int]]:
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    return [r["text"] for r in rows], [int(r["label"]) for r in rows]
-
-
 def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: CertifyConfig,
                 steps: _Steps, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
     names = ("prior.jsonl", "S.jsonl", "tune.jsonl", "split.json") + \
@@ -160,13 +168,17 @@ def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: 
     # the key needs the data's hash: read the file's bytes (cheap) before deciding
     hashes = [splits.file_sha256(data)] + ([splits.file_sha256(test_data)] if test_data
                                            is not None else [])
-    key = _key("split", cfg, "", hashes)
+    key = _key("split", cfg, "", hashes + [SPLIT_RULE])
     if steps.fresh("split", key, [out / n for n in names]):
         return json.loads((out / "split.json").read_text()), key
     train = splits.read_labelled(data, cfg.text_column, cfg.label_column)
-    classes = splits.class_names(train.labels)
+    # the split reads no label; the classes come from the prior's rows alone, and S is only
+    # checked (no unseen class) and encoded after: no label of S reaches the prior
+    prior_idx, bound_idx = splits.seeded_split(len(train.labels), cfg.prior_fraction, cfg.seed)
+    classes = splits.class_names([train.labels[i] for i in prior_idx])
+    splits.check_no_unseen([train.labels[i] for i in bound_idx], classes,
+                           f"the bound sample S ({train.source}, seed {cfg.seed})")
     y = splits.encode(train.labels, classes, train.source)
-    prior_idx, bound_idx = splits.stratified_split(y, cfg.prior_fraction, cfg.seed)
     rng = np.random.default_rng(cfg.seed + 1)
     tune_idx = np.sort(rng.choice(prior_idx, min(cfg.tune_rows, len(prior_idx)),
                                   replace=False)) if cfg.tune_rows else prior_idx[:0]
@@ -174,9 +186,10 @@ def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: 
         "data": train.source, "data_sha256": train.sha256, "rows": len(y),
         "text_column": cfg.text_column, "label_column": cfg.label_column,
         "classes": classes, "seed": cfg.seed, "prior_fraction": cfg.prior_fraction,
-        "rule": f"stratified by class, seed {cfg.seed}: round({cfg.prior_fraction}·n_c) rows of "
-                "each class to the prior's data, the rest to S; tune: rows of the prior's "
-                f"data, seed {cfg.seed + 1}"}
+        "rule": f"a permutation of the rows seeded by {cfg.seed} (no label read): its first "
+                f"round({cfg.prior_fraction}·n) rows to the prior's data, the rest to S; the "
+                "classes from the prior's rows alone (S checked for an unseen class); tune: "
+                f"rows of the prior's data, seed {cfg.seed + 1}"}
     for name, idx in (("prior", prior_idx), ("S", bound_idx), ("tune", tune_idx)):
         texts = [train.texts[i] for i in idx]
         splits.write_jsonl(out / f"{name}.jsonl", texts, y[idx])
@@ -185,6 +198,7 @@ def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: 
                         "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
     if test_data is not None:
         test = splits.read_labelled(test_data, cfg.text_column, cfg.label_column)
+        splits.check_no_unseen(test.labels, classes, f"the held-out set ({test.source})")
         ty = splits.encode(test.labels, classes, test.source)
         splits.write_jsonl(out / "test.jsonl", test.texts, ty)
         record["test"] = {"data": test.source, "data_sha256": test.sha256, "n": len(ty),
@@ -209,7 +223,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     train the model in place. ``progress(done, total, what)`` is called during training and
     measurement; ``say(message)`` gets one line per step."""
     from ..measure.device import resolve_device
-    from .train import base_folder, build_classifier, error_rate, has_weights, train_classifier
+    from .train import base_folder, build_classifier, has_weights, train_classifier
 
     cfg = config or CertifyConfig()
     say = say or (lambda m: None)
@@ -226,7 +240,8 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     record, key = _split_step(data, test_data, out, cfg, steps, say)
     sizes = {k: record[k]["n"] for k in ("prior", "S", "tune")}
     say(f"split: {record['rows']} rows of {len(record['classes'])} classes → prior's data "
-        f"{sizes['prior']}, bound sample S {sizes['S']} (stratified, seed {cfg.seed}); "
+        f"{sizes['prior']}, bound sample S {sizes['S']} (seeded permutation, seed {cfg.seed}, "
+        "no label read); "
         f"σ search on {sizes['tune']} rows of the prior's data"
         + (f"; held-out {record['test']['n']}" if "test" in record else "; no held-out set"))
     prior_lr, post_lr, prior_epochs = _rates(cfg, pretrained)
@@ -243,7 +258,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         tok = tokenizer_from(Path(cfg.tokenizer) if cfg.tokenizer else folder)
         classes = record["classes"]
         model = build_classifier(base, classes, cfg.seed, tok)
-        texts, labels = _read_jsonl(out / "prior.jsonl")
+        texts, labels = read_jsonl(out / "prior.jsonl")
         start = "the pretrained base" if pretrained else "a random initialisation of the config"
         say(f"prior: fine-tuning {start} on the prior's data ({len(texts)} rows, "
             f"{prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
@@ -262,7 +277,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         model = AutoModelForSequenceClassification.from_pretrained(
             out / "prior", local_files_only=True, trust_remote_code=False).float()
         anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
-        texts, labels = _read_jsonl(out / "S.jsonl")
+        texts, labels = read_jsonl(out / "S.jsonl")
         say(f"posterior: fine-tuning the prior on S ({len(texts)} rows, {cfg.post_epochs} "
             f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
         spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
@@ -279,36 +294,27 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             "Gibbs risk on S)")
         _measure(out, cfg, progress)
         steps.finish("measure", meas_key)
-    cmp_key = _key("compare", cfg, meas_key)
+    cmp_key = _key("compare", cfg, meas_key, REPORT_FORM)
     if steps.fresh("compare", cmp_key, [out / "report.json"]):
         report = json.loads((out / "report.json").read_text())
-        certified = _compare(out, report.get("test_error"))[0]
+        certified = claims.build(out / "stats.json", claims.Evidence())[0]
     else:
-        say("compare: every certified entry on stats.json, with its floor")
-        test_err = prior_test = None
-        if "test" in record:
-            from transformers import AutoModelForSequenceClassification
+        say("compare: every certified entry on stats.json, with its floor; the test-set "
+            "bounds; the Gibbs predictor on the held-out rows")
+        from .heldout import measure_evidence
 
-            tt, ty = _read_jsonl(out / "test.jsonl")
-            for name in ("model", "prior"):
-                m = AutoModelForSequenceClassification.from_pretrained(
-                    out / name, local_files_only=True, trust_remote_code=False).float()
-                err = error_rate(m, tokenizer_from(out / name), tt, ty, cfg.max_length,
-                                 cfg.batch_size, device)
-                if name == "model":
-                    test_err = err
-                else:
-                    prior_test = err
-        certified, report = _compare(out, test_err)
+        ev = measure_evidence(out, "test" in record, cfg.max_length, cfg.batch_size, cfg.seed,
+                              device, tokenizer_from)
+        certified, report = claims.build(out / "stats.json", ev)
         report.update({"sizes": sizes, "n_test": record.get("test", {}).get("n"),
-                       "test_error": test_err, "prior_test_error": prior_test,
+                       "test_error": ev.model_test.rate if ev.model_test else None,
+                       "prior_test_error": ev.prior_test.rate if ev.prior_test else None,
+                       "prior_error_on_S": ev.prior_on_S.rate if ev.prior_on_S else None,
                        "classes": record["classes"], "settings": asdict(cfg),
                        "learning_rates": {"prior": prior_lr, "posterior": post_lr},
                        "prior_epochs": prior_epochs,
                        "base": str(base), "pretrained": pretrained,
-                       "certifies": "the model this procedure trained (model/), or for the "
-                                    "Gibbs rows the random posterior around it; on the "
-                                    "distribution the rows of DATA were drawn from"})
+                       "certifies": CERTIFIES})
         tmp = out / "report.json.partial"
         tmp.write_text(json.dumps(report, indent=1, default=str))
         tmp.replace(out / "report.json")
@@ -335,30 +341,3 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
                         max_length=cfg.max_length, batch_size=cfg.batch_size or 32)
     stats.save(out / "stats.json")
-
-
-def _compare(out: Path, test_error: float | None) -> tuple[list[Any], dict[str, Any]]:
-    """The certified results on ``stats.json`` (best first) and their report rows."""
-    from ..floor import breakdown_text
-    from ..optimize.compare import compare_entries
-    from ..registry import load_registry
-    from ..stats import load_stats
-
-    stats = load_stats(out / "stats.json")
-    comp = compare_entries(stats, {}, load_registry(), test_error=test_error)
-    rows = sorted(comp.groups.get("certified", []), key=lambda r: r.value)
-    report: dict[str, Any] = {"certified": [], "stats": str(out / "stats.json")}
-    for r in rows:
-        f = r.floor or {}
-        report["certified"].append({
-            "id": r.id, "value": r.value if np.isfinite(r.value) else None,
-            "label": r.label, "is_bound": r.is_bound, "vacuous": r.vacuous,
-            "vacuous_against": r.vacuous_text, "vacuous_at": r.vacuous_threshold,
-            "delta": r.delta,
-            "floor": f.get("own"), "dominates": breakdown_text(r.floor, short=True)
-            if r.floor else None, "breakdown": breakdown_text(r.floor) if r.floor else None,
-            "test_error": r.test_error})
-    best = next((x for x in report["certified"] if x["is_bound"] and x["value"] is not None),
-                None)
-    report["best"] = best
-    return rows, report

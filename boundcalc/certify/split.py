@@ -1,6 +1,8 @@
-"""The data side of ``certify``: a labelled table read once, its labels as class indices, and
-a stratified seeded split into the prior's data and the bound sample S, recorded as indices
-and hashes (``split.json``) so that a later run can check it is the same split."""
+"""The data side of ``certify``: a labelled table read once, a seeded split of its rows into
+the prior's data and the bound sample S that reads no label (:func:`seeded_split`), the class
+list taken from the prior's rows alone (:func:`class_names`, :func:`check_no_unseen`) and the
+labels as class indices, recorded as indices and hashes (``split.json``) so that a later run can
+check it is the same split. Nothing the prior is trained from depends on a label of S."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import BoundcalcError
+from ..words import option
 
 
 @dataclass
@@ -69,10 +72,15 @@ def _key(y: Any) -> tuple[int, Any]:
     return (1, str(y))
 
 
+def _canon(y: Any) -> Any:
+    """A label as one class: a float with an integer value is that integer."""
+    return int(y) if isinstance(y, float) and y.is_integer() else y
+
+
 def class_names(labels: Sequence[Any]) -> list[Any]:
-    """The distinct labels, sorted (numbers by value, then text); each is one class."""
-    out = sorted({y if not isinstance(y, float) or not y.is_integer() else int(y)
-                  for y in labels}, key=_key)
+    """The distinct labels, sorted (numbers by value, then text); each is one class.
+    ``certify`` passes the prior's rows only."""
+    out = sorted({_canon(y) for y in labels}, key=_key)
     if len(out) < 2:
         raise BoundcalcError(f"the labels take {len(out)} value(s); a classifier needs at "
                              "least 2 classes")
@@ -84,7 +92,7 @@ def encode(labels: Sequence[Any], classes: Sequence[Any], source: str) -> np.nda
     index = {c: i for i, c in enumerate(classes)}
     out = np.empty(len(labels), dtype=np.int64)
     for i, y in enumerate(labels):
-        y = int(y) if isinstance(y, float) and y.is_integer() else y
+        y = _canon(y)
         if y not in index:
             raise BoundcalcError(f"{source}: row {i} has label {y!r}, which is not one of the "
                                  f"classes of the training data ({', '.join(map(str, classes))})")
@@ -92,25 +100,36 @@ def encode(labels: Sequence[Any], classes: Sequence[Any], source: str) -> np.nda
     return out
 
 
-def stratified_split(labels: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray,
-                                                                             np.ndarray]:
-    """``(prior, bound)`` row indices: within each class, a seeded permutation, its first
-    round(fraction·n_c) rows to the prior's data, the rest to S. Both sorted."""
+def seeded_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(prior, bound)`` row indices of ``n`` rows: a permutation seeded by ``seed``, its
+    first round(fraction·n) rows to the prior's data, the rest to S; both sorted. It reads no
+    label (the split depends on n, the fraction and the seed alone), so no label of S can
+    reach the prior through it."""
     if not 0 < fraction < 1:
-        raise BoundcalcError(f"prior fraction must lie in (0, 1), got {fraction}")
-    rng = np.random.default_rng(seed)
-    prior, bound = [], []
-    for c in np.unique(labels):
-        rows = np.flatnonzero(labels == c)
-        rows = rows[rng.permutation(len(rows))]
-        k = int(round(fraction * len(rows)))
-        prior.append(rows[:k])
-        bound.append(rows[k:])
-    p, b = np.sort(np.concatenate(prior)), np.sort(np.concatenate(bound))
+        raise BoundcalcError(f"{option('prior_fraction')} must lie in (0, 1), got {fraction}")
+    perm = np.random.default_rng(seed).permutation(n)
+    k = int(round(fraction * n))
+    p, b = np.sort(perm[:k]), np.sort(perm[k:])
     if len(p) == 0 or len(b) == 0:
-        raise BoundcalcError(f"a prior fraction of {fraction} leaves "
-                             f"{'the prior split' if len(p) == 0 else 'S'} empty")
+        raise BoundcalcError(f"{option('prior_fraction')} {fraction} leaves "
+                             f"{'the prior split' if len(p) == 0 else 'S'} empty ({n} rows)")
     return p, b
+
+
+def check_no_unseen(labels: Sequence[Any], classes: Sequence[Any], what: str) -> None:
+    """Refuse ``labels`` (of S, or of the held-out set) with a class that none of the prior's
+    rows has: the prior, and the model trained from it, have no output for it. The message
+    names the class and ``what``."""
+    known = {_canon(c) for c in classes}
+    unseen = sorted({_canon(y) for y in labels} - known, key=_key)
+    if unseen:
+        raise BoundcalcError(
+            f"{what} has label {unseen[0]!r}"
+            + (f" (and {len(unseen) - 1} more unseen class(es))" if len(unseen) > 1 else "")
+            + " that none of the prior's rows has; the classes are read from the prior's "
+            f"data alone ({', '.join(map(str, classes))}) so that no label of S reaches the "
+            f"prior: give more rows of that class, another {option('seed')} or a larger "
+            f"{option('prior_fraction')}")
 
 
 def rows_sha256(texts: Sequence[str], labels: Sequence[int]) -> str:

@@ -21,16 +21,18 @@ def certify_cmd(
                              "a datasets.save_to_disk folder; split into the prior's data and "
                              "the bound sample S"),
     test_data: Optional[str] = typer.Option(None, "--test-data", help="a held-out labelled "
-                                            "set (same columns): its error is printed beside "
-                                            "every certified value; never used otherwise"),
+                                            "set (same columns): model/'s test-set bound, and "
+                                            "the held-out errors of model/ and of the Gibbs "
+                                            "predictor; never used otherwise"),
     out: Path = typer.Option(Path("out/certify"), "-o", "--out", help="output folder: the "
                              "splits, prior/, model/, stats.json, report.json; a run resumes "
                              "from what is there"),
     text_column: str = typer.Option("text", "--text-column", help="text column of DATA"),
     label_column: str = typer.Option("label", "--label-column", help="label column of DATA "
                                      "(integers or names; each distinct value is a class)"),
-    prior_fraction: float = typer.Option(0.5, "--prior-fraction", help="share of each "
-                                         "class's rows that trains the prior; the rest is S"),
+    prior_fraction: float = typer.Option(0.5, "--prior-fraction", help="share of DATA's "
+                                         "rows that trains the prior (a seeded permutation "
+                                         "that reads no label); the rest is S"),
     seed: int = typer.Option(0, "--seed", help="seed of the split, the new head and training"),
     epochs: Optional[int] = typer.Option(None, "--epochs", min=0, help="prior training "
                                          "epochs (default 2 for a pretrained base, 4 for a "
@@ -63,13 +65,15 @@ def certify_cmd(
                                "measuring)"),
     as_json: bool = typer.Option(False, "--json", help="print report.json instead of tables"),
 ) -> None:
-    """Certify the model this command trains: split DATA (stratified, seeded) into the prior's
-    data and the bound sample S, fine-tune BASE on the prior's data (the prior), fine-tune the
+    """Certify the model this command trains: split DATA (a seeded permutation that reads no
+    label) into the prior's data and the bound sample S, fine-tune BASE on the prior's data (the prior), fine-tune the
     prior on S with a proximal pull (the model), then measure with --init prior --tune-data
     and compare.
 
-    The certificate is for the model trained here (model/ in the output folder; for the Gibbs
-    rows, the random posterior around it), on the distribution DATA's rows were drawn from.
+    The PAC-Bayes rows certify the Gibbs predictor of model/ (each input answered by its own
+    draw w ~ N(model/, sigma^2)), not model/; with --test-data, the test-set bound certifies
+    model/ itself. The prior's test-set bound on S is shown beside them as the baseline (not
+    claimed). All on the distribution DATA's rows were drawn from.
     To certify a model you trained yourself, use `boundcalc measure` with your pretrained base
     (or any checkpoint that never saw S) as --init, a held-out split as --tune-data and a sample
     the model was not selected on as --data (see the guide).
@@ -121,33 +125,96 @@ def _terminal_progress(done: int, total: int, what: str) -> None:
     sys.stderr.flush()
 
 
-def print_result(result) -> None:
-    """The split, the held-out errors, the certified table with floors and what dominates,
-    and one line on the best certified value."""
-    from ..report.tables import certified_table, floor_table
+def _up(x) -> str:
+    """A certified upper bound in 4 digits, rounded up."""
+    from ..rounding import upper_text
 
+    return "—" if x is None else upper_text(x, 4)
+
+
+def certified_rows_table(rep: dict):
+    """One row per certified bound: its value (rounded up), its δ, vacuous or not, the held-out
+    error of the predictor it certifies (the Gibbs predictor at the row's σ) and the floor
+    (what dominates: in the line on the least row, and in report.json)."""
+    from rich.table import Table
+
+    rows = [r for r in rep["certified"] if r["is_bound"]]
+    t = Table(title="certified rows, each at its own δ: the Gibbs predictor of model/ (not "
+                    "model/ itself)",
+              caption="held-out: the error of the Gibbs predictor of the row (Monte Carlo mean "
+                      "over per-row draws at the row's σ); floor: kl⁻¹(ê, c(δ)/n), the value "
+                      "with zero complexity; what dominates each: report.json"
+                      + (f"; {len(rep['certified']) - len(rows)} estimated row(s), not bounds, "
+                         "left out" if len(rows) < len(rep["certified"]) else ""),
+              caption_justify="left", pad_edge=False)
+    t.add_column("id", no_wrap=True)
+    for col in ("value ≤", "δ", "vacuous", "held-out", "floor"):
+        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+    for r in rows:
+        g = r.get("gibbs_test_error")
+        t.add_row(r["id"], _up(r["value"]), f"{r['delta']:.3g}",
+                  "—" if r["vacuous"] is None else ("yes" if r["vacuous"] else "no"),
+                  "—" if not g else f"{g['value']:.4f}",
+                  "—" if r.get("floor") is None else f"{r['floor']:.3g}")
+    return t
+
+
+def print_result(result) -> None:
+    """The split, the certified rows (each naming the predictor it certifies, beside that
+    predictor's held-out error), the least of them as compare quotes it (at δ/k, with its
+    total probability), the rows about model/ itself, the baseline (not claimed) and the total
+    probability of everything claimed."""
     rep = result.report
     sz = rep["sizes"]
-    console.print(f"prior's data {sz['prior']} rows, bound sample S {sz['S']} rows "
-                  f"(n = {sz['S']}), σ search on {sz['tune']} rows of the prior's data; "
-                  f"output in {escape(str(result.out))}", highlight=False)
+    say = lambda text: console.print(text, highlight=False)  # noqa: E731
+    say(f"prior's data {sz['prior']} rows, bound sample S {sz['S']} rows (n = {sz['S']}), σ "
+        f"search on {sz['tune']} rows of the prior's data; output in "
+        f"{escape(str(result.out))}")
     if rep.get("test_error") is not None:
-        console.print(f"held-out error {rep['test_error']:.4f} (model/, n = {rep['n_test']}); "
-                      f"prior {rep['prior_test_error']:.4f}", highlight=False)
+        say(f"held-out error ({rep['n_test']} rows): model/ {rep['test_error']:.4f}, prior "
+            f"{rep['prior_test_error']:.4f}")
     else:
-        console.print("held-out error: no --test-data given", highlight=False)
-    if result.certified:
-        console.print(certified_table(result.certified))
-        console.print(floor_table(result.certified))
-    best = rep.get("best")
-    if best is None:
-        console.print("no certified bound: see `boundcalc compare --stats "
-                      f"{escape(str(result.out / 'stats.json'))}`", highlight=False)
-        return
-    state = "vacuous" if best["vacuous"] else "non-vacuous"
-    floor = (f"; floor {best['floor']:.4f}; dominated by {best['dominates']}"
-             if best.get("floor") is not None else "")
-    console.print(f"certified: {best['id']} = {best['value']:.4f}, {state} (vacuity level "
-                  f"{best['vacuous_at']:.4g}), δ = {best['delta']:.3g}{floor}", highlight=False)
-    console.print("this certifies the model trained here (model/; a Gibbs row: the random "
-                  "posterior around it), for rows drawn like DATA's", highlight=False)
+        say("held-out error: no --test-data given (no test-set bound for model/, no held-out "
+            "error of the Gibbs predictor)")
+    if rep.get("certified"):
+        console.print(certified_rows_table(rep))
+    m = rep.get("minimum")
+    if m is not None and m["delta_total"] >= 1:  # never a bound: Σδ ≥ 1 guarantees nothing
+        say(f"no certified minimum: {escape(m['line'])}")
+        m = None
+    elif m is None:
+        say("no certified bound: see `boundcalc compare --stats "
+            f"{escape(str(result.out / 'stats.json'))}`")
+    else:
+        state = "vacuous" if m["vacuous"] else "non-vacuous"
+        floor = (f"; floor {m['floor']:.4f}, dominated by {m['dominates']}"
+                 if m.get("floor") is not None else "")
+        say(f"certified for {m['certifies']}: ≤ {_up(m['value'])} with probability ≥ "
+            f"{1 - m['delta_total']:.4g}, {state} (vacuity level {m['vacuous_at']:.4g}){floor}")
+        say(f"  {escape(m['line'])}")
+        g = m.get("gibbs_test_error")
+        if g:
+            say(f"  held-out error of that Gibbs predictor {g['value']:.4f} (Monte Carlo, "
+                f"{g['draws']} per-row draws on the {rep['n_test']} held-out rows); of model/ "
+                f"itself {rep['test_error']:.4f}")
+    for r in (r for r in rep.get("model_rows", []) if r.get("is_bound")):
+        say(f"certifies model/ itself: {r['id']} ≤ {_up(r['value'])} with probability ≥ "
+            f"{1 - r['delta']:.4g} (δ = {r['delta']:.3g}; {r['how']})")
+    c = rep.get("claimed") or {}
+    if len(c.get("rows", [])) > 1:
+        say(f"all claimed together ({', '.join(c['rows'])}): probability ≥ 1 − "
+            f"({' + '.join(f'{d:.3g}' for d in c['deltas'])}) = "
+            + (f"{c['probability']:.4g}" if c.get("probability") is not None else
+               "no guarantee (Σδ ≥ 1)") + " (union bound)")
+    b = rep.get("baseline")
+    if b is not None:
+        say(f"baseline, not claimed (shown for comparison, not in the total): holding S out "
+            f"would certify the prior at ≤ {_up(b['value'])} (δ = {b['delta']:.3g}; "
+            f"{b['errors']} errors of the prior on the {b['m']} rows of S); "
+            + ("" if m is None else
+               f"the PAC-Bayes minimum {_up(m['value'])} is "
+               + (f"below it: the PAC-Bayes machinery buys {b['value'] - m['value']:.3g} here"
+                  if m["value"] < b["value"] else "above it: here holding S out would certify "
+                  "more than the PAC-Bayes machinery does")))
+    say("model/, prior/ and the rows are in the output folder; the certificates hold for rows "
+        "drawn like DATA's")

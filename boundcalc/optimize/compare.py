@@ -207,7 +207,8 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     m_i is the part of a row's δ that is not its δ symbol (a Monte Carlo interval's
     confidence, fixed by the measurement, not divided); = 1 − δ when every row has the same δ
     and no such part. Per-row values are unchanged. If the re-evaluation
-    fails, the least row's own value is quoted with Σδ_i."""
+    fails, the least row's own value is quoted with Σδ_i. ``parameters``: the free parameters
+    (a σ, a scale) at which the quoted value was computed."""
     from ..evaluation import confidence_symbol
     from ..floor import annotate
 
@@ -235,7 +236,8 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
         "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
         "rows": [r.id for r in bounds], "sum_delta": decimal_total(deltas),
         "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
-        "certifies": best.certifies, "quantity": first}
+        "certifies": best.certifies, "quantity": first,
+        "parameters": dict(best.parameters)}  # the free parameters of the quoted value
     best_sym = own_delta[bounds.index(best)][0]
     if k == 1 or not best_sym:
         out.update(method="single", value=best.value, delta_total=best.delta or 0.0)
@@ -255,7 +257,7 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     out.update(method="delta_over_k", value=again.value, delta_each=share(best_sym, k),
                delta_fixed=decimal_total(x for _, x in own_delta),
                delta_total=decimal_total([*(share(d, k) for d, _ in own_delta),
-                                        *(x for _, x in own_delta)]),
-               vacuous=again.vacuous,
-               vacuous_against=again.vacuous_text)
+                                          *(x for _, x in own_delta)]),
+               vacuous=again.vacuous, vacuous_against=again.vacuous_text,
+               parameters=dict(again.parameters))
     return out

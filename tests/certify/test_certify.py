@@ -1,6 +1,8 @@
 """``boundcalc certify``: a config-only BERT and a separable labelled CSV to a certified,
 non-vacuous number; every step resumable from the output folder; the API's training
-callback; the CLI's output (floor, vacuity level, what dominates, held-out error)."""
+callback; the CLI's output (the minimum at δ/k with its probability, the Gibbs predictor it
+certifies and its held-out error, floor, vacuity level, what dominates). The split, the
+test-set rows and the baseline: tests/certify/test_honest.py."""
 
 from __future__ import annotations
 
@@ -47,27 +49,47 @@ def run(tmp_path_factory):
 
 
 def test_certified_and_non_vacuous_on_an_easy_task(run):
+    from boundcalc.optimize.compare import compare_entries
+    from boundcalc.registry import load_registry
+    from boundcalc.stats import load_stats
+
     res = run["res"]
     assert res.steps == dict.fromkeys(("split", "prior", "posterior", "measure", "compare"),
                                       "ran")
-    best = res.report["best"]
-    assert best is not None and best["is_bound"] and "certified bound" in best["label"]
+    m = res.report["minimum"]
+    assert m is not None and "best" not in res.report
     # two balanced classes: guessing (and the majority class of S) errs about 0.5
-    assert best["value"] < best["vacuous_at"] <= 0.5 + 0.05 and best["vacuous"] is False
+    assert m["value"] < m["vacuous_at"] <= 0.5 + 0.05 and m["vacuous"] is False
     bounds = [c for c in res.report["certified"] if c["is_bound"]]
     assert len({c["vacuous_at"] for c in bounds}) == 1  # one trivial predictor for every row
-    assert best["floor"] is not None and best["floor"] <= best["value"]
-    assert best["dominates"]
+    # the number quoted is compare's minimum on the same stats file, not the least row at its
+    # own δ: re-evaluated at δ/k it is larger, and holds with probability 1 − Σ(δ_i/k + δ′_i)
+    cmp = compare_entries(load_stats(run["w"] / "out" / "stats.json"), {},
+                          load_registry()).minimum
+    assert (m["id"], m["value"], m["delta_total"]) == (cmp["id"], cmp["value"],
+                                                        cmp["delta_total"])
+    assert m["row_value"] == min(c["value"] for c in bounds)
+    if m["method"] == "delta_over_k":
+        assert m["value"] > m["row_value"]
+        k = len(bounds)
+        # each row's δ = 0.05 (the PAC-Bayes δ, divided by k) + its Monte Carlo δ′ (not)
+        assert m["delta_total"] == pytest.approx(sum(0.05 / k + c["delta"] - 0.05
+                                                     for c in bounds), rel=1e-12)
+    assert f"{m['k']} certified rows" in m["line"]
+    assert m["floor"] is not None and m["floor"] <= m["row_value"] and m["dominates"]
+    assert m["certifies"].startswith("the Gibbs predictor of model/")
     assert res.report["test_error"] < 0.1  # the task is separable by vocabulary
-    assert best["value"] >= res.report["test_error"] - 0.1
+    assert m["value"] >= res.report["test_error"] - 0.1
     # the callback trained the prior on the prior's data, the posterior on S with an anchor
     assert run["calls"] == [("prior", 120, False, 0.0), ("posterior", 120, True, 1.0)]
 
 
-def test_split_is_stratified_disjoint_and_recorded(run):
+def test_split_is_a_seeded_permutation_disjoint_and_recorded(run):
     out = run["w"] / "out"
     rec = json.loads((out / "split.json").read_text())
     prior, s = set(rec["prior"]["indices"]), set(rec["S"]["indices"])
+    # the rows by hand: numpy's permutation seeded 0, its first round(0.5·240) to the prior
+    assert sorted(prior) == sorted(np.random.default_rng(0).permutation(240)[:120].tolist())
     assert not prior & s and prior | s == set(range(240))
     assert set(rec["tune"]["indices"]) <= prior and rec["tune"]["n"] == 48
     assert rec["classes"] == ["food", "sport"]  # string labels, sorted into class indices
@@ -75,8 +97,6 @@ def test_split_is_stratified_disjoint_and_recorded(run):
     for name, idx in (("prior", prior), ("S", s)):
         counts = [sum(labels[i] == c for i in idx) for c in rec["classes"]]
         assert counts == rec[name]["counts"]
-    total = [labels.count(c) for c in rec["classes"]]
-    assert all(abs(p - t / 2) <= 0.5 for p, t in zip(rec["prior"]["counts"], total))
     rows = [json.loads(x) for x in (out / "S.jsonl").read_text().splitlines()]
     by_index = synthetic_rows(240, 0)
     assert [r["text"] for r in rows] == [by_index[i][0] for i in sorted(s)]
@@ -96,7 +116,7 @@ def test_resumes_from_its_outputs(run):
     n_calls = len(run["calls"])
     again = certify(run["base"], w / "d.csv", out, w / "t.csv", run["cfg"], train=run["train"])
     assert set(again.steps.values()) == {"reused"}
-    assert again.report["best"]["value"] == run["res"].report["best"]["value"]
+    assert again.report["minimum"]["value"] == run["res"].report["minimum"]["value"]
     (out / "stats.json").unlink()
     (out / "model.partial").mkdir()  # a posterior step killed while saving
     (out / "model.partial" / "junk").write_text("half")
@@ -105,12 +125,16 @@ def test_resumes_from_its_outputs(run):
                            "measure": "ran", "compare": "ran"}
     assert len(run["calls"]) == n_calls  # nothing retrained
     assert (out / "prior" / "model.safetensors").stat().st_mtime_ns == before
-    assert third.report["best"]["is_bound"]
+    assert third.report["minimum"]["value"] == run["res"].report["minimum"]["value"]
 
 
-def test_cli_prints_floor_vacuity_and_what_dominates(run):
-    """The CLI on the finished folder (every step reused): the certified line names the
-    vacuity level, the floor and what dominates; the held-out error is printed."""
+def test_cli_prints_the_minimum_its_predictor_and_what_is_claimed(run):
+    """The CLI on the finished folder (every step reused): the certified line names the Gibbs
+    predictor first, quotes compare's minimum rounded up with its probability, the vacuity
+    level, the floor and what dominates; the held-out errors of that predictor and of model/;
+    model/'s own test-set row; the total probability; the baseline, marked not claimed."""
+    from boundcalc.rounding import upper_text
+
     w = run["w"]
     shutil.copytree(w / "out", w / "out_cli")
     args = ["certify", str(run["base"]), "--data", str(w / "d.csv"), "--test-data",
@@ -121,10 +145,23 @@ def test_cli_prints_floor_vacuity_and_what_dominates(run):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
-    best = json.loads((w / "out_cli" / "report.json").read_text())["best"]
-    assert f"certified: {best['id']} = {best['value']:.4f}, non-vacuous (vacuity level" in text
-    assert f"floor {best['floor']:.4f}; dominated by" in text
-    assert "held-out error" in text and "prior's data 120 rows, bound sample S 120" in text
+    rep = json.loads((w / "out_cli" / "report.json").read_text())
+    m = rep["minimum"]
+    up = upper_text(m["value"], 4)
+    assert float(up) >= m["value"]
+    assert (f"certified for {m['certifies']}: ≤ {up} with probability ≥ "
+            f"{1 - m['delta_total']:.4g}, non-vacuous (vacuity level") in text
+    assert f"floor {m['floor']:.4f}, dominated by" in text
+    assert f"held-out error of that Gibbs predictor {m['gibbs_test_error']['value']:.4f}" in text
+    assert f"of model/ itself {rep['test_error']:.4f}" in text
+    row = rep["model_rows"][0]
+    assert (f"certifies model/ itself: test_set_kl ≤ {upper_text(row['value'], 4)} with "
+            f"probability ≥ 0.95") in text
+    total = m["delta_total"] + 0.05
+    assert f"= {1 - total:.4g} (union bound)" in text
+    assert "baseline, not claimed (shown for comparison, not in the total)" in text
+    assert f"certify the prior at ≤ {upper_text(rep['baseline']['value'], 4)}" in text
+    assert "prior's data 120 rows, bound sample S 120" in text
 
 
 def test_cli_refuses_a_wrong_column_naming_the_flag(run, tmp_path):
@@ -145,15 +182,20 @@ def test_cli_mistyped_base(tmp_path):
     assert res.stderr.strip() == "error: no such file or folder: bert-tiny"
 
 
-def test_stratified_split_by_hand():
-    from boundcalc.certify.split import class_names, encode, stratified_split
+def test_seeded_split_and_classes_by_hand():
+    from boundcalc.certify.split import check_no_unseen, class_names, encode, seeded_split
+    from boundcalc.errors import BoundcalcError
 
+    p, s = seeded_split(8, 0.5, 3)  # takes no labels at all
+    perm = np.random.default_rng(3).permutation(8)
+    assert p.tolist() == sorted(perm[:4].tolist()) and s.tolist() == sorted(perm[4:].tolist())
     labels = ["b", "a", "b", "b", "a", "b", "a", "b"]
     classes = class_names(labels)
     y = encode(labels, classes, "x")
     assert classes == ["a", "b"] and y.tolist() == [1, 0, 1, 1, 0, 1, 0, 1]
-    p, s = stratified_split(y, 0.5, 3)
-    assert sorted(np.concatenate([p, s]).tolist()) == list(range(8))
-    assert (y[p] == 0).sum() == 2 and (y[p] == 1).sum() == 2  # round(0.5·3) = 2, round(2.5) = 2
+    assert class_names([1.0, 0, 2.0]) == [0, 1, 2]
+    check_no_unseen(["a", "b"], classes, "S")
+    with pytest.raises(BoundcalcError, match="S has label 'c' that none of the prior's rows"):
+        check_no_unseen(["a", "c"], classes, "S")
     with pytest.raises(Exception, match="not one of the classes"):
         encode(["c"], classes, "t.csv")

@@ -1,0 +1,90 @@
+"""What the compare step of ``certify`` measures on rows the certificates' predictors never saw:
+error counts of model/ and of the prior (on the held-out set, and the prior's on S), and the
+held-out error of the Gibbs predictor at a row's σ, with the per-row draws of the certificate
+(:func:`boundcalc.measure.data.tune.final_risk`: each row of each pass its own posterior draw
+where that is exact, in the precision the measurement used)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .claims import Count, Evidence
+
+
+def read_jsonl(path: Path) -> tuple[list[str], list[int]]:
+    """Texts and class indices of a split written by :func:`.split.write_jsonl`."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return [r["text"] for r in rows], [int(r["label"]) for r in rows]
+
+
+def _count(model: Any, tok: Any, rows: tuple[list[str], list[int]], max_length: int,
+           batch_size: int, device: Any) -> Count:
+    from .train import error_rate
+
+    texts, labels = rows
+    rate = error_rate(model, tok, texts, labels, max_length, batch_size, device)
+    return Count(int(round(rate * len(texts))), len(texts))
+
+
+def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int, seed: int,
+             device: Any) -> Callable[[Any, int], tuple[float, int, str]]:
+    """``f(sigma, passes)``: the Gibbs predictor of ``out/model`` on ``data`` at ``sigma`` (a
+    float, or ``{group: σ_g}`` over :func:`~boundcalc.measure.data.tune.sigma_groups`), as
+    ``(mean 0-1 error, N independent losses, how)``. The model and rows are loaded once."""
+    loaded: dict[str, Any] = {}
+
+    def f(sigma: Any, passes: int) -> tuple[float, int, str]:
+        from ..measure.device import default_precision, precision
+        from ..measure.threads import blas_threads, data_threads
+        from ..measure.data.dataset_io import read_batches
+        from ..measure.data.hf import load_task_model
+        from ..measure.data.options import MeasureOptions
+        from ..measure.data.tune import _mapping, final_risk, sigma_groups
+
+        if not loaded:
+            tm = load_task_model(out / "model", device)
+            loaded.update(tm=tm, rows=read_batches(data, tm, max_length=max_length,
+                                                   batch_size=batch_size))
+        tm, rows = loaded["tm"], loaded["rows"]
+        names = [n for n, _ in tm.model.named_parameters()]
+        sig = _mapping(sigma_groups(tm.model), sigma) if isinstance(sigma, Mapping) else \
+            dict.fromkeys(names, float(sigma))
+        with blas_threads(data_threads(tm.model, device)), \
+                precision(default_precision(device), device):
+            fin = final_risk(tm, rows, device, sig, passes, seed, MeasureOptions().smoothing,
+                             mode="auto")
+        how = (f"{fin.passes} pass(es) over the {rows.n} held-out rows, "
+               + ("every row its own draw" if fin.mode == "sample" else
+                  f"one draw per {fin.rows_per_unit} row(s)")
+               + f": N = {fin.n_losses} independent [0, 1] losses")
+        return fin.mean, fin.n_losses, how
+
+    return f
+
+
+def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int, seed: int,
+                     device: Any, tokenizer_from: Callable[[Path], Any]) -> Evidence:
+    """model/ and the prior on ``test.jsonl`` (when ``has_test``), the prior on ``S.jsonl``,
+    and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`)."""
+    from transformers import AutoModelForSequenceClassification
+
+    ev = Evidence()
+    test = read_jsonl(out / "test.jsonl") if has_test else None
+    for name in ("model", "prior"):
+        m = AutoModelForSequenceClassification.from_pretrained(
+            out / name, local_files_only=True, trust_remote_code=False).float()
+        tok = tokenizer_from(out / name)
+        if test is not None:
+            c = _count(m, tok, test, max_length, batch_size, device)
+            if name == "model":
+                ev.model_test = c
+            else:
+                ev.prior_test = c
+        if name == "prior":  # S is a held-out set for the prior: it never saw S
+            ev.prior_on_S = _count(m, tok, read_jsonl(out / "S.jsonl"), max_length,
+                                   batch_size, device)
+    if test is not None:
+        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size, seed, device)
+    return ev
