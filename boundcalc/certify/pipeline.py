@@ -14,7 +14,8 @@ inputs and settings (so a killed run resumes where it stopped):
 4. ``measure``: ``measure model/ --init prior/ --data S.jsonl --tune-data tune.jsonl``
    (``stats.json``), the library function, not a subprocess.
 5. ``compare``: every certified entry on ``stats.json`` with its floor and what dominates,
-   beside the held-out error (``report.json``).
+   beside the held-out error (``report.json``); with a held-out set, also the rows that
+   certify ``model/`` itself (``model_rows``, :mod:`.model_rows`: ``stats_model.json``).
 
 What is certified is the model this procedure trained (or, for the Gibbs rows, the random
 posterior around it), on the distribution S was drawn from: the rows of DATA are assumed
@@ -296,6 +297,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
                 else:
                     prior_test = err
         certified, report = _compare(out, test_err)
+        report["model_rows"] = _model_rows(out, cfg, device, test_err, progress)
         report.update({"sizes": sizes, "n_test": record.get("test", {}).get("n"),
                        "test_error": test_err, "prior_test_error": prior_test,
                        "classes": record["classes"], "settings": asdict(cfg),
@@ -330,6 +332,17 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
                         max_length=cfg.max_length, batch_size=cfg.batch_size)
     stats.save(out / "stats.json")
+
+
+def _model_rows(out: Path, cfg: CertifyConfig, device: Any, test_error: float | None,
+                progress: Progress | None) -> list[dict[str, Any]]:
+    """The rows that certify model/ itself, with a held-out set (its texts only): the Gibbs
+    bound plus the disagreement of model/ with its posterior (:mod:`.model_rows`, which
+    writes ``stats_model.json``); ``[]`` without one."""
+    from .model_rows import model_rows
+
+    return model_rows(out, device, max_length=cfg.max_length, batch_size=cfg.batch_size,
+                      seed=cfg.seed, test_error=test_error, progress=progress)
 
 
 def _compare(out: Path, test_error: float | None) -> tuple[list[Any], dict[str, Any]]:

@@ -137,6 +137,7 @@ def print_result(result) -> None:
     if result.certified:
         console.print(certified_table(result.certified))
         console.print(floor_table(result.certified))
+    print_model_rows(rep)
     best = rep.get("best")
     if best is None:
         console.print("no certified bound: see `boundcalc compare --stats "
@@ -149,3 +150,24 @@ def print_result(result) -> None:
                   f"{best['vacuous_at']:.4g}), δ = {best['delta']:.3g}{floor}", highlight=False)
     console.print("this certifies the model trained here (model/; a Gibbs row: the random "
                   "posterior around it), for rows drawn like DATA's", highlight=False)
+
+
+def print_model_rows(rep: dict) -> None:
+    """One line per row of ``report.json``'s ``model_rows`` (the rows that certify model/
+    itself: the Gibbs bound plus the disagreement on the held-out texts), value rounded up."""
+    from ..rounding import upper_text
+
+    for r in rep.get("model_rows") or []:
+        if r.get("value") is None:
+            console.print(f"model/ itself: {r['id']} not evaluated ({r.get('skipped', '?')})",
+                          highlight=False)
+            continue
+        t, split = r["terms"], r.get("delta_split") or {}
+        state = "vacuous" if r["vacuous"] else "non-vacuous"
+        parts = " + ".join(f"{v:g}" for v in split.values())
+        console.print(
+            f"certifies {r['certifies']}: {r['id']} = {upper_text(r['value'], 4)} "
+            f"({r['label']}, {state}), δ = {r['delta']:.3g}{f' = {parts}' if parts else ''}: "
+            f"the Gibbs row {r['gibbs_row']} {upper_text(t['gibbs_bound'], 4)} + disagreement "
+            f"≤ {upper_text(t['disagreement_upper'], 4)} ({r['disagreements']} of {r['rows']} "
+            "held-out rows, labels unused)", highlight=False)
