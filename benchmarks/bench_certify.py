@@ -93,7 +93,10 @@ def main() -> int:
         "prior_test_error": report["prior_test_error"],
         "certified": [{k: r[k] for k in ("id", "value", "vacuous", "floor", "dominates",
                                          "delta")} for r in report["certified"]
-                      if r["is_bound"]]}
+                      if r["is_bound"]],
+        "model_rows": [{k: r.get(k) for k in ("id", "value", "delta", "disagreements", "rows",
+                                              "certifies")}
+                       for r in report.get("model_rows") or []]}
     path.write_text(json.dumps(doc, indent=1))
     print(f"{args.base}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
           f"{resume:.1f} s; wrote {path}")

@@ -13,6 +13,7 @@ import pytest
 import boundcalc as bc
 from boundcalc.certify.model_rows import CERTIFIES, MODEL_STATS, model_rows
 from tests._certify_helpers import bert_config_folder, synthetic_rows, write_csv
+from tests._reference import kl_inv_exact
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +32,7 @@ def run(tmp_path_factory):
 
 
 def _kl_inv(q: float, c: float) -> float:
-    kl = lambda p: (q * math.log(q / p) if q else 0.0) + (1 - q) * math.log((1 - q) / (1 - p))  # noqa: E731
-    lo, hi = q, 1.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if kl(mid) <= c else (lo, mid)
-    return hi
+    return float(kl_inv_exact(q, c, dps=30))
 
 
 def test_the_row_certifies_model_itself_and_is_recomputed_by_hand(run):
