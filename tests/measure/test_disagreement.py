@@ -189,6 +189,12 @@ def test_refusals_are_one_line(tiny):
     lm = TaskModel(tm.model, "causal_lm", "GPT2LMHeadModel", 50, None, "lm")
     with pytest.raises(BoundcalcError, match="classifiers"):
         measure_disagreement(lm, _rows(ids), CPU, sigma)
+    tm.model.train()
+    try:
+        with pytest.raises(BoundcalcError, match="training mode"):
+            measure_disagreement(tm, _rows(ids), CPU, sigma)
+    finally:
+        tm.model.eval()
     with pytest.raises(StatsError, match="gibbs_groups"):
         add_disagreement(Stats(), tm, _rows(ids), CPU)
     st = _gibbs_stats(tm.model)

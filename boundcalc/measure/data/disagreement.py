@@ -81,6 +81,9 @@ def measure_disagreement(tm: TaskModel, rows: Batched, device: torch.device,
     if tm.is_lm:
         raise BoundcalcError(f"{tm.source}: the disagreement route bounds a 0-1 risk, for "
                              f"classifiers; this is a {tm.task.replace('_', ' ')} model")
+    if tm.model.training:
+        raise BoundcalcError(f"{tm.source}: the model is in training mode (dropout makes h "
+                             "random); put it in evaluation mode (model.eval()) first")
     if rows.n < 1:
         raise BoundcalcError(f"{rows.source}: no rows to measure the disagreement on (m = 0)")
     preds = predictions(tm, rows, device)
