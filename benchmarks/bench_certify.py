@@ -106,7 +106,8 @@ def main() -> int:
         "prior_test_error": report["prior_test_error"],
         "prior_error_on_S": report["prior_error_on_S"],
         "minimum": _minimum(report["minimum"]),
-        "model_rows": [{k: r[k] for k in ("id", "certifies", "value", "delta", "errors", "m")}
+        "model_rows": [{k: r.get(k) for k in ("id", "certifies", "value", "delta", "errors", "m",
+                                              "disagreements", "rows")}
                        for r in report["model_rows"]],
         "baseline": report["baseline"] and {k: report["baseline"][k] for k in (
             "id", "certifies", "value", "delta", "errors", "m", "on", "claimed")},

@@ -26,6 +26,10 @@ _SOURCES: tuple[tuple[str, str], ...] = (
     ("curves.gibbs_risk_groups", "measure MODEL init=INIT data=DATA tune_data=TUNE | sigma_groups"),
     ("scalars.gibbs_groups_units",
      "measure MODEL init=INIT data=DATA tune_data=TUNE | sigma_groups"),
+    # the disagreement of the model with its per-group posterior on held-out rows
+    # (boundcalc/measure/data/disagreement.py, run by certify's compare step)
+    ("curves.disagreement_groups", "certify BASE data=DATA test_data=TEST"),
+    ("scalars.disagreement_rows", "certify BASE data=DATA test_data=TEST"),
     # the data pass (boundcalc/measure/data/task_measure.py)
     ("curves.gibbs_risk_mean", "measure MODEL data=DATA draws=K"),
     ("scalars.gibbs_draws", "measure MODEL data=DATA draws=K"),

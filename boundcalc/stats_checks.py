@@ -14,7 +14,11 @@ naming the fields, a file in which
 * ``provenance.gibbs_groups`` says the shape ρ is free (``shape_disjoint_from_S``) while the same
   record says it was chosen on S (no ``tune_data``, ``shape_chosen_on`` S itself, or rows of S
   in the tune data);
-* the recorded σ_g are not ``scale · ρ_g``, or the scale is not the curve's point.
+* the recorded σ_g are not ``scale · ρ_g``, or the scale is not the curve's point;
+* ``curves.disagreement_groups`` (docs/sources/disagreement.md) is not a whole count of its
+  ``n_samples`` rows, disagrees with ``scalars.disagreement_rows`` or
+  ``provenance.disagreement_groups``, or was measured at another scale or σ vector than the
+  per-group Gibbs risk on S.
 
 ``curves_sha256`` (written by :meth:`boundcalc.stats.Stats.to_json` whenever there are curves)
 is the SHA-256 of the curves as JSON (:func:`curves_digest`); a file whose curves do not match
@@ -71,6 +75,7 @@ def check_whole(stats: Any) -> None:
     """Refuse a stats file whose counts contradict its curves and records (module docs)."""
     _check_gibbs_mean(stats)
     _check_groups(stats)
+    _check_disagreement(stats)
 
 
 def _check_gibbs_mean(stats: Any) -> None:
@@ -169,3 +174,35 @@ def _check_sigma(rec: dict[str, Any], curve: Any) -> None:
             not math.isclose(float(curve.at[0]), scale, rel_tol=REL, abs_tol=0):
         raise StatsError(f"provenance.gibbs_groups.scale = {scale:g} but the curve "
                          f"gibbs_risk_groups was measured at {float(curve.at[0]):g}")
+
+
+def _check_disagreement(stats: Any) -> None:
+    curve = stats.curves.get("disagreement_groups")
+    if curve is None:
+        return
+    m = curve.n_samples
+    if m is None or m < 1 or len(curve.at) != 1:
+        raise StatsError("curves.disagreement_groups: expected one point and n_samples ≥ 1 "
+                         f"rows, got {len(curve.at)} point(s) and n_samples {m!r:.20}")
+    count = float(curve.value[0]) * m
+    rec = stats.provenance.get("disagreement_groups")
+    rec = rec if isinstance(rec, dict) else {}
+    checks = [("scalars.disagreement_rows", _scalar(stats, "disagreement_rows"), m),
+              ("provenance.disagreement_groups.rows", rec.get("rows"), m),
+              ("provenance.disagreement_groups.disagreements", rec.get("disagreements"),
+               round(count))]
+    wrong = [f"{k} = {v!r:.20}" for k, v, want in checks
+             if v is not None and as_finite_float(v) != want]
+    if abs(count - round(count)) > 1e-6 or wrong:
+        raise StatsError(f"curves.disagreement_groups: D̂ = {curve.value[0]!r:.20} over "
+                         f"n_samples = {m} rows is not a whole count of disagreements, or "
+                         f"contradicts {', '.join(wrong) or 'nothing'}")
+    gibbs = stats.curves.get("gibbs_risk_groups")
+    groups = stats.provenance.get("gibbs_groups")
+    sigma = groups.get("sigma") if isinstance(groups, dict) else None
+    if gibbs is None or len(gibbs.at) != 1 or not math.isclose(
+            float(gibbs.at[0]), float(curve.at[0]), rel_tol=REL, abs_tol=0) or (
+            "sigma" in rec and rec["sigma"] != sigma):
+        raise StatsError("curves.disagreement_groups was not measured at the scale and σ vector "
+                         "of the per-group Gibbs risk on S (curves.gibbs_risk_groups, "
+                         "provenance.gibbs_groups.sigma)")

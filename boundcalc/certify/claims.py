@@ -56,6 +56,8 @@ class Evidence:
     prior_on_S: Count | None = None
     gibbs: Callable[[Any, int], tuple[float, int, str]] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
+    # rows about model/ measured elsewhere (the disagreement route, certify/model_rows.py)
+    extra_model_rows: list[dict[str, Any]] = field(default_factory=list)
 
 
 def test_set_bound(count: Count, delta: float = TEST_SET_DELTA) -> Any:
@@ -171,7 +173,7 @@ def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
     from ..optimize.compare import compare_entries
     from ..registry import load_registry
     from ..report.compare_view import minimum_line
-    from ..rounding import round_up
+    from ..rounding import decimal_total, round_up
     from ..stats import load_stats
 
     stats = load_stats(stats_path)
@@ -197,12 +199,14 @@ def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
                  floor=own["floor"], dominates=own["dominates"],
                  vacuous_at=own["vacuous_at"])
     report["minimum"] = m
-    report["model_rows"] = [x for x in (f(ev) for f in MODEL_ROWS) if x is not None]
+    report["model_rows"] = [x for x in (f(ev) for f in MODEL_ROWS) if x is not None] + \
+        list(ev.extra_model_rows)
     report["baseline"] = baseline(ev)
     parts = ([("Gibbs minimum " + m["id"], m["delta_total"])]
              if m is not None and m["delta_total"] < 1 else []) + \
-        [(x["id"] + " (model/)", x["delta"]) for x in report["model_rows"] if x["is_bound"]]
-    total = float(sum(d for _, d in parts))
+        [(x["id"] + " (model/)", x["delta"]) for x in report["model_rows"]
+         if x.get("is_bound") and x.get("value") is not None]
+    total = decimal_total(d for _, d in parts)
     report["claimed"] = {"rows": [p for p, _ in parts], "deltas": [d for _, d in parts],
                          "delta_total": total, "probability": 1 - total if total < 1 else None,
                          "rule": "union bound: every claimed row holds at once with "

@@ -15,7 +15,8 @@ inputs and settings (so a killed run resumes where it stopped):
    (``stats.json``), the library function, not a subprocess.
 5. ``compare``: every certified entry on ``stats.json`` with its floor and what dominates,
    their least quoted as ``compare`` quotes it (at δ/k, with its total probability); the
-   test-set bound of model/ on the held-out rows; the prior's test-set bound on S as the
+   test-set bound of model/ on the held-out rows and the disagreement route
+   (:mod:`.model_rows`: ``stats_model.json``); the prior's test-set bound on S as the
    baseline (shown, not claimed); the held-out errors of model/ and of the Gibbs predictor
    (``report.json``, built by :mod:`boundcalc.certify.claims`).
 
@@ -305,6 +306,8 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
 
         ev = measure_evidence(out, "test" in record, cfg.max_length, cfg.batch_size, cfg.seed,
                               device, tokenizer_from)
+        ev.extra_model_rows = _model_rows(
+            out, cfg, device, ev.model_test.rate if ev.model_test else None, progress)
         certified, report = claims.build(out / "stats.json", ev)
         report.update({"sizes": sizes, "n_test": record.get("test", {}).get("n"),
                        "test_error": ev.model_test.rate if ev.model_test else None,
@@ -341,3 +344,15 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
                         max_length=cfg.max_length, batch_size=cfg.batch_size or 32)
     stats.save(out / "stats.json")
+
+
+def _model_rows(out: Path, cfg: CertifyConfig, device: Any, test_error: float | None,
+                progress: Progress | None) -> list[dict[str, Any]]:
+    """The rows that certify model/ itself through its Gibbs posterior, with a held-out set
+    (its texts only): the Gibbs bound plus the disagreement of model/ with its posterior
+    (:mod:`.model_rows`, which writes ``stats_model.json``); ``[]`` without one."""
+    from .model_rows import model_rows
+
+    return model_rows(out, device, max_length=cfg.max_length,
+                      batch_size=cfg.batch_size or 32, seed=cfg.seed, test_error=test_error,
+                      progress=progress)

@@ -138,6 +138,8 @@ def certified_rows_table(rep: dict):
     (what dominates: in the line on the least row, and in report.json)."""
     from rich.table import Table
 
+    from ..rounding import lower_text
+
     rows = [r for r in rep["certified"] if r["is_bound"]]
     t = Table(title="certified rows, each at its own δ: the Gibbs predictor of model/ (not "
                     "model/ itself)",
@@ -155,7 +157,7 @@ def certified_rows_table(rep: dict):
         t.add_row(r["id"], _up(r["value"]), f"{r['delta']:.3g}",
                   "—" if r["vacuous"] is None else ("yes" if r["vacuous"] else "no"),
                   "—" if not g else f"{g['value']:.4f}",
-                  "—" if r.get("floor") is None else f"{r['floor']:.3g}")
+                  "—" if r.get("floor") is None else lower_text(r["floor"], 3))
     return t
 
 
@@ -164,6 +166,8 @@ def print_result(result) -> None:
     predictor's held-out error), the least of them as compare quotes it (at δ/k, with its
     total probability), the rows about model/ itself, the baseline (not claimed) and the total
     probability of everything claimed."""
+    from ..rounding import lower_text, probability_text
+
     rep = result.report
     sz = rep["sizes"]
     say = lambda text: console.print(text, highlight=False)  # noqa: E731
@@ -187,24 +191,26 @@ def print_result(result) -> None:
             f"{escape(str(result.out / 'stats.json'))}`")
     else:
         state = "vacuous" if m["vacuous"] else "non-vacuous"
-        floor = (f"; floor {m['floor']:.4f}, dominated by {m['dominates']}"
+        floor = (f"; floor {lower_text(m['floor'], 4)}, dominated by {m['dominates']}"
                  if m.get("floor") is not None else "")
         say(f"certified for {m['certifies']}: ≤ {_up(m['value'])} with probability ≥ "
-            f"{1 - m['delta_total']:.4g}, {state} (vacuity level {m['vacuous_at']:.4g}){floor}")
+            f"{probability_text(m['delta_total'])}, {state} (vacuity level "
+            f"{m['vacuous_at']:.4g}){floor}")
         say(f"  {escape(m['line'])}")
         g = m.get("gibbs_test_error")
         if g:
             say(f"  held-out error of that Gibbs predictor {g['value']:.4f} (Monte Carlo, "
                 f"{g['draws']} per-row draws on the {rep['n_test']} held-out rows); of model/ "
                 f"itself {rep['test_error']:.4f}")
-    for r in (r for r in rep.get("model_rows", []) if r.get("is_bound")):
+    for r in (r for r in rep.get("model_rows", []) if r.get("is_bound") and "how" in r):
         say(f"certifies model/ itself: {r['id']} ≤ {_up(r['value'])} with probability ≥ "
-            f"{1 - r['delta']:.4g} (δ = {r['delta']:.3g}; {r['how']})")
+            f"{probability_text(r['delta'])} (δ = {r['delta']:.3g}; {r['how']})")
+    print_model_rows([r for r in rep.get("model_rows", []) if "how" not in r])
     c = rep.get("claimed") or {}
     if len(c.get("rows", [])) > 1:
         say(f"all claimed together ({', '.join(c['rows'])}): probability ≥ 1 − "
             f"({' + '.join(f'{d:.3g}' for d in c['deltas'])}) = "
-            + (f"{c['probability']:.4g}" if c.get("probability") is not None else
+            + (probability_text(c["delta_total"]) if c.get("probability") is not None else
                "no guarantee (Σδ ≥ 1)") + " (union bound)")
     b = rep.get("baseline")
     if b is not None:
@@ -218,3 +224,25 @@ def print_result(result) -> None:
                   "more than the PAC-Bayes machinery does")))
     say("model/, prior/ and the rows are in the output folder; the certificates hold for rows "
         "drawn like DATA's")
+
+
+def print_model_rows(rows: list) -> None:
+    """One line per row that certifies model/ itself through its Gibbs posterior (the Gibbs
+    bound plus the disagreement on the held-out texts, :mod:`boundcalc.certify.model_rows`),
+    value rounded up."""
+    from ..rounding import upper_text
+
+    for r in rows:
+        if r.get("value") is None:
+            console.print(f"model/ itself: {r['id']} not evaluated ({r.get('skipped', '?')})",
+                          highlight=False)
+            continue
+        t, split = r["terms"], r.get("delta_split") or {}
+        state = "vacuous" if r["vacuous"] else "non-vacuous"
+        parts = " + ".join(f"{v:g}" for v in split.values())
+        console.print(
+            f"certifies {r['certifies']}: {r['id']} = {upper_text(r['value'], 4)} "
+            f"({r['label']}, {state}), δ = {r['delta']:.3g}{f' = {parts}' if parts else ''}: "
+            f"the Gibbs row {r['gibbs_row']} {upper_text(t['gibbs_bound'], 4)} + disagreement "
+            f"≤ {upper_text(t['disagreement_upper'], 4)} ({r['disagreements']} of {r['rows']} "
+            "held-out rows, labels unused)", highlight=False)
