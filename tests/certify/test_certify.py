@@ -133,7 +133,7 @@ def test_cli_prints_the_minimum_its_predictor_and_what_is_claimed(run):
     predictor first, quotes compare's minimum rounded up with its probability, the vacuity
     level, the floor and what dominates; the held-out errors of that predictor and of model/;
     model/'s own test-set row; the total probability; the baseline, marked not claimed."""
-    from boundcalc.rounding import upper_text
+    from boundcalc.rounding import decimal_total, lower_text, probability_text, upper_text
 
     w = run["w"]
     shutil.copytree(w / "out", w / "out_cli")
@@ -150,15 +150,21 @@ def test_cli_prints_the_minimum_its_predictor_and_what_is_claimed(run):
     up = upper_text(m["value"], 4)
     assert float(up) >= m["value"]
     assert (f"certified for {m['certifies']}: ≤ {up} with probability ≥ "
-            f"{1 - m['delta_total']:.4g}, non-vacuous (vacuity level") in text
-    assert f"floor {m['floor']:.4f}, dominated by" in text
+            f"{probability_text(m['delta_total'])}, non-vacuous (vacuity level") in text
+    assert f"floor {lower_text(m['floor'], 4)}, dominated by" in text
     assert f"held-out error of that Gibbs predictor {m['gibbs_test_error']['value']:.4f}" in text
     assert f"of model/ itself {rep['test_error']:.4f}" in text
     row = rep["model_rows"][0]
     assert (f"certifies model/ itself: test_set_kl ≤ {upper_text(row['value'], 4)} with "
             f"probability ≥ 0.95") in text
-    total = m["delta_total"] + 0.05
-    assert f"= {1 - total:.4g} (union bound)" in text
+    # everything claimed: the minimum, model/'s test-set row (0.05) and, with held-out texts,
+    # the disagreement row (its own Gibbs part and δ_d); their δ's added as decimals
+    deltas = [m["delta_total"], 0.05] + [r["delta"] for r in rep["model_rows"][1:]
+                                         if r.get("value") is not None]
+    assert rep["claimed"]["deltas"] == deltas
+    total = decimal_total(deltas)
+    assert rep["claimed"]["delta_total"] == total
+    assert f"= {probability_text(total)} (union bound)" in text
     assert "baseline, not claimed (shown for comparison, not in the total)" in text
     assert f"certify the prior at ≤ {upper_text(rep['baseline']['value'], 4)}" in text
     assert "prior's data 120 rows, bound sample S 120" in text

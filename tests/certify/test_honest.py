@@ -129,7 +129,9 @@ def test_model_row_and_baseline_at_50_digits(done):
     test = synthetic_rows(80, 1)
     k_model = _errors(out / "model", [t for t, _ in test], [classes.index(y) for _, y in test])
     k_prior = _errors(out / "prior", *_rows(out / "S.jsonl"))
-    (row,) = rep["model_rows"]
+    row = rep["model_rows"][0]  # then the disagreement route's row (tests/certify/test_model_rows)
+    assert [r["id"] for r in rep["model_rows"]] == ["test_set_kl",
+                                                    "disagreement_gibbs_groups_mc"]
     assert (row["id"], row["certifies"], row["errors"], row["m"], row["delta"]) == \
         ("test_set_kl", "model/ itself", k_model, 80, 0.05)
     exact = kl_inv_50(k_model, 80, 0.05)
@@ -139,11 +141,13 @@ def test_model_row_and_baseline_at_50_digits(done):
     exact = kl_inv_50(k_prior, 100, 0.05)
     assert mp.mpf(b["value"]) >= exact and float(mp.mpf(b["value"]) - exact) < 1e-12
     assert rep["test_error"] == k_model / 80 and rep["prior_error_on_S"] == k_prior / 100
-    # claimed together: the Gibbs minimum and model/'s row, not the baseline
+    # claimed together: the Gibbs minimum and model/'s rows (test-set, disagreement), not
+    # the baseline
     c = rep["claimed"]
-    assert c["deltas"] == [rep["minimum"]["delta_total"], 0.05]
-    assert c["probability"] == pytest.approx(1 - rep["minimum"]["delta_total"] - 0.05)
-    assert "not counted" in c["rule"] and len(c["rows"]) == 2
+    dis = rep["model_rows"][1]["delta"]
+    assert c["deltas"] == [rep["minimum"]["delta_total"], 0.05, dis]
+    assert c["probability"] == pytest.approx(1 - rep["minimum"]["delta_total"] - 0.05 - dis)
+    assert "not counted" in c["rule"] and len(c["rows"]) == 3
 
 
 def test_gibbs_held_out_error_is_measured_on_the_held_out_rows(done):

@@ -38,9 +38,9 @@ def _kl_inv(q: float, c: float) -> float:
 def test_the_row_certifies_model_itself_and_is_recomputed_by_hand(run):
     w, cfg, res = run
     out = w / "out"
-    rows = res.report["model_rows"]
-    assert [r["id"] for r in rows] == ["disagreement_gibbs_groups_mc"]
-    row = rows[0]
+    rows = res.report["model_rows"]  # model/'s test-set row first (tests/certify/test_honest)
+    assert [r["id"] for r in rows] == ["test_set_kl", "disagreement_gibbs_groups_mc"]
+    row = rows[1]
     assert row["certifies"] == CERTIFIES == "model/ itself (through the Gibbs posterior)"
     assert row["is_bound"] and row["label"] == "certified bound"
     assert row["delta"] == pytest.approx(0.07)
@@ -77,7 +77,7 @@ def test_the_held_out_labels_are_not_read(run, tmp_path):
                                             for r in lines))
     again = model_rows(out, "cpu", max_length=cfg.max_length, batch_size=cfg.batch_size,
                        seed=cfg.seed)
-    assert again[0]["disagreements"] == res.report["model_rows"][0]["disagreements"]
+    assert again[0]["disagreements"] == res.report["model_rows"][1]["disagreements"]
     assert model_rows(tmp_path / "nothing", "cpu", max_length=24, batch_size=16, seed=0) == []
 
 
@@ -86,9 +86,9 @@ def test_printed_on_its_own_line_rounded_up(run):
     from boundcalc.cli.certify_cmd import print_model_rows
     from boundcalc.rounding import upper_text
 
-    row = run[2].report["model_rows"][0]
+    row = run[2].report["model_rows"][1]
     with console.capture() as cap:
-        print_model_rows(run[2].report)
+        print_model_rows([row])
     text = " ".join(cap.get().split())
     assert text.startswith(f"certifies {CERTIFIES}: disagreement_gibbs_groups_mc = "
                            f"{upper_text(row['value'], 4)} (certified bound, ")
