@@ -180,8 +180,13 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, sigma_points
                              n_groups)
     record: dict[str, Any] = {"stages": [vars(st) for st in plan_]}
     if len(plan_) > 1:
+        from .gibbs import resolve_mode
+
+        # the row-wise hooks are timed; a whole-model draw per pass (tied weights) costs a
+        # plain forward per row
+        hooks = resolve_mode(tm, opts.gibbs_mode)[1] == "hooks"
         speed = work_plan.calibrate(tm, batched, dev,
-                                    noisy=any(st.kind == "noisy" for st in plan_))
+                                    noisy=hooks and any(st.kind == "noisy" for st in plan_))
         seconds = work_plan.estimate(plan_, speed)
         record.update(calibration=speed, seconds=seconds)
         text = work_plan.plan_text(plan_, speed, seconds)
