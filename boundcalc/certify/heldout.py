@@ -64,11 +64,15 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int, seed: int,
     return f
 
 
-def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int, seed: int,
-                     device: Any, tokenizer_from: Callable[[Path], Any]) -> Evidence:
+def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int | None,
+                     seed: int, device: Any, tokenizer_from: Callable[[Path], Any]) -> Evidence:
     """model/ and the prior on ``test.jsonl`` (when ``has_test``), the prior on ``S.jsonl``,
-    and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`)."""
+    and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`).
+    ``batch_size`` None: the data side's rows per batch (32; the Gibbs measurement reads the
+    held-out rows in batches of that size)."""
     from transformers import AutoModelForSequenceClassification
+
+    from ..measure.data.batch_rows import DEFAULT_ROWS
 
     ev = Evidence()
     test = read_jsonl(out / "test.jsonl") if has_test else None
@@ -86,5 +90,6 @@ def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int
             ev.prior_on_S = _count(m, tok, read_jsonl(out / "S.jsonl"), max_length,
                                    batch_size, device)
     if test is not None:
-        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size, seed, device)
+        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size or DEFAULT_ROWS,
+                            seed, device)
     return ev

@@ -18,16 +18,16 @@ from tests._reference import kl_inv_exact
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One small certify run (a 1-layer, width-32 BERT config; 160 rows, 90 held out)."""
+    """One small certify run (a 1-layer, width-32 BERT config; 160 rows, 90 held out), at the
+    default batch size (None: 32 rows on a CPU; the compare step once failed on it)."""
     from boundcalc.certify import CertifyConfig, certify
 
     w = tmp_path_factory.mktemp("model_rows")
     base = bert_config_folder(w / "base", hidden=32, layers=1, heads=2)
     write_csv(w / "d.csv", synthetic_rows(160, 0))
     write_csv(w / "t.csv", synthetic_rows(90, 1))
-    cfg = CertifyConfig(prior_epochs=4, prior_lr=3e-3, post_lr=1e-3, batch_size=16,
-                        max_length=24, sigmas=(0.01,), draws=1, tune_rows=40, tune_draws=1,
-                        group_draws=2)
+    cfg = CertifyConfig(prior_epochs=4, prior_lr=3e-3, post_lr=1e-3, max_length=24,
+                        sigmas=(0.01,), draws=1, tune_rows=40, tune_draws=1, group_draws=2)
     return w, cfg, certify(base, w / "d.csv", w / "out", w / "t.csv", cfg)
 
 
@@ -75,7 +75,7 @@ def test_the_held_out_labels_are_not_read(run, tmp_path):
     lines = [json.loads(x) for x in (out / "test.jsonl").read_text().splitlines()]
     (out / "test.jsonl").write_text("".join(json.dumps({**r, "label": 1 - r["label"]}) + "\n"
                                             for r in lines))
-    again = model_rows(out, "cpu", max_length=cfg.max_length, batch_size=cfg.batch_size,
+    again = model_rows(out, "cpu", max_length=cfg.max_length, batch_size=cfg.batch_size or 32,
                        seed=cfg.seed)
     assert again[0]["disagreements"] == res.report["model_rows"][1]["disagreements"]
     assert model_rows(tmp_path / "nothing", "cpu", max_length=24, batch_size=16, seed=0) == []
