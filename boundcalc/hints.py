@@ -26,6 +26,9 @@ _SOURCES: tuple[tuple[str, str], ...] = (
     ("curves.gibbs_risk_groups", "measure MODEL init=INIT data=DATA tune_data=TUNE | sigma_groups"),
     ("scalars.gibbs_groups_units",
      "measure MODEL init=INIT data=DATA tune_data=TUNE | sigma_groups"),
+    # the bound-trained Gibbs posterior (boundcalc/measure/data/bound_posterior.py)
+    ("curves.gibbs_risk_learned", "certify BASE data=DATA posterior=bound"),
+    ("scalars.gibbs_learned_units", "certify BASE data=DATA posterior=bound"),
     # the data pass (boundcalc/measure/data/task_measure.py)
     ("curves.gibbs_risk_mean", "measure MODEL data=DATA draws=K"),
     ("scalars.gibbs_draws", "measure MODEL data=DATA draws=K"),

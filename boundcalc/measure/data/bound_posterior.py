@@ -260,10 +260,15 @@ class BoundObjective:
         return self.s_prior * torch.exp(self.log_ratio)
 
     def kl(self) -> torch.Tensor:
-        """KL(Q‖P) in float64, differentiable in μ and ``log_ratio``."""
-        dist = torch.stack([sum((p - q).double().square().sum() for p, q in ps)
-                            for ps in self.pairs])
-        return kl_groups(dist, self.sizes, self.log_ratio, self.s_prior)
+        """KL(Q‖P) in float64, differentiable in ``log_ratio`` and in the distances
+        ‖μ_g − μ₀,g‖² (a leaf, ``self.dist``: :meth:`backward` carries its gradient to μ, so
+        no autograd graph is built over every weight)."""
+        with torch.no_grad():
+            self.diffs = [[p - q for p, q in ps] for ps in self.pairs]
+            dist = torch.stack([sum(d.square().sum(dtype=torch.float64) for d in ds)
+                                for ds in self.diffs])
+        self.dist = dist.requires_grad_(True)
+        return kl_groups(self.dist, self.sizes, self.log_ratio, self.s_prior)
 
     def __call__(self, inputs: Mapping[str, torch.Tensor], y: torch.Tensor) -> torch.Tensor:
         """The objective on one batch, every row with its own draw (inside ``hooks``)."""
@@ -273,6 +278,20 @@ class BoundObjective:
         loss = bounded_cross_entropy(self.model(**inputs).logits, y, self.spec.p_min).mean()
         return objective(loss.double(), self.kl(), self.n, self.spec.delta,
                          self.spec.objective)
+
+    def backward(self, obj: torch.Tensor) -> None:
+        """Gradients of ``obj`` (a value of this objective) in μ and ``log_ratio``: autograd,
+        plus ∂obj/∂‖μ_g − μ₀,g‖² · 2(μ − μ₀) on every weight of group g (no host sync)."""
+        obj.backward()
+        coef = (2 * self.dist.grad).to(self.named[0][1].dtype)
+        with torch.no_grad():
+            for g, ps in enumerate(self.pairs):
+                for (p, _), d in zip(ps, self.diffs[g]):
+                    if p.grad is None:
+                        p.grad = d * coef[g]
+                    else:
+                        p.grad.add_(d * coef[g])
+        self.diffs = []
 
 
 def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
@@ -307,7 +326,7 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
                 obj = f(*data.batches[int(b)])
                 opt_mu.zero_grad(set_to_none=True)
                 opt_s.zero_grad(set_to_none=True)
-                obj.backward()
+                f.backward(obj)
                 before = f.log_ratio.detach().clone()
                 opt_mu.step()
                 opt_s.step()
