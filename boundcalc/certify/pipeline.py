@@ -84,6 +84,11 @@ class CertifyConfig:
     bound_epochs: int = 1
     bound_lr: float = 1e-3  # SGD step of the means (momentum 0.9)
 
+    def __post_init__(self) -> None:
+        from .bound_posterior import check_posterior
+
+        check_posterior(self.posterior)  # refused here, before anything trains
+
 
 @dataclass
 class CertifyResult:
