@@ -192,19 +192,15 @@ class GradRowNoise(RowNoise):
 
     def _layer_norm(self, mod: nn.LayerNorm, x: torch.Tensor, y: torch.Tensor,
                     sig: dict[str, float]) -> torch.Tensor:
-        R = self.rows
-        x = self._rows_of(x)
+        """y + x̂·ε_γ + ε_β, one (ε_γ, ε_β) per row; x̂ the affine-free normalisation of x."""
         out = self._rows_of(y)
-        d = out.shape[-1]
-        mid = (1,) * (out.ndim - 2)
+        shape = (self.rows, *(1,) * (out.ndim - 2), out.shape[-1])
         sw, sb = self._s(mod, "weight"), self._s(mod, "bias")
         if sw is not None:
-            xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
-            var, mean = torch.var_mean(xf, dim=-1, keepdim=True, unbiased=False)
-            xhat = ((xf - mean) * torch.rsqrt(var + mod.eps)).to(out.dtype)
-            out = out + xhat * (self._randn((R, *mid, d), out) * sw)
+            xhat = nn.functional.layer_norm(self._rows_of(x), mod.normalized_shape, eps=mod.eps)
+            out = out + xhat.to(out.dtype) * (sw * self._randn(shape, out))
         if sb is not None:
-            out = out + self._randn((R, *mid, d), out) * sb
+            out = out + sb * self._randn(shape, out)
         return out
 
 
