@@ -104,7 +104,30 @@ def test_the_saved_mean_is_the_trained_one_and_the_record_is_complete(run):
     assert 0 <= rec["held_out"]["mean_error"] <= 1 and rec["held_out"]["rows"] == 100
 
 
+def test_a_stats_file_whose_learned_counts_disagree_is_refused(run, tmp_path):
+    from boundcalc.errors import StatsError
+    from boundcalc.stats import load_stats
+
+    doc = json.loads((run["w"] / "out" / "stats.json").read_text())
+    doc.pop("curves_sha256", None)  # edited by hand below: only the consistency checks apply
+    load_stats_path = tmp_path / "s.json"
+    for edit, match in [(lambda d: d["scalars"]["gibbs_learned_units"].update(value=7.0),
+                         "gibbs_learned_units = 7"),
+                        (lambda d: d["provenance"]["gibbs_learned"]["mc"].update(passes=3),
+                         "provenance.gibbs_learned.mc: 3 passes"),
+                        (lambda d: d["provenance"]["gibbs_learned"].update(scale=4.0),
+                         "provenance.gibbs_learned.scale = 4.0")]:
+        bad = json.loads(json.dumps(doc))
+        edit(bad)
+        load_stats_path.write_text(json.dumps(bad))
+        with pytest.raises(StatsError, match=match):
+            load_stats(load_stats_path)
+    load_stats_path.write_text(json.dumps(doc))
+    assert load_stats(load_stats_path).curves["gibbs_risk_learned"].n_samples == 240
+
+
 def test_resumes_and_the_option_reruns_the_measure_step(run):
+    """Last in this file: it re-measures the shared output folder without the bound row."""
     from boundcalc.certify import certify
 
     w = run["w"]

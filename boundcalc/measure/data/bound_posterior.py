@@ -405,6 +405,7 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
                                   .get(g) for g in names],
         "shape_disjoint_from_S": bool(rec["shape_disjoint_from_S"]),
         "shape_chosen_on": rec.get("shape_chosen_on"), "shape_note": rec.get("shape_note"),
+        "tune_data": rec.get("tune_data"), "tune_shared_rows": rec.get("tune_shared_rows"),
         "sigma_post": learned.sigma_post, "sigma_prior_trained_with": learned.sigma_prior,
         "scale": c, "scale_grid": list(SCALE_GRID), "scale_trained_with": c0,
         "scale_chosen_on": "the least KL over the declared grid with the learned posterior "
@@ -417,6 +418,6 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
                      "seconds": round(learned.seconds, 2),
                      "loss": f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g})"},
         "mc": {"mode": fin.mode, "passes": fin.passes, "rows_per_unit": fin.rows_per_unit,
-               "units": units, "delta_mc": delta_mc, "seed": seed},
+               "units": units, "delta_mc": delta_mc, "seed": seed, "samples_per_pass": data.n},
     }
     return learned
