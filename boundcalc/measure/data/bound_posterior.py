@@ -261,7 +261,9 @@ class BoundObjective:
         no autograd graph is built over every weight)."""
         with torch.no_grad():
             self.diffs = [[p - q for p, q in ps] for ps in self.pairs]
-            dist = torch.stack([sum(d.square().sum(dtype=torch.float64) for d in ds)
+            # float32 sums (4× faster on a CPU than float64 ones; this only steers training:
+            # the certificate's distances are summed in float64 by tune.group_distances)
+            dist = torch.stack([sum(d.square().sum().double() for d in ds)
                                 for ds in self.diffs])
         self.dist = dist.requires_grad_(True)
         return kl_groups(self.dist, self.sizes, self.log_ratio, self.s_prior)
