@@ -47,11 +47,13 @@ def main() -> int:
     ap.add_argument("--minilm", type=Path, help="the MiniLM folder (default: the bundled one)")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for bert2 (default: "
                     "the bundled MiniLM's)")
+    ap.add_argument("--name", help="the results' key (default: the base's name)")
     ap.add_argument("extra", nargs="*", help="more certify flags (after --)")
     args = ap.parse_args()
     from tests._certify_helpers import bert_config_folder, synthetic_rows, write_csv
 
-    out = args.out / args.base
+    name = args.name or args.base
+    out = args.out / name
     out.mkdir(parents=True, exist_ok=True)
     classes = ("sport", "food", "space")
     write_csv(out / "train.csv", synthetic_rows(args.rows, 0, classes, args.noise))
@@ -97,7 +99,8 @@ def main() -> int:
     device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
     path = ROOT / "benchmarks" / "results" / f"certify_{device}.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
-    doc[args.base] = {
+    learned = json.loads((run / "stats.json").read_text())["provenance"].get("gibbs_learned")
+    doc[name] = {
         "command": " ".join(["boundcalc"] + cmd[3:]), "rows": args.rows, "noise": args.noise,
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rerun_all_reused_s": round(resume, 1),
         "rerun_exit": again.returncode, "load_before": load0, "load_after": load1,
@@ -116,8 +119,11 @@ def main() -> int:
                                             "delta")},
                        "gibbs_test_error": (r["gibbs_test_error"] or {}).get("value")}
                       for r in report["certified"] if r["is_bound"]]}
+    if learned:  # the bound-trained Gibbs posterior (--posterior bound)
+        doc[name]["bound_posterior"] = {k: learned.get(k) for k in (
+            "training", "held_out", "scale", "sigma_post", "sigma_prior_trained_with", "mc")}
     path.write_text(json.dumps(doc, indent=1))
-    print(f"{args.base}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
+    print(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
           f"{resume:.1f} s; wrote {path}")
     return 0
 

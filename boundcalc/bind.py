@@ -26,7 +26,8 @@ _MAX_ELEMENTS = 50_000_000  # dense zero-padded singular-value array (400 MB of 
 # Monte Carlo counts and the curve whose losses they count: a certified row takes N from the
 # curve (``n_samples``), not from the scalar (a stats file whose two disagree is refused on load)
 COUNTS_OF_CURVES = {"gibbs_draws": "gibbs_risk_mean", "gibbs_groups_units": "gibbs_risk_groups",
-                    "disagreement_rows": "disagreement_groups"}
+                    "disagreement_rows": "disagreement_groups",
+                    "gibbs_learned_units": "gibbs_risk_learned"}
 
 
 @dataclass

@@ -15,7 +15,9 @@ equality, one word says what the row is about:
   1 − :data:`MIN_AGREEMENT` of S;
 * ``unknown``: no record (hand-set code lengths, or a stats file from before the record).
 
-Only ``measured`` rows are about the user's model; the others are listed apart.
+Only ``measured`` rows are about the user's model; the others are listed apart. So is a row on
+the bound-trained Gibbs posterior (``about`` = ``bound_posterior``: its mean was trained on the
+bound after the measured model, :mod:`boundcalc.measure.data.bound_posterior`).
 """
 
 from __future__ import annotations
@@ -84,12 +86,30 @@ def classify(record: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+LEARNED_STAT = "curves.gibbs_risk_learned"
+
+
+def bound_posterior(record: Any) -> dict[str, Any]:
+    """What a row on the bound-trained Gibbs posterior (``provenance.gibbs_learned``) is about:
+    that posterior, whose mean was trained on the bound, not the measured model's weights."""
+    mean = record.get("mean_model") if isinstance(record, Mapping) else None
+    return {"about": "bound_posterior",
+            "text": "certifies the bound-trained Gibbs posterior N(μ, diag σ_Q,g²) (μ and σ "
+                    "trained on S on the bound" + (f"; μ saved in {mean}" if mean else "")
+                    + "), not the measured model's own weights"}
+
+
 def certified_model(entry: Any, stats: Any) -> dict[str, Any] | None:
     """For a certified compression entry: :func:`classify` of the stats file's compression
-    record; None for every other entry."""
-    if getattr(entry, "kind", None) != "certified" or not is_compression_entry(entry):
-        return None
+    record; for a certified row on the bound-trained Gibbs posterior: :func:`bound_posterior`;
+    None for every other entry."""
     prov = getattr(stats, "provenance", None) if stats is not None else None
+    if getattr(entry, "kind", None) != "certified":
+        return None
+    if any(s.stat == LEARNED_STAT for s in entry.symbols.values()):
+        return bound_posterior(prov.get("gibbs_learned") if isinstance(prov, Mapping) else None)
+    if not is_compression_entry(entry):
+        return None
     record = prov.get("compression") if isinstance(prov, Mapping) else None
     return classify(record)
 

@@ -55,6 +55,7 @@ class Evaluator(Protocol):
 # 0-1 risk, so the trivial predictor is the reference
 ZERO_ONE_STATS = ("scalars.emp_risk", "scalars.gibbs_risk", "scalars.gibbs_risk_mean",
                   "curves.gibbs_risk_mean", "curves.gibbs_risk_groups",
+                  "curves.gibbs_risk_learned",
                   "scalars.quantized_error", "curves.ramp_risk")
 
 

@@ -30,6 +30,9 @@ _SOURCES: tuple[tuple[str, str], ...] = (
     # (boundcalc/measure/data/disagreement.py, run by certify's compare step)
     ("curves.disagreement_groups", "certify BASE data=DATA test_data=TEST"),
     ("scalars.disagreement_rows", "certify BASE data=DATA test_data=TEST"),
+    # the bound-trained Gibbs posterior (boundcalc/measure/data/bound_posterior.py)
+    ("curves.gibbs_risk_learned", "certify BASE data=DATA posterior=bound"),
+    ("scalars.gibbs_learned_units", "certify BASE data=DATA posterior=bound"),
     # the data pass (boundcalc/measure/data/task_measure.py)
     ("curves.gibbs_risk_mean", "measure MODEL data=DATA draws=K"),
     ("scalars.gibbs_draws", "measure MODEL data=DATA draws=K"),

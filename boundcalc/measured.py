@@ -22,7 +22,9 @@ curve's ``at`` points. The entry declares that parameter with ``measured = true`
 
 A per-group Gaussian posterior (curve ``gibbs_risk_groups``, ``measure --tune-data`` /
 ``--sigma-groups``) also takes its shape ρ_g and distances ‖w_g − w₀,g‖² from the stats file's
-``provenance.gibbs_groups`` (:func:`tuned_inputs`). The shape is a per-group Dziugaite–Roy choice:
+``provenance.gibbs_groups`` (:func:`tuned_inputs`); the bound-trained Gibbs posterior (curve
+``gibbs_risk_learned``, ``certify --posterior bound``) takes them, its group sizes and its learned
+σ_Q,g from ``provenance.gibbs_learned``. The shape is a per-group Dziugaite–Roy choice:
 charged Σ_g [2 ln j_g + ln(π²/6)] through the evaluator's per-group prior rule, unless the record
 says it was chosen on data disjoint from S with the prior weights only, which is free.
 """
@@ -125,19 +127,24 @@ def _on_grid(entry: Entry, p: ParameterSpec, at: np.ndarray,
 
 
 GROUPS_CURVE = "gibbs_risk_groups"
+# the curves whose entries read per-group inputs from a provenance record, and that record
+RECORDS = {GROUPS_CURVE: "gibbs_groups", "gibbs_risk_learned": "gibbs_learned"}
 _SHAPE, _DIST = "rho", "dist_sq"
+# further per-group inputs: {symbol: (record key, positive)}, read when the entry has the symbol
+_PER_GROUP = {"d": ("n_params", True), "sigma_post": ("sigma_post", True)}
 
 
-def _record_list(rec: Mapping[str, Any], key: str, n: int | None, positive: bool) -> list[float]:
+def _record_list(rec: Mapping[str, Any], key: str, n: int | None, positive: bool,
+                 record: str = "gibbs_groups") -> list[float]:
     v = rec.get(key)
     if not isinstance(v, list) or not v or (n is not None and len(v) != n):
-        raise StatsError(f"provenance.gibbs_groups.{key}: expected a list of "
+        raise StatsError(f"provenance.{record}.{key}: expected a list of "
                          f"{n if n is not None else 'one or more'} numbers")
     out = []
     for i, x in enumerate(v):
         f = as_finite_float(x)
         if f is None or f < 0 or (positive and f == 0):
-            raise StatsError(f"provenance.gibbs_groups.{key}[{i}]: expected a "
+            raise StatsError(f"provenance.{record}.{key}[{i}]: expected a "
                              f"{'positive' if positive else 'non-negative'} finite number, "
                              f"got {str(x)[:30]}")
         out.append(f)
@@ -146,32 +153,38 @@ def _record_list(rec: Mapping[str, Any], key: str, n: int | None, positive: bool
 
 def tuned_inputs(entry: Entry, stats: Stats | None, values: Mapping[str, Any]
                  ) -> tuple[Entry, dict[str, Any], str] | None:
-    """For an entry on the ``gibbs_risk_groups`` curve: (the entry to evaluate, the values of
-    ρ and ‖w_g − w₀,g‖² from ``provenance.gibbs_groups``, how ρ was chosen). A ρ chosen on data
-    disjoint from S is free: the entry is evaluated without ρ's Dziugaite–Roy grid, so nothing
-    is charged for it; any other ρ stays on that grid and is charged per group."""
+    """For an entry on the ``gibbs_risk_groups`` (or ``gibbs_risk_learned``) curve: (the entry
+    to evaluate, the values of ρ and ‖w_g − w₀,g‖² (and of d_g, σ_Q,g where the entry has
+    them) from ``provenance.gibbs_groups`` (``gibbs_learned``), how ρ was chosen). A ρ chosen
+    on data disjoint from S is free: the entry is evaluated without ρ's Dziugaite–Roy grid, so
+    nothing is charged for it; any other ρ stays on that grid and is charged per group."""
     import dataclasses
 
-    if stats is None or GROUPS_CURVE not in curve_symbols(entry).values():
+    curve = next((c for c in curve_symbols(entry).values() if c in RECORDS), None)
+    if stats is None or curve is None:
         return None
-    rec = stats.provenance.get("gibbs_groups")
+    name = RECORDS[curve]
+    rec = stats.provenance.get(name)
     if rec is None:
         return None
     if not isinstance(rec, dict):
-        raise StatsError("provenance.gibbs_groups: expected an object")
+        raise StatsError(f"provenance.{name}: expected an object")
     groups = rec.get("groups")
     if not isinstance(groups, list) or not groups or not all(isinstance(g, str) for g in groups):
-        raise StatsError("provenance.gibbs_groups.groups: expected a list of group names")
+        raise StatsError(f"provenance.{name}.groups: expected a list of group names")
     G = len(groups)
     extra: dict[str, Any] = {}
     if _DIST in entry.symbols and _DIST not in values:
-        extra[_DIST] = np.array(_record_list(rec, "dist_sq", G, positive=False))
+        extra[_DIST] = np.array(_record_list(rec, "dist_sq", G, False, name))
+    for sym, (key, positive) in _PER_GROUP.items():
+        if sym in entry.symbols and sym not in values:
+            extra[sym] = np.array(_record_list(rec, key, G, positive, name))
     free = rec.get("shape_disjoint_from_S")
     if not isinstance(free, bool):
-        raise StatsError("provenance.gibbs_groups.shape_disjoint_from_S: expected true or false")
+        raise StatsError(f"provenance.{name}.shape_disjoint_from_S: expected true or false")
     if _SHAPE not in entry.symbols or _SHAPE in values:
         return entry, extra, "given by hand: a Dziugaite–Roy grid point per group, charged"
-    extra[_SHAPE] = np.array(_record_list(rec, "shape", G, positive=True))
+    extra[_SHAPE] = np.array(_record_list(rec, "shape", G, True, name))
     where = str(rec.get("shape_chosen_on", "?"))[:200]
     if not free:
         return entry, extra, (f"chosen on {where}: Dziugaite–Roy weight per group charged "

@@ -75,6 +75,7 @@ def check_whole(stats: Any) -> None:
     """Refuse a stats file whose counts contradict its curves and records (module docs)."""
     _check_gibbs_mean(stats)
     _check_groups(stats)
+    _check_groups(stats, "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units")
     _check_disagreement(stats)
 
 
@@ -96,47 +97,56 @@ def _check_gibbs_mean(stats: Any) -> None:
                          f"losses of curves.gibbs_risk_mean ({mode or '?'} mode)")
 
 
-def _check_groups(stats: Any) -> None:
-    rec = stats.provenance.get("gibbs_groups")
-    curve = stats.curves.get("gibbs_risk_groups")
-    units = _scalar(stats, "gibbs_groups_units")
+def _check_groups(stats: Any, name: str = "gibbs_groups", curve_name: str = "gibbs_risk_groups",
+                  units_name: str = "gibbs_groups_units") -> None:
+    """The per-group Gaussian posterior's record, curve and count (or, with the other names,
+    the bound-trained posterior's: ``provenance.gibbs_learned``, ``gibbs_risk_learned``)."""
+    rec = stats.provenance.get(name)
+    curve = stats.curves.get(curve_name)
+    units = _scalar(stats, units_name)
     N = curve.n_samples if curve is not None else None
     if N is not None and units is not None and units != N:
-        raise StatsError(f"scalars.gibbs_groups_units = {units:g} but curves.gibbs_risk_groups "
+        raise StatsError(f"scalars.{units_name} = {units:g} but curves.{curve_name} "
                          f"holds N = {N} Monte Carlo losses (n_samples): the counts contradict "
                          "each other")
     if not isinstance(rec, dict):
         return
     mc = rec.get("mc")
     if isinstance(mc, dict) and N is not None:
-        _check_units(mc, N)
+        _check_units(mc, N, name, curve_name)
     if rec.get("shape_disjoint_from_S") is True:
         where = str(rec.get("shape_chosen_on", ""))
         tune = rec.get("tune_data")
         shared = rec.get("tune_shared_rows")
         if not isinstance(tune, str) or not tune or where.startswith("S ") \
                 or (shared not in (None, 0)):
-            raise StatsError("provenance.gibbs_groups: shape_disjoint_from_S is true, but the "
+            raise StatsError(f"provenance.{name}: shape_disjoint_from_S is true, but the "
                              f"same record says the shape was chosen on S (tune_data {tune!r:.60}"
                              f", shape_chosen_on {where[:60]!r}, tune_shared_rows {shared!r:.20})")
-    _check_sigma(rec, curve)
+    if name == "gibbs_groups":
+        _check_sigma(rec, curve)
+    elif curve is not None and len(curve.at) == 1 and \
+            as_finite_float(rec.get("scale")) != float(curve.at[0]):
+        raise StatsError(f"provenance.{name}.scale = {rec.get('scale')!r:.30} but the curve "
+                         f"{curve_name} was measured at {float(curve.at[0]):g}")
 
 
-def _check_units(mc: dict[str, Any], N: int) -> None:
+def _check_units(mc: dict[str, Any], N: int, name: str = "gibbs_groups",
+                 curve_name: str = "gibbs_risk_groups") -> None:
     mode, passes = mc.get("mode"), _int(mc.get("passes"))
     rows, per_unit = _int(mc.get("samples_per_pass")), _int(mc.get("rows_per_unit"))
     recorded = mc.get("units")
     if recorded is not None and recorded != N:
-        raise StatsError(f"provenance.gibbs_groups.mc.units = {recorded!r:.30} but "
-                         f"curves.gibbs_risk_groups holds N = {N} losses")
+        raise StatsError(f"provenance.{name}.mc.units = {recorded!r:.30} but "
+                         f"curves.{curve_name} holds N = {N} losses")
     if passes is None or passes < 1:
-        raise StatsError(f"provenance.gibbs_groups.mc.passes: expected a positive integer "
+        raise StatsError(f"provenance.{name}.mc.passes: expected a positive integer "
                          f"(at most 2**53), got {mc.get('passes')!r:.30}")
     counts = {"samples_per_pass": rows, "rows_per_unit": per_unit}
     for key in {"sample": ("samples_per_pass",),
                 "chunk": ("samples_per_pass", "rows_per_unit")}.get(mode, ()):
         if counts[key] is None or counts[key] < 1:
-            raise StatsError(f"provenance.gibbs_groups.mc.{key}: expected a positive integer "
+            raise StatsError(f"provenance.{name}.mc.{key}: expected a positive integer "
                              f"(at most 2**53), got {mc.get(key)!r:.30}")
     if mode == "sample":
         expect, how = passes * rows, f"{passes} passes × {rows} rows"
@@ -146,11 +156,11 @@ def _check_units(mc: dict[str, Any], N: int) -> None:
     elif mode == "whole":
         expect, how = passes, f"{passes} passes, one loss each"
     else:
-        raise StatsError(f"provenance.gibbs_groups.mc.mode: expected sample, chunk or whole, got "
+        raise StatsError(f"provenance.{name}.mc.mode: expected sample, chunk or whole, got "
                          f"{mode!r:.30}")
     if expect != N:
-        raise StatsError(f"provenance.gibbs_groups.mc: {how} give {expect} losses, but the curve "
-                         f"gibbs_risk_groups and its count say N = {N}")
+        raise StatsError(f"provenance.{name}.mc: {how} give {expect} losses, but the curve "
+                         f"{curve_name} and its count say N = {N}")
 
 
 def _check_sigma(rec: dict[str, Any], curve: Any) -> None:

@@ -51,7 +51,7 @@ STEP_FIELDS = {
     "prior": ("prior_epochs", "prior_lr", "batch_size", "max_length", "seed"),
     "posterior": ("post_epochs", "post_lr", "proximal", "batch_size", "max_length", "seed"),
     "measure": ("sigmas", "draws", "tune_draws", "group_draws", "max_length", "batch_size",
-                "compress", "levels", "seed"),
+                "compress", "levels", "seed", "posterior", "bound_epochs", "bound_lr"),
     "compare": (),
 }
 STEPS = tuple(STEP_FIELDS)
@@ -92,6 +92,16 @@ class CertifyConfig:
     compress: bool = False
     levels: str = "1,16"
     tokenizer: str | None = None  # a folder with the tokenizer, when the base has none
+    # "bound": also train N(μ, diag σ_Q,g²) around model/ on the PAC-Bayes bound itself and
+    # certify it (bound_posterior.py; row pac_bayes_kl_gaussian_learned_mc); "proximal": not
+    posterior: str = "proximal"
+    bound_epochs: int = 1
+    bound_lr: float = 1e-3  # SGD step of the means (momentum 0.9)
+
+    def __post_init__(self) -> None:
+        from .bound_posterior import check_posterior
+
+        check_posterior(self.posterior)  # refused here, before anything trains
 
 
 @dataclass
@@ -343,6 +353,10 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
         add_compression(stats, str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
                         max_length=cfg.max_length, batch_size=cfg.batch_size or 32)
+    if cfg.posterior != "proximal":
+        from .bound_posterior import bound_step
+
+        bound_step(stats, out, cfg, progress)
     stats.save(out / "stats.json")
 
 

@@ -57,6 +57,10 @@ def certify_cmd(
                                    "vector tried by the search (free: it never sees S)"),
     group_draws: int = typer.Option(6, "--group-draws", min=1, help="Monte Carlo passes over "
                                     "S at the per-group σ"),
+    posterior: str = typer.Option("proximal", "--posterior", help="proximal: certify the "
+                                  "Gibbs posteriors around model/ (σ searched); bound: also "
+                                  "train a Gaussian posterior (means and per-group σ) on the "
+                                  "PAC-Bayes bound itself and certify it (posterior_bound/)"),
     compress: bool = typer.Option(False, "--compress", help="also the compression bounds "
                                   "(k-means code of w − w_prior on levels 1 and 16)"),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="a folder with the "
@@ -87,6 +91,9 @@ def certify_cmd(
 
         if not 0 < prior_fraction < 1:
             raise BoundcalcError(f"--prior-fraction must lie in (0, 1), got {prior_fraction}")
+        from ..certify.bound_posterior import check_posterior
+
+        check_posterior(posterior)
         require_paths(model=base, data=data, test_data=test_data, tokenizer=tokenizer)
         check_device(device)  # before transformers and the model
         stages = Stages("certify")
@@ -98,7 +105,7 @@ def certify_cmd(
                             text_column=text_column, label_column=label_column, device=device,
                             sigmas=tuple(sigma) if sigma else CertifyConfig.sigmas,
                             draws=draws, tune_rows=tune_rows, tune_draws=tune_draws,
-                            group_draws=group_draws,
+                            group_draws=group_draws, posterior=posterior,
                             compress=compress, tokenizer=tokenizer)
         progress = stages.measure_progress("", verb="progress")
         if progress is True:  # a terminal: one line rewritten in place

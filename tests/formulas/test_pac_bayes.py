@@ -470,6 +470,10 @@ BASE = {
     "pac_bayes_kl_gaussian_groups_mc": dict(E_hat=0.1, k=100, delta_mc=0.01, n=1000,
                                             delta=0.05, dist_sq=[1.0, 2.0],
                                             rho=[dr_sigma(100), dr_sigma(200)], scale=1.0),
+    "pac_bayes_kl_gaussian_learned_mc": dict(E_hat=0.1, k=100, delta_mc=0.01, n=1000,
+                                             delta=0.05, d=[100, 50], dist_sq=[1.0, 2.0],
+                                             sigma_post=[0.2, 0.5],
+                                             rho=[dr_sigma(100), dr_sigma(200)], scale=1.0),
     "monte_carlo_gibbs_risk": dict(E_hat=0.1, k=100, delta_mc=0.01),
     "rademacher_generalization": dict(emp_loss=0.1, rademacher=0.01, rho=1.0, n=1000, delta=0.05),
     "rademacher_generalization_union": dict(emp_loss=0.1, rademacher=0.01, rho=1.0, n=1000,
@@ -557,6 +561,16 @@ def point(draw, entry_id):
         return (dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=draw(DELTA),
                      n=n, delta=d,
                      dist_sq=draw(st.lists(st.floats(0, 1e4), min_size=G, max_size=G)),
+                     rho=[dr_sigma(j) for j in draw(st.lists(J_S, min_size=G, max_size=G))],
+                     scale=float(np.geomspace(0.25, 4, 17)[draw(st.integers(0, 16))])),
+                "E_hat", "dist_sq")
+    if entry_id == "pac_bayes_kl_gaussian_learned_mc":
+        G, d = draw(st.integers(1, 5)), draw(st.floats(1e-250, 1, exclude_max=True))
+        return (dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=draw(DELTA),
+                     n=n, delta=d, d=draw(st.lists(st.integers(1, 10 ** 7), min_size=G,
+                                                   max_size=G)),
+                     dist_sq=draw(st.lists(st.floats(0, 1e4), min_size=G, max_size=G)),
+                     sigma_post=draw(st.lists(st.floats(1e-4, 10.0), min_size=G, max_size=G)),
                      rho=[dr_sigma(j) for j in draw(st.lists(J_S, min_size=G, max_size=G))],
                      scale=float(np.geomspace(0.25, 4, 17)[draw(st.integers(0, 16))])),
                 "E_hat", "dist_sq")

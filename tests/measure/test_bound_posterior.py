@@ -1,0 +1,221 @@
+"""The bound-trained Gibbs posterior (boundcalc/measure/data/bound_posterior.py): its training
+draws have the law of explicit weight draws, the certificate's Monte Carlo Gibbs risk of the
+learned posterior equals explicit weight draws within its interval, the objective's gradient
+in σ (and in μ) is its finite difference, the objective and KL are the paper's formulas
+computed here by hand, and a short training lowers the objective."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from boundcalc.errors import BoundcalcError
+from boundcalc.measure.data.bound_posterior import (BoundObjective, BoundTraining, best_scale,
+                                                    bounded_cross_entropy, kl_groups, objective,
+                                                    train_bound_posterior)
+from boundcalc.measure.data.dataset_io import Batched
+from boundcalc.measure.data.gibbs import Perturber
+from boundcalc.measure.data.hf import TaskModel
+from boundcalc.measure.data.tune import final_risk, sigma_groups
+from tests._measure_helpers import single_thread
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with single_thread():
+        yield
+
+
+def _tiny(seed: int = 0, hidden: int = 16, dtype=torch.float32):
+    """A 1-layer BERT classifier (random weights), its prior (the same weights moved a little)
+    and 24 rows of 8 tokens (some ids repeated within a row) in batches of 8."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=30, hidden_size=hidden, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=2 * hidden,
+                     max_position_embeddings=16, num_labels=2,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForSequenceClassification(cfg).to(dtype).eval()
+    prior = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in prior.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    ids = torch.randint(0, 12, (24, 8))  # 12 ids over 8 positions: repeats in most rows
+    y = (ids[:, 1] % 2).long()
+    batches = [({"input_ids": ids[i:i + 8], "attention_mask": torch.ones_like(ids[i:i + 8])},
+                y[i:i + 8]) for i in range(0, 24, 8)]
+    tm = TaskModel(model, "sequence_classification", "BertForSequenceClassification", 2)
+    tp = TaskModel(prior, "sequence_classification", "BertForSequenceClassification", 2)
+    return tm, tp, Batched(batches, 24, 8, "test rows", "24 test rows")
+
+
+def _sigmas(tm, base: float = 0.05):
+    """A different σ for every group (so a wrong group map shows)."""
+    groups = sigma_groups(tm.model)
+    names = sorted(set(groups.values()))
+    return groups, {g: base * (1 + 0.3 * i) for i, g in enumerate(names)}
+
+
+# ---- formulas by hand ---------------------------------------------------------------------
+
+def test_objective_and_kl_are_the_formulas():
+    L, KL, n, d = 0.2, 30.0, 1000, 0.05
+    B = (KL + math.log(2 * math.sqrt(n) / d)) / (2 * n)
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    assert math.isclose(float(objective(t(L), t(KL), n, d, "quad")),
+                        (math.sqrt(L + B) + math.sqrt(B)) ** 2, rel_tol=1e-14)
+    assert math.isclose(float(objective(t(L), t(KL), n, d, "classic")), L + math.sqrt(B),
+                        rel_tol=1e-14)
+    with pytest.raises(BoundcalcError, match="objective 'lambda'"):
+        objective(t(L), t(KL), n, d, "lambda")
+    # KL of diagonal Gaussians, coordinate by coordinate: ½[s_Q²/s_P² + Δ²/s_P² − 1 + ln(s_P²/s_Q²)]
+    sizes, dist, sq, sp = [3.0, 5.0], [0.02, 0.5], [0.011, 0.2], [0.01, 0.25]
+    by_hand = sum(dg * 0.5 * (a ** 2 / b ** 2 - 1 + math.log(b ** 2 / a ** 2)) + q / (2 * b ** 2)
+                  for dg, q, a, b in zip(sizes, dist, sq, sp))
+    got = kl_groups(t(dist), t(sizes), torch.log(t(sq) / t(sp)), t(sp))
+    assert math.isclose(float(got), by_hand, rel_tol=1e-12)
+    # the scale choice: the least KL over the grid, each KL by hand
+    c, rows = best_scale(sizes, dist, sq, [0.01, 0.25], (0.5, 1.0, 2.0))
+    hand = [sum(dg * 0.5 * (a ** 2 / (s * b) ** 2 - 1 + math.log((s * b) ** 2 / a ** 2))
+                + q / (2 * (s * b) ** 2) for dg, q, a, b in zip(sizes, dist, sq, sp))
+            for s in (0.5, 1.0, 2.0)]
+    assert [r["KL"] for r in rows] == pytest.approx(hand, rel=1e-12)
+    assert c == (0.5, 1.0, 2.0)[int(np.argmin(hand))]
+
+
+def test_bounded_cross_entropy_clips_and_scales():
+    logits = torch.tensor([[0.0, 0.0], [30.0, -30.0], [-30.0, 30.0]])
+    y = torch.tensor([0, 0, 0])
+    got = bounded_cross_entropy(logits, y, 1e-4).tolist()
+    assert got[0] == pytest.approx(math.log(2) / math.log(1e4), rel=1e-6)
+    assert got[1] == pytest.approx(0.0, abs=1e-6)
+    assert got[2] == pytest.approx(1.0, rel=1e-6)  # p_y ≈ e^{-60} is clipped at 1e-4
+
+
+def test_settings_are_checked():
+    for bad in (dict(objective="lambda"), dict(epochs=0), dict(lr_mu=-1.0),
+                dict(p_min=0.0), dict(momentum=1.0)):
+        with pytest.raises(BoundcalcError, match="bound-trained posterior"):
+            BoundTraining(**bad).check()
+
+
+# ---- the law of the draws -------------------------------------------------------------------
+
+def _explicit(tm, data, sig_of, draws, seed, fn):
+    """Mean of ``fn(logits, y)`` over ``draws`` explicit weight draws θ + u, u ∼ N(0, diag σ²),
+    every draw evaluated on all rows; and the standard error of the per-draw means."""
+    pert = Perturber(tm.model, torch.Generator().manual_seed(seed))
+    means = []
+    try:
+        for _ in range(draws):
+            pert.draw(sig_of)
+            with torch.no_grad():
+                vals = [fn(tm.model(**x).logits, y) for x, y in data.batches]
+            means.append(float(torch.cat(vals).double().mean()))
+    finally:
+        pert.restore()
+    return float(np.mean(means)), float(np.std(means, ddof=1) / math.sqrt(draws))
+
+
+def test_training_draws_have_the_law_of_weight_draws():
+    tm, tp, data = _tiny()
+    groups, sig = _sigmas(tm, 0.08)
+    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), data.n,
+                       torch.Generator().manual_seed(3))
+    passes, values = 150, []
+    with torch.no_grad(), f.hooks:
+        f.hooks.set_sigma(f.sigma_post().float())
+        for _ in range(passes):
+            for x, y in data.batches:
+                f.hooks.start_pass(8)
+                values.append(bounded_cross_entropy(tm.model(**x).logits, y, 1e-4))
+    rows = torch.stack(values).double().reshape(passes, -1).mean(1)
+    hooks_mean, hooks_se = float(rows.mean()), float(rows.std() / math.sqrt(passes))
+    sig_of = {n: sig[g] for n, g in groups.items()}
+    exp_mean, exp_se = _explicit(tm, data, sig_of, 300, 5,
+                                 lambda lg, y: bounded_cross_entropy(lg, y, 1e-4))
+    with torch.no_grad():
+        base = float(torch.cat([bounded_cross_entropy(tm.model(**x).logits, y, 1e-4)
+                                for x, y in data.batches]).mean())
+    assert abs(exp_mean - base) > 8 * exp_se  # the noise moves the loss: the test can fail
+    assert abs(hooks_mean - exp_mean) <= 4 * math.hypot(hooks_se, exp_se)
+
+
+def test_learned_gibbs_risk_matches_explicit_draws_within_its_interval():
+    tm, tp, data = _tiny(1)
+    groups, sig = _sigmas(tm, 0.05)
+    learned = train_bound_posterior(tm, tp, data, CPU, groups, sig,
+                                    BoundTraining(epochs=2, lr_mu=1e-2, lr_sigma=0.5))
+    assert learned.steps == 6 and len(learned.history) == 2
+    assert learned.sigma_post != pytest.approx(learned.sigma_prior, rel=1e-9)  # σ_Q moved
+    sig_of = {n: dict(zip(learned.groups, learned.sigma_post))[g] for n, g in groups.items()}
+    fin = final_risk(tm, data, CPU, sig_of, 40, 11, 0.0)
+    assert fin.mode == "sample" and fin.n_losses == 40 * 24
+    exp_mean, exp_se = _explicit(tm, data, sig_of, 400, 7,
+                                 lambda lg, y: (lg.argmax(-1) != y).double())
+    # the certificate's one-sided interval [Ê, kl⁻¹] and a two-sided normal one, both ways
+    from boundcalc.engine.functions import kl_inv_upper
+
+    upper = kl_inv_upper(fin.mean, math.log(2 / 0.01) / fin.n_losses)
+    assert exp_mean - 4 * exp_se <= upper
+    se = math.sqrt(max(fin.mean * (1 - fin.mean), 1e-4) / fin.n_losses)
+    assert abs(fin.mean - exp_mean) <= 4 * math.hypot(se, exp_se)
+    assert 0.02 < exp_mean < 0.98  # neither trivially 0 nor 1
+
+
+# ---- gradients ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("hidden", [16, 4])  # Gram factor (T < d_in) and X·Ξ (T ≥ d_in)
+def test_gradient_in_sigma_and_mu_is_the_finite_difference(hidden):
+    tm, tp, data = _tiny(2, hidden=hidden, dtype=torch.float64)
+    groups, sig = _sigmas(tm, 0.05)
+    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), 1000,
+                       torch.Generator().manual_seed(0))
+    x, y = data.batches[0]
+
+    def value() -> torch.Tensor:
+        f.hooks.gen.manual_seed(9)  # the same draws ξ at every evaluation: a function of σ, μ
+        return f(x, y)
+
+    with f.hooks:
+        obj = value()
+        f.backward(obj)
+        g_sigma = f.log_ratio.grad.clone()
+        w = dict(tm.model.named_parameters())["bert.encoder.layer.0.attention.self.query.weight"]
+        g_mu = float(w.grad[0, 0])
+        h = 1e-5
+        with torch.no_grad():
+            for i in range(len(f.groups)):
+                f.log_ratio[i] += h
+                up = float(value())
+                f.log_ratio[i] -= 2 * h
+                down = float(value())
+                f.log_ratio[i] += h
+                fd = (up - down) / (2 * h)
+                assert fd == pytest.approx(float(g_sigma[i]), rel=1e-4, abs=1e-9), f.groups[i]
+            w[0, 0] += h
+            up = float(value())
+            w[0, 0] -= 2 * h
+            down = float(value())
+            w[0, 0] += h
+    assert (up - down) / (2 * h) == pytest.approx(g_mu, rel=1e-4, abs=1e-9)
+    assert float(g_sigma.abs().max()) > 1e-6  # σ matters to the objective
+
+
+def test_training_lowers_the_objective_and_refuses_language_models():
+    tm, tp, data = _tiny(3)
+    groups, sig = _sigmas(tm, 0.05)
+    learned = train_bound_posterior(tm, tp, data, CPU, groups, sig,
+                                    BoundTraining(epochs=6, lr_mu=0.05, lr_sigma=0.3,
+                                                  objective="classic"))
+    assert learned.history[-1] < learned.history[0]
+    lm = TaskModel(tm.model, "causal_lm", "x", 30)
+    with pytest.raises(BoundcalcError, match="for classifiers"):
+        train_bound_posterior(lm, tp, data, CPU, groups, sig, BoundTraining())
