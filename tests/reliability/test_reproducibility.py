@@ -51,6 +51,12 @@ def typical_values(entry) -> dict:
             x = s.domain.lo + 1 if math.isfinite(s.domain.lo) else 0.0
         if s.role == "size":
             values[name] = 2.0
+        elif s.indexed and f"{name}_prior_c" in entry.symbols:  # on its Dziugaite–Roy grid
+            c = entry.symbols[f"{name}_prior_c"].default
+            b = entry.symbols[f"{name}_prior_b"].default
+            shape = tuple(2 for _ in s.indices)
+            j = 1 + np.arange(int(np.prod(shape))).reshape(shape)
+            values[name] = np.sqrt(c * np.exp(-j / b))
         elif s.indexed:
             shape = tuple(2 for _ in s.indices)
             base = np.full(shape, x)
