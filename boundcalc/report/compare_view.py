@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evaluation import Result
-from ..rounding import probability_text, upper_text
+from ..rounding import lower_text, probability_text, upper_text
 from ..words import command
 
 GUIDE = "docs/guide/certify-your-model.md"
@@ -82,10 +82,25 @@ def missing_lines(missing: list[dict[str, Any]], limit: int = 3) -> list[str]:
 
 
 def guidance_line(best: Result | None, has_certify: bool) -> str | None:
-    """When the best certified row is vacuous and a KL divergence dominates it: the recipe
-    that makes the KL small (a prior trained on a split disjoint from S) and its docs page."""
+    """When the best certified row is vacuous: if even its zero-complexity floor is at the
+    vacuity level, that the risk itself is the cause (a degenerate σ search: no KL recipe can
+    help, issue 44); else, when a KL divergence dominates, the recipe that makes the KL small
+    (a prior trained on a split disjoint from S) and its docs page."""
     if best is None or not best.vacuous or not best.floor:
         return None
+    own, level = best.floor.get("own"), best.vacuous_threshold
+    if own is not None and own >= level:  # no complexity could save it: the risk itself
+        emp = best.floor.get("emp_risk")
+        against = (best.trivial or {}).get("against") if level < 1 else None
+        return (f"vacuous whatever the complexity: with zero complexity it would still be "
+                f"{lower_text(own, 4)}, at or above the vacuity level {level:.3g}"
+                + (f" ({against})" if against else "")
+                + (f", because the empirical (Gibbs) risk on S is already {emp:.3g}"
+                   if isinstance(emp, (int, float)) else "")
+                + ": the posterior's noise makes the predictor no better than trivial (a "
+                  "degenerate σ search, or a prior centre that does not predict, e.g. a head "
+                  "centred at zero); measure smaller σ, or centre the prior on a model with a "
+                  f"trained head; see {GUIDE}")
     dominant = str(best.floor.get("dominant", ""))
     if dominant in _NOT_KL or "kl" not in dominant.lower():
         return None

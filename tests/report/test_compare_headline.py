@@ -155,3 +155,28 @@ def test_the_per_group_gibbs_row_is_read_against_the_trivial_predictor(registry)
 
     assert bounds_zero_one(registry.get("pac_bayes_kl_gaussian_groups_mc"))
     assert bounds_zero_one(registry.get("pac_bayes_kl_gaussian_mc"))
+
+
+def test_a_floor_at_the_vacuity_level_is_diagnosed_as_the_risk_not_the_kl(tmp_path):
+    """Issue 44: a degenerate σ search (Gibbs risk 0.746, floor 0.792, vacuity level 0.658)
+    was diagnosed 'vacuous because KL_groups dominates: train the prior on a split disjoint
+    from S'. Here the Gibbs risk on S is 0.85 against a majority error of 0.889 (10 classes):
+    the floor is above the vacuity level whatever the KL, and the line says so."""
+    from boundcalc.measure.data.task_measure import dr_point
+    from boundcalc.stats import Curve
+
+    sig = [dr_point(0.01)[1]]
+    path = Stats(scalars={"n": Quantity(700.0), "emp_risk": Quantity(0.04),
+                          "gibbs_draws": Quantity(100.0), "dist_init_total": Quantity(5.0),
+                          "majority_error": Quantity(0.889)},
+                 curves={"gibbs_risk_mean": Curve(
+                     "sigma", np.array(sig), np.array([0.85]), ci=np.array([[0.85, 0.9]]),
+                     confidence=0.99, estimated=True, n_samples=100, method="Monte Carlo")},
+                 provenance={"n_classes": 10}).save(tmp_path / "degenerate.json")
+    doc = json.loads(invoke("compare", "--stats", path, "--json").stdout)
+    best = next(r for r in doc["certified"] if r["id"] == doc["minimum"]["id"])
+    assert best["vacuous"] and best["floor"]["own"] >= 0.889
+    line = doc["guidance"]
+    assert line.startswith("vacuous whatever the complexity: with zero complexity it would "
+                           "still be ") and "degenerate σ search" in line
+    assert "dominates" not in line and GUIDE in line
