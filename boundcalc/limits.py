@@ -86,7 +86,8 @@ def time_budget() -> float:
     return DEFAULT_TIME_BUDGET
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """'16.7 min', '2.1 h', '45 s': a duration as every budget message says it."""
     if not math.isfinite(seconds) or seconds > 1e12:
         return "longer than 30,000 years"
     for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
@@ -100,8 +101,8 @@ def check_time(seconds: float, what: str) -> None:
     :class:`ResourceError` line naming ``what`` (the option to lower)."""
     budget = time_budget()
     if not (seconds <= budget):  # also catches NaN
-        raise ResourceError(f"{what} would take at least {_duration(seconds)}, more than the time "
-                            f"budget of {_duration(budget)} (lower it, or raise the budget with "
+        raise ResourceError(f"{what} would take at least {duration_text(seconds)}, more than the time "
+                            f"budget of {duration_text(budget)} (lower it, or raise the budget with "
                             f"{option('time_budget')} or {ENV_TIME})")
 
 

@@ -80,13 +80,9 @@ class Stages:
 
     def say(self, message: str, force: bool = False) -> None:
         """One line on stderr (not on a terminal, where a bar shows the stage instead)."""
-        if self.quiet or self.terminal:
+        if self.terminal or (not force and self.elapsed() < self.after):
             return
-        if not force and self.elapsed() < self.after:
-            return
-        self.spoke = True
-        sys.stderr.write(f"boundcalc {self.command}: {one_line(message)}\n")
-        sys.stderr.flush()
+        self.note(message)
 
     def note(self, message: str) -> None:
         """One line on stderr before a long stage (a plan), on a terminal too; not when

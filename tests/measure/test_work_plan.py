@@ -40,7 +40,7 @@ def test_a_plan_over_the_time_budget_is_refused_naming_what_shrinks_it(monkeypat
     plan = work_plan.stages(opts, 1000, 7, None, 0)
     monkeypatch.setattr(work_plan, "time_budget", lambda: 600.0)
     work_plan.check(plan, 599.0)  # within: nothing said
-    with pytest.raises(ResourceError, match=r"about 17 min on this machine \(calibrated\), more "
+    with pytest.raises(ResourceError, match=r"about 16.7 min on this machine \(calibrated\), more "
                                             r"than the time budget of 10 min: lower draws, "
                                             r"sigma, gibbs_samples, or raise time_budget"):
         work_plan.check(plan, 1000.0)

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ...errors import ResourceError
-from ...limits import time_budget
+from ...limits import duration_text, time_budget
 from ...words import option
 
 HVP_FORWARDS = 4.0  # a Hessian-vector product, in forwards (as boundcalc.plan counts it)
@@ -105,19 +105,11 @@ def estimate(plan: list[Stage], speed: dict[str, Any]) -> float:
     return sum(s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"] for s in plan)
 
 
-def _duration(seconds: float) -> str:
-    if seconds >= 5400:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
-
-
 def plan_text(plan: list[Stage], speed: dict[str, Any], seconds: float) -> str:
     """'plan: data pass 1 × 1000 rows; Monte Carlo, 7 σ × 20 draws 140 × 1000 rows; … ≈ 2.1 h
     here (calibrated on 32 rows: 0.012 s per row, 0.031 s with a draw per row)'."""
     parts = [f"{s.what}: {s.passes} × {s.rows} rows" for s in plan]
-    return (f"plan: {'; '.join(parts)}; ≈ {_duration(seconds)} here (calibrated on "
+    return (f"plan: {'; '.join(parts)}; ≈ {duration_text(seconds)} here (calibrated on "
             f"{speed['rows']} rows: {speed['plain']:.3g} s per row, {speed['noisy']:.3g} s "
             "with a draw per row; an estimate, not a bound)")
 
@@ -136,6 +128,6 @@ def check(plan: list[Stage], seconds: float) -> None:
     if "Hessian" in names or "P̂" in names:
         shrink += [option("hessian_probes")]
     shrink.append(option("gibbs_samples"))
-    raise ResourceError(f"the plan would take about {_duration(seconds)} on this machine "
-                        f"(calibrated), more than the time budget of {_duration(budget)}: "
+    raise ResourceError(f"the plan would take about {duration_text(seconds)} on this machine "
+                        f"(calibrated), more than the time budget of {duration_text(budget)}: "
                         f"lower {', '.join(shrink)}, or raise {option('time_budget')}")
