@@ -349,10 +349,11 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
     if cfg.compress:
         from ..measure.compress.compression import add_compression
         from ..measure.compress.options import parse_levels
+        from ..measure.data.batch_rows import DEFAULT_ROWS
 
         add_compression(stats, str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
                         select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
-                        max_length=cfg.max_length, batch_size=cfg.batch_size or 32)
+                        max_length=cfg.max_length, batch_size=cfg.batch_size or DEFAULT_ROWS)
     if cfg.posterior != "proximal":
         from .bound_posterior import bound_step
 
@@ -365,8 +366,9 @@ def _model_rows(out: Path, cfg: CertifyConfig, device: Any, test_error: float | 
     """The rows that certify model/ itself through its Gibbs posterior, with a held-out set
     (its texts only): the Gibbs bound plus the disagreement of model/ with its posterior
     (:mod:`.model_rows`, which writes ``stats_model.json``); ``[]`` without one."""
+    from ..measure.data.batch_rows import DEFAULT_ROWS
     from .model_rows import model_rows
 
     return model_rows(out, device, max_length=cfg.max_length,
-                      batch_size=cfg.batch_size or 32, seed=cfg.seed, test_error=test_error,
-                      progress=progress)
+                      batch_size=cfg.batch_size or DEFAULT_ROWS, seed=cfg.seed,
+                      test_error=test_error, progress=progress)
