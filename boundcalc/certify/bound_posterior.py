@@ -29,13 +29,12 @@ def bound_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None:
     """Train, save and measure the bound-trained Gibbs posterior into ``stats`` (see the
     module docstring); ``cfg`` is the run's :class:`~.pipeline.CertifyConfig`."""
     from ..measure.data.bound_posterior import BoundTraining, add_bound_posterior
-    from ..measure.data.dataset_io import read_batches
     from ..measure.data.hf import load_task_model
     from ..measure.device import resolve_device
     from ..measure.threads import blas_threads, data_threads
     from .train import save_folder
 
-    from ..measure.data.batch_rows import DEFAULT_ROWS
+    from ..measure.data.batch_rows import read_sized
 
     check_posterior(cfg.posterior)
     dev = resolve_device(cfg.device)
@@ -43,8 +42,8 @@ def bound_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None:
     prior = load_task_model(out / "prior", dev)
 
     def read(path: Path):
-        return read_batches(str(path), tm, max_length=cfg.max_length,
-                            batch_size=cfg.batch_size or DEFAULT_ROWS)
+        return read_sized(str(path), tm, dev, max_length=cfg.max_length,
+                          given=cfg.batch_size)
 
     S = read(out / "S.jsonl")
     spec = BoundTraining(epochs=cfg.bound_epochs, lr_mu=cfg.bound_lr, seed=cfg.seed)

@@ -28,7 +28,7 @@ def _count(model: Any, tok: Any, rows: tuple[list[str], list[int]], max_length: 
     return Count(int(round(rate * len(texts))), len(texts))
 
 
-def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int, seed: int,
+def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, seed: int,
              device: Any) -> Callable[[Any, int], tuple[float, int, str]]:
     """``f(sigma, passes)``: the Gibbs predictor of ``out/model`` on ``data`` at ``sigma`` (a
     float, or ``{group: σ_g}`` over :func:`~boundcalc.measure.data.tune.sigma_groups`), as
@@ -38,15 +38,16 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int, seed: int,
     def f(sigma: Any, passes: int) -> tuple[float, int, str]:
         from ..measure.device import default_precision, precision
         from ..measure.threads import blas_threads, data_threads
-        from ..measure.data.dataset_io import read_batches
+        from ..measure.data.batch_rows import read_sized
         from ..measure.data.hf import load_task_model
         from ..measure.data.options import MeasureOptions
         from ..measure.data.tune import _mapping, final_risk, sigma_groups
 
         if not loaded:
             tm = load_task_model(out / "model", device)
-            loaded.update(tm=tm, rows=read_batches(data, tm, max_length=max_length,
-                                                   batch_size=batch_size))
+            loaded.update(tm=tm, rows=read_sized(
+                data, tm, next(tm.model.parameters()).device, max_length=max_length,
+                given=batch_size))
         tm, rows = loaded["tm"], loaded["rows"]
         names = [n for n, _ in tm.model.named_parameters()]
         sig = _mapping(sigma_groups(tm.model), sigma) if isinstance(sigma, Mapping) else \
@@ -68,11 +69,9 @@ def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int
                      seed: int, device: Any, tokenizer_from: Callable[[Path], Any]) -> Evidence:
     """model/ and the prior on ``test.jsonl`` (when ``has_test``), the prior on ``S.jsonl``,
     and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`).
-    ``batch_size`` None: the data side's rows per batch (32; the Gibbs measurement reads the
-    held-out rows in batches of that size)."""
+    ``batch_size`` None: the sizes chosen per device (32 rows on a CPU; the Gibbs measurement
+    reads the held-out rows in batches sized to a card, :func:`~boundcalc.measure.data.batch_rows.read_sized`)."""
     from transformers import AutoModelForSequenceClassification
-
-    from ..measure.data.batch_rows import DEFAULT_ROWS
 
     ev = Evidence()
     test = read_jsonl(out / "test.jsonl") if has_test else None
@@ -90,6 +89,5 @@ def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int
             ev.prior_on_S = _count(m, tok, read_jsonl(out / "S.jsonl"), max_length,
                                    batch_size, device)
     if test is not None:
-        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size or DEFAULT_ROWS,
-                            seed, device)
+        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size, seed, device)
     return ev

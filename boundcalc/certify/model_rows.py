@@ -23,16 +23,19 @@ GIBBS_ROW = "pac_bayes_kl_gaussian_groups_mc"  # the Gibbs row each one starts f
 CERTIFIES = "model/ itself (through the Gibbs posterior)"
 
 
-def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int, seed: int,
-               test_error: float | None = None, progress: Any = None) -> list[dict[str, Any]]:
+def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int | None,
+               seed: int, test_error: float | None = None,
+               progress: Any = None) -> list[dict[str, Any]]:
     """The rows that certify ``out/model`` itself, measured on ``out/test.jsonl`` (texts only)
     against ``out/stats.json`` (module docstring); ``[]`` without a held-out set. A stats file
     without the per-group Gibbs measurement gives one row with ``value`` None and the reason
-    (``skipped``), never a number."""
+    (``skipped``), never a number. ``batch_size`` None: sized per device
+    (:func:`~boundcalc.measure.data.batch_rows.read_sized`)."""
     import torch
 
     from ..floor import annotate
-    from ..measure.data.dataset_io import Batched, read_batches
+    from ..measure.data.batch_rows import read_sized
+    from ..measure.data.dataset_io import Batched
     from ..measure.data.disagreement import add_disagreement
     from ..measure.data.hf import load_task_model
     from ..optimize import optimize
@@ -49,7 +52,7 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
                 for e in ENTRIES]
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     tm = load_task_model(out / "model", dev)
-    rows = read_batches(out / "test.jsonl", tm, max_length=max_length, batch_size=batch_size)
+    rows = read_sized(out / "test.jsonl", tm, dev, max_length=max_length, given=batch_size)
     texts_only = Batched([(inputs, None) for inputs, _ in rows.batches], rows.n, rows.seq_len,
                          rows.source, rows.description + ", labels unused", rows.tokens)
     got = add_disagreement(stats, tm, texts_only, dev, seed=seed, progress=progress)

@@ -366,9 +366,8 @@ def _model_rows(out: Path, cfg: CertifyConfig, device: Any, test_error: float | 
     """The rows that certify model/ itself through its Gibbs posterior, with a held-out set
     (its texts only): the Gibbs bound plus the disagreement of model/ with its posterior
     (:mod:`.model_rows`, which writes ``stats_model.json``); ``[]`` without one."""
-    from ..measure.data.batch_rows import DEFAULT_ROWS
     from .model_rows import model_rows
 
-    return model_rows(out, device, max_length=cfg.max_length,
-                      batch_size=cfg.batch_size or DEFAULT_ROWS, seed=cfg.seed,
+    return model_rows(out, device, max_length=cfg.max_length, batch_size=cfg.batch_size,
+                      seed=cfg.seed,
                       test_error=test_error, progress=progress)

@@ -120,3 +120,86 @@ def test_provenance_and_progress_name_the_rows(tmp_path):
         assert rec["rows"] == rows and rec["rule"].startswith(rule)
         assert any(f"batches of {min(rows, 6)} rows" in ln for ln in lines
                    if ln.startswith("Gibbs risk")), lines
+
+
+class LargestTensor(MemoryMeter):
+    """A meter whose peak is the largest tensor an operator produced during the measured pass
+    (a lower bound of the card's real peak; a CPU has no allocator statistics), with ``room``
+    bytes of room."""
+
+    def __init__(self, room: int):
+        super().__init__(torch.device("cpu"))
+        self._room, self.largest = room, 0
+
+    def start(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        meter = self
+
+        class Watch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for t in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(t, torch.Tensor):
+                        meter.largest = max(meter.largest, t.numel() * t.element_size())
+                return out
+
+        self.mode = Watch()
+        self.mode.__enter__()
+
+    def peak(self) -> int:
+        self.mode.__exit__(None, None, None)
+        return self.largest
+
+    def room(self) -> int:
+        return self._room
+
+
+def test_a_language_model_is_sized_by_its_float64_log_softmax_not_its_forward():
+    """The GPT-2 of the H200 check (2048 × 256 ids, vocabulary 50,257) was sized from its
+    forward alone and the data pass then asked for 131 GiB: the data side takes the
+    log-softmax of float64 logits, rows × (T − 1) × V × 8 bytes, which the calibration must
+    see. Here V = 3,000 and T = 16: that tensor is 8 × 15 × 3,000 × 8 bytes per batch of 8."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    V, T, rows = 3000, 16, 8
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=16, n_layer=1, n_head=2,
+                                       n_positions=T)).eval()
+    ids = torch.randint(0, V, (rows, T))
+    tm = TaskModel(model, "causal_lm", "gpt2", V)
+    data = Batched([({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, None)] * 4,
+                   4 * rows, T, "ids", "ids")
+    f64 = rows * (T - 1) * V * 8  # the float64 log-softmax of one batch
+    meter = LargestTensor(room=100 * f64)  # tied embeddings: whole-model draws, no row hooks
+    got, rec = batch_rows(tm, data, CPU, None, per_sample=False, meter=meter)
+    assert rec["peak_bytes"] >= f64  # the forward's float32 logits alone: rows·T·V·4
+    assert got == 32  # 100 batches' worth of room, capped at the 32 rows of DATA
+    meter = LargestTensor(room=2 * f64)
+    assert batch_rows(tm, data, CPU, None, per_sample=False, meter=meter)[0] <= 2 * rows
+
+
+def test_certify_readers_take_the_size_the_card_takes(tmp_path, monkeypatch):
+    """certify's held-out, disagreement and bound-trained passes read their rows through
+    ``read_sized``: on the H200 the bound-trained posterior's Monte Carlo ran in batches of 32
+    rows at 0.67 steps/s while measure's ran in batches of 1,000. On a (faked) card with room
+    for 24 rows the 40 rows come back in batches of 24 and 16; on a CPU in batches of 32."""
+    from boundcalc.measure.data.batch_rows import read_sized
+
+    from boundcalc.measure.data.hf import load_task_model
+
+    set_memory_budget(None)
+    tiny_text_checkpoints(tmp_path)
+    tm = load_task_model(tmp_path / "cls", CPU)
+    texts = [f"row {i} of the held-out texts" for i in range(40)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": i % 2}) + "\n"
+                            for i, t in enumerate(texts)))
+    sizes = lambda d: [next(iter(b[0].values())).shape[0] for b in d.batches]  # noqa: E731
+    assert sizes(read_sized(path, tm, CPU, max_length=16)) == [32, 8]
+    card = FakeCard(monkeypatch, tm.model, fixed=0, per_row=GiB, free=2 * 32 * GiB)
+    got = read_sized(path, tm, CPU, max_length=16, meter=MemoryMeter(torch.device("cuda")))
+    assert card.noisy == [False, True] and sizes(got) == [32, 8]  # 32 rows fit: as read
+    card.free, card.noisy[:] = 2 * 24 * GiB, []
+    got = read_sized(path, tm, CPU, max_length=16, meter=MemoryMeter(torch.device("cuda")))
+    assert sizes(got) == [24, 16] and got.n == 40

@@ -3,9 +3,10 @@ take DATA in batches of the same size, which is
 
 * the user's ``batch_size`` when given;
 * on a CPU, :data:`DEFAULT_ROWS` (the default before the card's size was measured);
-* on a card, the most rows whose memory fits the budget: the forwards of the data side (the
-  data pass's, which keeps every layer's hidden states, then one with a posterior draw per
-  row where the Monte Carlo passes use the row-wise hooks) run once on the first batch of
+* on a card, the most rows whose memory fits the budget: the data side's own code (the data
+  pass, which keeps every layer's hidden states and takes the log-softmax of float64 logits,
+  then a Monte Carlo step with a posterior draw per row where the Monte Carlo passes use the
+  row-wise hooks) runs once on the first batch of
   :data:`DEFAULT_ROWS` rows, and the larger of their measured peaks sizes the rest
   (:func:`~boundcalc.measure.device.rows_that_fit`, as the Hessian's probe stacks are sized),
   at most every row of DATA.
@@ -28,7 +29,7 @@ from ...words import option
 from ..device import MemoryMeter, rows_that_fit
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import lm_targets, mask_is_full, model_call, to_device
+from .inputs import mask_is_full, on_device, to_device
 
 DEFAULT_ROWS = 32  # rows per batch on a CPU, and of the batch a card's size is measured on
 
@@ -45,12 +46,12 @@ def batch_rows(tm: TaskModel, data: Batched, device: torch.device, given: int | 
         return int(given), {"rows": int(given), "rule": f"given ({option('batch_size', given)})"}
     if meter is None and device.type != "cuda":
         return DEFAULT_ROWS, {"rows": DEFAULT_ROWS, "rule": "the default on a CPU"}
-    inputs, y = data.batches[0]
-    measured = next(iter(inputs.values())).shape[0]
+    measured = next(iter(data.batches[0][0].values())).shape[0]
+
     def run() -> None:  # one after the other: the peak is the larger of the two
-        _plain_forward(tm, inputs, device)
+        first_data_pass(tm, data, device)
         if per_sample:
-            _noisy_forward(tm, inputs, device)
+            first_monte_carlo_step(tm, data, device)
 
     rows, record = rows_that_fit(run, measured, data.n, meter or MemoryMeter(device))
     what = ("the data pass's forward and one with a posterior draw per row" if per_sample
@@ -61,25 +62,47 @@ def batch_rows(tm: TaskModel, data: Batched, device: torch.device, given: int | 
                            f"{record['room_bytes']} bytes (at most the {data.n} rows of DATA)")}
 
 
-def _model_inputs(tm: TaskModel, host: dict[str, torch.Tensor], device: torch.device):
-    inputs = to_device(host, device)
-    if tm.is_lm:
-        inputs = lm_targets(tm, inputs)[0]
-    return model_call(inputs, mask_is_full(host))
+def read_sized(path: Any, tm: TaskModel, device: torch.device, *, max_length: int,
+               given: int | None = None, per_sample: bool = True,
+               meter: MemoryMeter | None = None) -> Batched:
+    """``path`` read for ``tm`` (already on ``device``) in batches of :func:`batch_rows` rows:
+    read once in batches of ``given`` or :data:`DEFAULT_ROWS` rows, and again in the size the
+    card takes when that differs (as :func:`~.task_measure.measure_task` does), so that every
+    reader of the data side (certify's held-out and bound-trained passes too) batches alike.
+    ``meter``: as in :func:`batch_rows`."""
+    from .dataset_io import read_batches
+
+    first = given or DEFAULT_ROWS
+    data = read_batches(path, tm, max_length=max_length, batch_size=first)
+    rows, _ = batch_rows(tm, data, device, given, per_sample=per_sample, meter=meter)
+    return data if rows == first else read_batches(path, tm, max_length=max_length,
+                                                   batch_size=rows)
 
 
-def _plain_forward(tm: TaskModel, host: dict[str, torch.Tensor], device: torch.device) -> None:
-    with torch.no_grad():
-        tm.model(**_model_inputs(tm, host, device), output_hidden_states=True)
+def first_data_pass(tm: TaskModel, data: Batched, device: torch.device) -> None:
+    """The data pass itself (:func:`.data_pass.run_pass`) on ``data``'s first batch: the
+    forward with every layer's hidden states and what follows it (float64 logits and their
+    log-softmax: for a language model of a 50k vocabulary these dwarf the forward)."""
+    from dataclasses import replace
+
+    from .data_pass import run_pass
+
+    first = data.batches[0]
+    run_pass(tm, replace(data, batches=[first], n=next(iter(first[0].values())).shape[0]),
+             device, norms=True)
 
 
-def _noisy_forward(tm: TaskModel, host: dict[str, torch.Tensor], device: torch.device) -> None:
-    from .gibbs import device_generator
+def first_monte_carlo_step(tm: TaskModel, data: Batched, device: torch.device) -> None:
+    """One Monte Carlo step on ``data``'s first batch as :mod:`.gibbs` runs it: a posterior
+    draw per row through the row-wise hooks, then the bounded loss per row."""
+    from .gibbs import _bounded_rows, device_generator
     from .row_noise import RowNoise
 
+    host, y = data.batches[0]
     sig = {n: 1e-3 for n, p in tm.model.named_parameters() if p.requires_grad}
-    inputs = _model_inputs(tm, host, device)
+    inputs = to_device(host, device)
+    y = None if y is None else on_device(y, device)
     with torch.no_grad(), RowNoise(tm.model, sig, device_generator(tm.model, 0),
                                    deferred=True) as hooks:
         hooks.start_pass(next(iter(host.values())).shape[0])
-        tm.model(**inputs)
+        _bounded_rows(tm, inputs, y, 0.01, mask_is_full(host))

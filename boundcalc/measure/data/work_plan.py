@@ -78,25 +78,25 @@ def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
 
 
 def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool) -> dict[str, Any]:
-    """Seconds per row of a plain forward and (``noisy``) of one with a posterior draw per
-    row, timed on the first batch after one untimed warm-up of each."""
-    from .batch_rows import _noisy_forward, _plain_forward
+    """Seconds per row of the data pass and (``noisy``) of a Monte Carlo step with a posterior
+    draw per row, timed on the first batch after one untimed warm-up of each (the code the
+    work runs, loss and log-softmax included: :mod:`.batch_rows`)."""
+    from .batch_rows import first_monte_carlo_step, first_data_pass
 
-    inputs, _ = batched.batches[0]
-    rows = int(next(iter(inputs.values())).shape[0])
+    rows = int(next(iter(batched.batches[0][0].values())).shape[0])
 
     def timed(run) -> float:
-        run(tm, inputs, device)  # warm-up: first-call allocations and kernel choices
+        run(tm, batched, device)  # warm-up: first-call allocations and kernel choices
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        run(tm, inputs, device)
+        run(tm, batched, device)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return (time.perf_counter() - t0) / rows
 
-    out: dict[str, Any] = {"rows": rows, "plain": timed(_plain_forward)}
-    out["noisy"] = timed(_noisy_forward) if noisy else out["plain"]
+    out: dict[str, Any] = {"rows": rows, "plain": timed(first_data_pass)}
+    out["noisy"] = timed(first_monte_carlo_step) if noisy else out["plain"]
     return out
 
 
