@@ -38,6 +38,7 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
     from ..measure.data.dataset_io import Batched
     from ..measure.data.disagreement import add_disagreement
     from ..measure.data.hf import load_task_model
+    from ..measure.threads import blas_threads, data_threads
     from ..optimize import optimize
     from ..registry import load_registry
     from ..stats import load_stats
@@ -55,7 +56,9 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
     rows = read_sized(out / "test.jsonl", tm, dev, max_length=max_length, given=batch_size)
     texts_only = Batched([(inputs, None) for inputs, _ in rows.batches], rows.n, rows.seq_len,
                          rows.source, rows.description + ", labels unused", rows.tokens)
-    got = add_disagreement(stats, tm, texts_only, dev, seed=seed, progress=progress)
+    with blas_threads(data_threads(tm.model, dev)):  # as every data-side pass: one thread
+        # for a small model on a CPU (two threads on two busy cores took 3× as long)
+        got = add_disagreement(stats, tm, texts_only, dev, seed=seed, progress=progress)
     stats.save(out / MODEL_STATS)
     registry = load_registry()
     found = []

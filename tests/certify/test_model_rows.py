@@ -81,6 +81,35 @@ def test_the_held_out_labels_are_not_read(run, tmp_path):
     assert model_rows(tmp_path / "nothing", "cpu", max_length=24, batch_size=16, seed=0) == []
 
 
+def test_the_pass_runs_with_the_data_sides_threads(run, tmp_path, monkeypatch):
+    """The disagreement pass runs as every data-side pass does, with ``data_threads`` (one
+    thread for this small model on a CPU): it ran with torch's default, and two threads on
+    two busy cores made certify's slowest step 3× slower than with one."""
+    import shutil
+
+    import torch
+
+    from boundcalc.measure.data import disagreement
+    from boundcalc.measure.threads import data_threads
+
+    w, cfg, res = run
+    out = tmp_path / "out"
+    shutil.copytree(w / "out", out)
+    seen, real = [], disagreement.add_disagreement
+
+    def spy(stats, tm, *a, **k):
+        seen.append((torch.get_num_threads(), data_threads(tm.model, torch.device("cpu"))))
+        return real(stats, tm, *a, **k)
+
+    monkeypatch.setattr(disagreement, "add_disagreement", spy)
+    torch.set_num_threads(2)
+    try:
+        model_rows(out, "cpu", max_length=cfg.max_length, batch_size=None, seed=cfg.seed)
+    finally:
+        torch.set_num_threads(2)
+    assert len(seen) == 1 and seen[0][0] == seen[0][1] == 1
+
+
 def test_printed_on_its_own_line_rounded_up(run):
     from boundcalc.cli.app import console
     from boundcalc.cli.certify_cmd import print_model_rows
