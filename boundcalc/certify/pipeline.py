@@ -43,6 +43,7 @@ import numpy as np
 from ..words import option
 from . import claims, split as splits
 from .heldout import read_jsonl
+from .preflight import preflight
 from .train import Progress, TrainSpec, save_folder
 
 # the settings each step depends on (a change re-runs that step and every later one)
@@ -231,7 +232,8 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     (default :func:`~boundcalc.certify.train.train_classifier`); ``spec`` is a
     :class:`~boundcalc.certify.train.TrainSpec` (stage, epochs, lr, batch size, proximal
     weight and the prior's weights as ``anchor`` for the posterior, device, seed). It must
-    train the model in place. ``progress(done, total, what)`` is called during training and
+    train the model in place. Every input is checked before anything slow runs
+    (:mod:`.preflight`). ``progress(done, total, what)`` is called during training and
     measurement; ``say(message)`` gets one line per step."""
     from ..measure.device import resolve_device
     from .train import base_folder, build_classifier, has_weights, train_classifier
@@ -241,6 +243,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     train_fn = train or train_classifier
     custom = train is not None
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
+    preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: before anything slow
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     folder, _ = base_folder(base)
