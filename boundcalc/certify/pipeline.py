@@ -42,7 +42,9 @@ import numpy as np
 
 from ..words import option
 from . import claims, split as splits
+from .callback import loop_record, trained
 from .heldout import read_jsonl
+from .preflight import preflight
 from .train import Progress, TrainSpec, save_folder
 
 # the settings each step depends on (a change re-runs that step and every later one)
@@ -230,9 +232,11 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     ``train(model, tokenizer, texts, labels, spec)``: your own training loop for both stages
     (default :func:`~boundcalc.certify.train.train_classifier`); ``spec`` is a
     :class:`~boundcalc.certify.train.TrainSpec` (stage, epochs, lr, batch size, proximal
-    weight and the prior's weights as ``anchor`` for the posterior, device, seed). It must
-    train the model in place. ``progress(done, total, what)`` is called during training and
-    measurement; ``say(message)`` gets one line per step."""
+    weight and the prior's weights as ``anchor`` for the posterior, device, seed). It trains
+    the model in place, or returns the trained model or its state dict (:mod:`.callback`;
+    ``report.json`` records that a custom loop trained them). Every input is checked before
+    anything slow runs (:mod:`.preflight`). ``progress(done, total, what)`` is called during
+    training and measurement; ``say(message)`` gets one line per step."""
     from ..measure.device import resolve_device
     from .train import base_folder, build_classifier, has_weights, train_classifier
 
@@ -241,6 +245,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     train_fn = train or train_classifier
     custom = train is not None
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
+    preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: before anything slow
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     folder, _ = base_folder(base)
@@ -275,8 +280,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             f"{prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
         spec = TrainSpec("prior", prior_epochs, prior_lr, cfg.batch_size, cfg.max_length,
                          cfg.seed, device)
-        how = train_fn(model, tok, texts, labels, spec,
-                       **({} if custom else {"progress": progress}))
+        model, how = trained(train_fn, custom, model, tok, texts, labels, spec, progress)
         save_folder(model, tok, out / "prior", {"step": "prior", "key": prior_key,
                                                 "training": how})
         steps.finish("prior", prior_key)
@@ -293,8 +297,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
         spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
                          cfg.max_length, cfg.seed + 1, device, cfg.proximal, anchor)
-        how = train_fn(model, tok, texts, labels, spec,
-                       **({} if custom else {"progress": progress}))
+        model, how = trained(train_fn, custom, model, tok, texts, labels, spec, progress)
         save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key,
                                                 "training": how})
         steps.finish("posterior", post_key)
@@ -327,6 +330,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
                        "learning_rates": {"prior": prior_lr, "posterior": post_lr},
                        "prior_epochs": prior_epochs,
                        "base": str(base), "pretrained": pretrained,
+                       "training_loop": loop_record(custom),
                        "certifies": CERTIFIES})
         tmp = out / "report.json.partial"
         tmp.write_text(json.dumps(report, indent=1, default=str))

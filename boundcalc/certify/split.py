@@ -46,8 +46,12 @@ def read_labelled(path: str | Path, text_column: str = "text",
                   label_column: str = "label") -> Labelled:
     """Read the text and label columns of a CSV / JSON Lines / Parquet file or a
     ``datasets.save_to_disk`` folder (the reader of ``measure --data``). A missing column is
-    an error that names it (and carries ``column``, so the CLI names its flag)."""
+    an error that names it (and carries ``column``, so the CLI names its flag); each label must
+    be one class by measure's rule (:func:`~boundcalc.measure.data.labels.check_class_labels`:
+    an integer or a non-empty name; a list, an object, a boolean, 1.5 or an empty cell is
+    refused, naming the row)."""
     from ..measure.data.dataset_io import DataError, _pick, _texts, read_columns
+    from ..measure.data.labels import check_class_labels
 
     cols, _, source = read_columns(path, {text_column, label_column})
     texts = _texts(_pick(cols, (text_column,), "text", source), source, text_column)
@@ -57,9 +61,7 @@ def read_labelled(path: str | Path, text_column: str = "text",
         raise DataError(f"{source}: {len(texts)} texts but {len(labels)} labels")
     if not texts:
         raise DataError(f"{source}: no rows")
-    for i, y in enumerate(labels):
-        if y is None or (isinstance(y, float) and y != y):
-            raise DataError(f"{source}: label column '{label_column}' row {i} is empty")
+    check_class_labels(labels, source, label_column, DataError)  # measure's rule, shared
     return Labelled(texts, labels, source, file_sha256(path))
 
 

@@ -76,22 +76,31 @@ def has_weights(base: str | Path) -> bool:
     return p.is_dir() and any((p / f).exists() for f in WEIGHT_FILES)
 
 
-def build_classifier(base: str | Path, classes: Sequence[Any], seed: int,
-                     tokenizer: Any) -> Any:
-    """A ``*ForSequenceClassification`` for ``classes`` from the base: its pretrained weights
-    with a new head (drawn after ``torch.manual_seed(seed)``), or a random initialisation of
-    its config when it has no weights."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-    from transformers.utils import logging as hf_logging
+def classifier_config(raw: Mapping[str, Any], classes: Sequence[Any], tokenizer: Any) -> Any:
+    """The transformers config of the classifier for ``classes`` built from the base's config
+    ``raw`` (its ``model_type`` and fields; the classes named in ``id2label``; the tokenizer's
+    pad id when the config has none)."""
+    from transformers import AutoConfig
 
-    folder, raw = base_folder(base)
     names = {i: str(c) for i, c in enumerate(classes)}
     extra = dict(num_labels=len(classes), id2label=names,
                  label2id={v: k for k, v in names.items()})
     if raw.get("pad_token_id") is None and getattr(tokenizer, "pad_token_id", None) is not None:
         extra["pad_token_id"] = tokenizer.pad_token_id
     fields = {k: v for k, v in raw.items() if k not in ("model_type", "architectures")}
-    cfg = AutoConfig.for_model(raw["model_type"], **{**fields, **extra})
+    return AutoConfig.for_model(raw["model_type"], **{**fields, **extra})
+
+
+def build_classifier(base: str | Path, classes: Sequence[Any], seed: int,
+                     tokenizer: Any) -> Any:
+    """A ``*ForSequenceClassification`` for ``classes`` from the base: its pretrained weights
+    with a new head (drawn after ``torch.manual_seed(seed)``), or a random initialisation of
+    its config when it has no weights."""
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    folder, raw = base_folder(base)
+    cfg = classifier_config(raw, classes, tokenizer)
     torch.manual_seed(seed)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # "some weights newly initialized": the head, by design

@@ -131,9 +131,11 @@ def _labels(raw: Any, n: int, tm: TaskModel, source: str,
             column: str) -> tuple[torch.Tensor, dict[str, Any]]:
     """One label per sample as class indices, by the policy of :mod:`.labels` (names through
     the model's ``id2label``, or indices), with the record of the rule used."""
-    from .labels import encode_labels
+    from .labels import check_class_labels, encode_labels
 
     arr = np.asarray(raw.numpy() if isinstance(raw, torch.Tensor) else raw)
+    if arr.ndim == 1 and arr.dtype == object:  # each value one class (the rule certify reads by)
+        check_class_labels(arr.tolist(), source, column, DataError)
     if arr.ndim != 1 or (arr.dtype == object and not all(
             isinstance(v, (str, int, float, np.integer, np.floating)) for v in arr.tolist())):
         got = "mixed values" if arr.ndim == 1 else f"shape {list(arr.shape)}"

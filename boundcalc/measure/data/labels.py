@@ -15,6 +15,12 @@ a model a user trained with named classes read the same file the same way. The r
   never a silently wrong class.
 - anything else (lists, mixed values, NaN, an empty cell) is refused.
 
+The rule on one value (:func:`label_problem`, :func:`check_class_labels`) is shared with
+``certify``'s reader (:func:`boundcalc.certify.split.read_labelled`): a label is one scalar
+class, an integer (an integer-valued float included) or a non-empty name (text); a list, an
+object, a boolean, a fractional or non-finite number and an empty cell are refused, naming the
+row.
+
 Contract: the result is an int64 tensor of indices in 0..K−1 and a record of the rule used
 (``{"rule": "class indices" | "class names (the model's id2label)", "classes": {...}}``), which
 the stats file keeps under ``provenance.labels``.
@@ -51,6 +57,43 @@ def model_class_names(config: Any, k: int) -> dict[str, int] | None:
     return names
 
 
+def label_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be one class label (a few words such as ``"empty"`` or ``"a
+    list"``), or None when it can: an integer (an integer-valued float included, numpy's too)
+    or a non-empty string."""
+    if value is None or (isinstance(value, str) and value == ""):
+        return "empty"
+    if isinstance(value, str):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return f"a boolean ({value}; write the classes as 0/1 or as names)"
+    if isinstance(value, (int, np.integer)):
+        return None
+    if isinstance(value, (float, np.floating)):
+        if value != value:
+            return "empty"
+        if not np.isfinite(value):
+            return f"not finite ({value})"
+        return None if float(value).is_integer() else f"a fractional number ({value})"
+    shown = str(value)[:40]
+    if isinstance(value, dict):
+        return f"an object ({shown})"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return f"a list ({shown})"
+    return f"a {type(value).__name__} ({shown})"
+
+
+def check_class_labels(values: Any, source: str, column: str,
+                       error: type[Exception]) -> None:
+    """Refuse the first of ``values`` that is not one class label (:func:`label_problem`), with
+    one line of ``error`` naming ``source``, ``column``, the row and what the value is."""
+    for i, v in enumerate(values):
+        why = label_problem(v)
+        if why is not None:
+            raise error(f"{source}: labels '{column}' row {i} is {why}; a label is one class: "
+                        "an integer or a non-empty name (text)")
+
+
 def _as_text(arr: np.ndarray) -> list[str] | None:
     """The labels as text when every one is a non-empty string, else None."""
     if arr.dtype.kind == "U":
@@ -70,8 +113,7 @@ def encode_labels(arr: np.ndarray, k: int, config: Any, architecture: str, sourc
     shown = (", ".join(list(names)[:8]) + (", …" if len(names) > 8 else "")) if names else ""
     text = _as_text(arr)
     if text is not None:
-        if "" in text:
-            raise error(f"{source}: labels '{column}' row {text.index('')} is empty")
+        check_class_labels(text, source, column, error)
         if names is None:
             raise error(f"{source}: labels '{column}' are class names ({_few(text)}), but the "
                         f"head of {architecture} does not name its classes (its config's "

@@ -1,0 +1,207 @@
+"""Pre-flight of ``certify``: every input read and checked before anything slow runs (before
+DATA is hashed, the output folder is written or a model trains), each refusal one line naming
+the culprit, with an exit code of :mod:`boundcalc.errors`.
+
+:func:`preflight` checks, in this order:
+
+1. **file types**: DATA and the held-out set are regular files or folders of them
+   (:func:`boundcalc.files.input_files`, the check ``measure`` makes): a FIFO, a device
+   (``/dev/zero``) or a link to one is refused, never read or hashed (it would never end);
+2. **the base** (:func:`check_base`): its config names a model type transformers knows that
+   has a sequence-classification model, and builds one (on the meta device: no memory, no
+   weights: a width not divisible by the heads is refused here); the tokenizer (the base's, or
+   the ``tokenizer`` option's) gives no id beyond the base's vocabulary; the base takes at
+   least ``max_length`` positions; its weights, when it has any, are readable (a truncated
+   safetensors file, a pickle that needs code: refused, nothing executed; safetensors read
+   first when both are there) and finite (a NaN names the base's file, not model/);
+3. **labels**: every label of DATA and of the held-out set is one class by the rule
+   ``measure`` reads by (:func:`boundcalc.measure.data.labels.check_class_labels`);
+4. **overlaps**, by content as the model reads a row (its token ids within the first
+   ``max_length`` and its label; :func:`row_keys`): a row of DATA repeated (its copies could
+   land in both the prior's data and S, so the prior would have seen rows of S) and a row of
+   the held-out set that is a row of DATA (its error would be measured on a training row) are
+   refused.
+
+Contract: :func:`preflight` returns only when every check passed; it writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import CheckpointError
+from ..words import option
+
+ROWS_PER_CALL = 1024  # texts per tokenizer call when rows are keyed
+
+
+def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
+              cfg: Any) -> None:
+    """Run the checks of the module docstring on certify's inputs (``cfg`` a
+    :class:`~boundcalc.certify.CertifyConfig`)."""
+    from ..files import input_files
+    from ..measure.data.dataset_io import DataError
+    from ..measure.data.hf import load_tokenizer
+    from .split import read_labelled
+    from .train import base_folder
+
+    for name, path in (("data", data), ("test_data", test_data)):
+        if path is not None:  # before anything opens or hashes it
+            input_files(path, DataError, f"{option(name)} file")
+    folder, raw = base_folder(base)
+    tok_path = Path(cfg.tokenizer) if cfg.tokenizer else folder
+    tok = load_tokenizer(tok_path)
+    check_base(base, folder, raw, tok, tok_path if cfg.tokenizer else None, cfg.max_length)
+    train = read_labelled(data, cfg.text_column, cfg.label_column)
+    test = (read_labelled(test_data, cfg.text_column, cfg.label_column)
+            if test_data is not None else None)
+    check_rows(train.texts, train.labels, train.source, tok, cfg.max_length,
+               test and (test.texts, test.labels, test.source))
+
+
+def check_base(base: str | Path, folder: Path, raw: dict[str, Any], tokenizer: Any,
+               tokenizer_option: Path | None, max_length: int) -> None:
+    """The base's config, tokenizer, positions and weights (module docstring, item 2).
+    ``tokenizer_option``: the tokenizer's folder when the option gave it (None: the base's
+    own)."""
+    from ..measure.offline import check_folder, transformers_module
+
+    check_folder(folder)  # regular files only; no code named by a config
+    where = Path(base) if Path(base).is_file() else Path(base) / "config.json"
+    tf = transformers_module()
+    model_type = raw["model_type"]
+    if model_type not in tf.CONFIG_MAPPING:
+        raise CheckpointError(f"{where}: model_type {str(model_type)[:60]!r} is not a model "
+                              f"type transformers {tf.__version__} knows; the base must be a "
+                              "Hugging Face text model (bert, roberta, distilbert, ...)")
+    model = _meta_classifier(where, raw, tokenizer, tf)
+    _check_vocabulary(base, model, tokenizer, tokenizer_option)
+    from ..measure.data.hf import position_limit
+
+    limit = position_limit(model)
+    if limit is not None and max_length > limit:
+        raise CheckpointError(f"{where}: the base takes at most {limit} positions, fewer than "
+                              f"{option('max_length', max_length)}: give "
+                              f"{option('max_length', limit)} or less")
+    from .train import has_weights
+
+    if has_weights(folder) and Path(base).is_dir():
+        _check_weights(folder)
+
+
+def _meta_classifier(where: Path, raw: dict[str, Any], tokenizer: Any, tf: Any) -> Any:
+    """The classifier of the base's config (two classes), built on the meta device: shapes
+    without memory, so a config transformers cannot build is refused in a second."""
+    import torch
+
+    from .train import classifier_config
+
+    kind = str(raw["model_type"])[:60]
+    try:
+        cfg = classifier_config(raw, ("0", "1"), tokenizer)
+    except Exception as exc:  # noqa: BLE001 - any field transformers refuses
+        raise CheckpointError(f"{where}: not a valid {kind} config ({_first(exc)})") from None
+    if type(cfg) not in tf.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING:
+        raise CheckpointError(f"{where}: model_type {kind!r} has no sequence-classification "
+                              "model in transformers; certify trains a text classifier from a "
+                              "text model (bert, roberta, distilbert, ...)")
+    verbosity = tf.utils.logging.get_verbosity()
+    tf.utils.logging.set_verbosity_error()
+    try:
+        with torch.device("meta"):
+            return tf.AutoModelForSequenceClassification.from_config(cfg)
+    except Exception as exc:  # noqa: BLE001 - e.g. a width not divisible by the heads
+        raise CheckpointError(f"{where}: the config does not build a {kind} model "
+                              f"({_first(exc)})") from None
+    finally:
+        tf.utils.logging.set_verbosity(verbosity)
+
+
+def _check_vocabulary(base: str | Path, model: Any, tokenizer: Any,
+                      tokenizer_option: Path | None) -> None:
+    """Every id the tokenizer can give has a row in the base's input embedding."""
+    emb = model.get_input_embeddings()
+    rows = getattr(emb, "num_embeddings", None)
+    try:
+        top = max(tokenizer.get_vocab().values())
+    except Exception:  # noqa: BLE001 - load_tokenizer already refused an unreadable one
+        return
+    if isinstance(rows, int) and top >= rows:
+        whose = (f"the tokenizer of {option('tokenizer', tokenizer_option)}"
+                 if tokenizer_option is not None else "the base's tokenizer")
+        raise CheckpointError(f"{base}: {whose} gives token ids up to {top}, beyond the base's "
+                              f"vocabulary of {rows} ids (0..{rows - 1}): a text would reach "
+                              "an embedding row that does not exist; give the tokenizer the "
+                              "base was made with")
+
+
+def _check_weights(folder: Path) -> None:
+    """Every tensor of the base's weights read (safetensors first, a pickle through the
+    weights-only unpickler: code is never executed) and checked finite, one at a time."""
+    from ..measure.io import open_source
+
+    with open_source(folder) as src:
+        for _ in src.iter_tensors():  # each one checked (finite, dense) as it is read
+            pass
+
+
+def row_keys(texts: Sequence[str], labels: Sequence[Any], tokenizer: Any,
+             max_length: int) -> list[bytes]:
+    """One digest per row as the model reads it: its token ids within the first
+    ``max_length`` (truncated as training truncates) and its class (an integer-valued float
+    is that integer; ``1`` and ``"1"`` are different classes)."""
+    from .split import _canon
+
+    out = []
+    for lo in range(0, len(texts), ROWS_PER_CALL):
+        ids = tokenizer(list(texts[lo:lo + ROWS_PER_CALL]), truncation=True,
+                        max_length=max_length)["input_ids"]
+        for row, y in zip(ids, labels[lo:lo + ROWS_PER_CALL]):
+            y = _canon(y)
+            h = hashlib.sha256(np.asarray(row, dtype=np.int64).tobytes())
+            h.update(f"|{type(y).__name__}:{y}".encode())
+            out.append(h.digest())
+    return out
+
+
+def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokenizer: Any,
+               max_length: int, test: tuple[Sequence[str], Sequence[Any], str] | None) -> None:
+    """Refuse a row of DATA that repeats an earlier one, and a row of the held-out set
+    ``test`` (texts, labels, source) that is a row of DATA, by :func:`row_keys`."""
+    from ..measure.data.dataset_io import DataError
+
+    same = (f"the same tokens within the first {option('max_length', max_length)} and the "
+            "same label")
+    first: dict[bytes, int] = {}
+    repeats = []
+    for i, k in enumerate(row_keys(texts, labels, tokenizer, max_length)):
+        j = first.setdefault(k, i)
+        if j != i:
+            repeats.append((i, j))
+    if repeats:
+        i, j = repeats[0]
+        raise DataError(f"{option('data', source)}: {len(repeats)} of its {len(texts)} rows "
+                        f"repeat an earlier row ({same}; row {i} repeats row {j}): certify "
+                        "splits DATA's rows between the prior's data and the bound sample S, "
+                        "and a row with copies on both sides would let the prior see rows of "
+                        "S (it would be no PAC-Bayes prior); keep one copy of each row")
+    if test is None:
+        return
+    t_texts, t_labels, t_source = test
+    shared = [(i, first[k]) for i, k in
+              enumerate(row_keys(t_texts, t_labels, tokenizer, max_length)) if k in first]
+    if shared:
+        i, j = shared[0]
+        raise DataError(f"{option('test_data', t_source)}: {len(shared)} of its {len(t_texts)} "
+                        f"rows are rows of DATA {source} ({same}; its row {i} is DATA's row "
+                        f"{j}): the held-out set must share no row with DATA, whose rows train "
+                        "the prior and model/, else its errors are measured on training rows; "
+                        "give rows held out from DATA")
+
+
+def _first(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
