@@ -36,13 +36,15 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
+from ..files import write_text_atomic
 from ..words import option
 from . import claims, split as splits
 from .heldout import read_jsonl
+from .run_folder import RunFolder
 from .train import Progress, TrainSpec, save_folder
 
 # the settings each step depends on (a change re-runs that step and every later one)
@@ -122,39 +124,6 @@ def _key(step: str, cfg: CertifyConfig, upstream: str, extra: Any = None) -> str
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class _Steps:
-    """``steps.json``: the key each finished step had; a step is reused when its outputs are
-    there, its key is the same and no earlier step ran; else it runs (and every later step
-    after it). A step's outputs are written under a temporary name and renamed, and its key
-    recorded only after that, so a step killed half-way runs again."""
-
-    def __init__(self, out: Path, say: Callable[[str], None]):
-        self.path = out / "steps.json"
-        self.say = say
-        try:
-            self.done = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            self.done = {}
-        self.status: dict[str, str] = {}
-        self.ran = False  # once a step runs, every later one runs too (its input changed)
-
-    def fresh(self, step: str, key: str, outputs: Sequence[Path]) -> bool:
-        ok = not self.ran and self.done.get(step) == key and all(p.exists() for p in outputs)
-        if ok:
-            self.status[step] = "reused"
-            self.say(f"{step}: reusing {', '.join(p.name for p in outputs)} (same inputs and "
-                     "settings)")
-        return ok
-
-    def finish(self, step: str, key: str) -> None:
-        self.done[step] = key
-        self.status[step] = "ran"
-        self.ran = True
-        tmp = self.path.with_name("steps.json.partial")
-        tmp.write_text(json.dumps(self.done, indent=1))
-        tmp.replace(self.path)
-
-
 def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float, int]:
     """(prior lr, posterior lr, prior epochs), the defaults filled in for the base's kind."""
     prior = cfg.prior_lr if cfg.prior_lr is not None else (1e-4 if pretrained else 1e-3)
@@ -173,7 +142,7 @@ def _fingerprint(path: str | Path) -> list[Any]:
 
 
 def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: CertifyConfig,
-                steps: _Steps, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
+                steps: RunFolder, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
     names = ("prior.jsonl", "S.jsonl", "tune.jsonl", "split.json") + \
         (("test.jsonl",) if test_data is not None else ())
     # the key needs the data's hash: read the file's bytes (cheap) before deciding
@@ -214,9 +183,7 @@ def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: 
         splits.write_jsonl(out / "test.jsonl", test.texts, ty)
         record["test"] = {"data": test.source, "data_sha256": test.sha256, "n": len(ty),
                           "sha256": splits.rows_sha256(test.texts, ty)}
-    tmp = out / "split.json.partial"
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    tmp.replace(out / "split.json")
+    write_text_atomic(out / "split.json", json.dumps(record, indent=1, default=str))
     steps.finish("split", key)
     return record, key
 
@@ -242,10 +209,11 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     custom = train is not None
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     folder, _ = base_folder(base)
     pretrained = has_weights(base) and Path(base).is_dir()
-    steps = _Steps(out, say)
+    # the folder is certify's own (run_folder.py): checked and marked before any write
+    steps = RunFolder(out, STEPS, {"data": data, "test_data": test_data, "base": base,
+                                   "tokenizer": cfg.tokenizer}, say)
     t0 = time.monotonic()
 
     record, key = _split_step(data, test_data, out, cfg, steps, say)
@@ -282,6 +250,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         steps.finish("prior", prior_key)
     post_key = _key("posterior", cfg, prior_key)
     if not steps.fresh("posterior", post_key, [out / "model"]):
+        import torch
         from transformers import AutoModelForSequenceClassification
 
         tok = tokenizer_from(out / "prior")
@@ -293,20 +262,22 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
         spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
                          cfg.max_length, cfg.seed + 1, device, cfg.proximal, anchor)
+        # the step's own seed (dropout): a resumed run trains as an uninterrupted one did
+        torch.manual_seed(spec.seed)
         how = train_fn(model, tok, texts, labels, spec,
                        **({} if custom else {"progress": progress}))
         save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key,
                                                 "training": how})
         steps.finish("posterior", post_key)
     meas_key = _key("measure", cfg, post_key)
-    if not steps.fresh("measure", meas_key, [out / "stats.json"]):
+    if not steps.fresh("measure", meas_key, [out / "stats.json", out / "posterior_bound"]):
         say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
             f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte Carlo "
             "Gibbs risk on S)")
         _measure(out, cfg, progress)
         steps.finish("measure", meas_key)
     cmp_key = _key("compare", cfg, meas_key, REPORT_FORM)
-    if steps.fresh("compare", cmp_key, [out / "report.json"]):
+    if steps.fresh("compare", cmp_key, [out / "report.json", out / "stats_model.json"]):
         report = json.loads((out / "report.json").read_text())
         certified = claims.build(out / "stats.json", claims.Evidence())[0]
     else:
@@ -328,9 +299,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
                        "prior_epochs": prior_epochs,
                        "base": str(base), "pretrained": pretrained,
                        "certifies": CERTIFIES})
-        tmp = out / "report.json.partial"
-        tmp.write_text(json.dumps(report, indent=1, default=str))
-        tmp.replace(out / "report.json")
+        write_text_atomic(out / "report.json", json.dumps(report, indent=1, default=str))
         steps.finish("compare", cmp_key)
     report["seconds"] = round(time.monotonic() - t0, 1)
     return CertifyResult(out, dict(steps.status), report, certified)
