@@ -2,7 +2,8 @@
 procedure trains (the recipe of ``examples/digits_vit.py``, as one function).
 
 Steps, each writing its output under ``out`` and reused when it is already there for the same
-inputs and settings (so a killed run resumes where it stopped):
+inputs and settings and hashes to what the step wrote (so a killed run resumes where it stopped,
+to the uninterrupted run's numbers; the folder is certify's own: :mod:`.run_folder`):
 
 1. ``split``: a seeded permutation of DATA's rows (no label read) into the prior's data
    (``prior.jsonl``) and the bound sample S (``S.jsonl``), the classes from the prior's rows
@@ -199,7 +200,10 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     :class:`~boundcalc.certify.train.TrainSpec` (stage, epochs, lr, batch size, proximal
     weight and the prior's weights as ``anchor`` for the posterior, device, seed). It must
     train the model in place. ``progress(done, total, what)`` is called during training and
-    measurement; ``say(message)`` gets one line per step."""
+    measurement; ``say(message)`` gets one line per step. ``out``: a new or empty folder, or
+    one an earlier certify made, whose files are reused only as they were written
+    (:mod:`.run_folder`); any other folder, or an input where certify writes, is refused
+    (:class:`~boundcalc.errors.OutputError`) before anything is written."""
     from ..measure.device import resolve_device
     from .train import base_folder, build_classifier, has_weights, train_classifier
 

@@ -68,6 +68,10 @@ def _tree(p: Path) -> dict[str, bytes]:
     return {str(f.relative_to(p)): f.read_bytes() for f in sorted(p.rglob("*")) if f.is_file()}
 
 
+def _jsonl(rows: list) -> str:
+    return "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows)
+
+
 def _sha(p: Path) -> str:
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
@@ -102,8 +106,9 @@ def test_an_input_under_a_name_certify_writes_is_refused_before_any_write(w, tmp
     place = out / name
     if role in ("base", "tokenizer"):
         shutil.copytree(w / "base", place)
-    else:
-        shutil.copy(w / ("t.csv" if role == "test_data" else "d.csv"), place)
+    else:  # the rows as JSON Lines, which the name promises
+        place.write_text(_jsonl(synthetic_rows(32, 1) if role == "test_data" else
+                                synthetic_rows(64, 0)))
     before = _tree(out)
     with pytest.raises(OutputError, match=f"lies at {name} in the output folder"):
         _again(w, out, **{role: place})
@@ -116,7 +121,7 @@ def test_the_issue_example_exits_9_and_keeps_the_data(w, tmp_path):
     w, _ = w
     p = tmp_path / "o" / "p"
     p.mkdir(parents=True)
-    rows = "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in synthetic_rows(64, 0))
+    rows = _jsonl(synthetic_rows(64, 0))
     (p / "S.jsonl").write_text(rows)
     r = runner.invoke(app, ["certify", str(w / "base"), "--data", str(p / "S.jsonl"), "-o",
                             str(p), *FLAGS])
@@ -125,11 +130,12 @@ def test_the_issue_example_exits_9_and_keeps_the_data(w, tmp_path):
     assert os.listdir(p) == ["S.jsonl"] and (p / "S.jsonl").read_text() == rows
 
 
-def test_an_output_folder_inside_the_base_is_refused(w):
+def test_an_output_folder_inside_the_base_is_refused(w, tmp_path):
     w, _ = w
+    base = shutil.copytree(w / "base", tmp_path / "base")
     with pytest.raises(OutputError, match="lies inside the base model"):
-        _again(w, w / "base" / "out")
-    assert not (w / "base" / "out").exists()
+        _again(w, base / "out", base=base)
+    assert not (base / "out").exists()
 
 
 @pytest.mark.parametrize("own", ["model/model.safetensors", "stats.json", "report.json"])
@@ -246,18 +252,42 @@ def test_a_kill_in_each_step_resumes_to_the_uninterrupted_value(w, tmp_path):
     w, res = w
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = []
-    for stage, finished in (("prior", ["split"]), ("posterior", ["split", "prior"]),
-                            ("measure", ["split", "prior", "posterior"])):
+    for stage, (made, not_yet) in (("prior", ("split.json", "prior")),
+                                   ("posterior", ("prior", "model")),
+                                   ("measure", ("model", "stats.json"))):
         r = subprocess.run([sys.executable, "-c", CHILD, str(w / "base"), str(w / "d.csv"),
                             str(out), str(w / "t.csv"), stage, json.dumps(TINY)],
                            env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
-        done = sorted(json.loads((out / "certify_run.json").read_text())["steps"])
-        assert done == sorted(finished)
+        assert (out / made).exists() and not (out / not_yet).exists()  # killed in the step
     last = _again(w, out)
     assert last.steps == {"split": "reused", "prior": "reused", "posterior": "reused",
                           "measure": "ran", "compare": "ran"}
     assert _values(last) == _values(res)
     for name in ("prior/model.safetensors", "model/model.safetensors"):
         assert _sha(out / name) == _sha(w / "run" / name), name
+
+
+@pytest.mark.parametrize("steps,taken", [({"split": "0123456789abcdef", "prior": "fedc"}, True),
+                                         ({"mine": "1"}, False), ([1, 2], False)])
+def test_an_earlier_certifys_folder_is_taken_over_and_rerun(tmp_path, steps, taken):
+    """A folder an earlier certify wrote (steps.json: step names → keys, no hashes) is a run:
+    marked, and nothing in it verified, so every step runs; any other steps.json is the user's."""
+    from boundcalc.certify.pipeline import STEPS
+    from boundcalc.certify.run_folder import RunFolder
+
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "steps.json").write_text(json.dumps(steps))
+    (out / "report.json").write_text('{"minimum": {"value": 0.0123}}')
+    said = []
+    if not taken:
+        with pytest.raises(OutputError, match="is not empty and is not a certify run"):
+            RunFolder(out, STEPS, {}, said.append)
+        assert sorted(os.listdir(out)) == ["report.json", "steps.json"]
+        return
+    run = RunFolder(out, STEPS, {}, said.append)
+    assert "every step runs again" in said[0]
+    assert json.loads((out / "certify_run.json").read_text())["steps"] == {}
+    assert not run.fresh("split", "0123456789abcdef", [out / "split.json"])
+    assert not run.fresh("compare", "k", [out / "report.json"])
