@@ -177,7 +177,10 @@ def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: 
         record[name] = {"n": len(idx), "indices": idx.tolist(),
                         "sha256": splits.rows_sha256(texts, y[idx]),
                         "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
-    if test_data is not None:
+    if test_data is None:  # an earlier run's held-out rows are not this run's
+        for stale in ("test.jsonl", "stats_model.json"):
+            (out / stale).unlink(missing_ok=True)
+    else:
         test = splits.read_labelled(test_data, cfg.text_column, cfg.label_column)
         splits.check_no_unseen(test.labels, classes, f"the held-out set ({test.source})")
         ty = splits.encode(test.labels, classes, test.source)

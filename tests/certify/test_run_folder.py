@@ -291,3 +291,15 @@ def test_an_earlier_certifys_folder_is_taken_over_and_rerun(tmp_path, steps, tak
     assert json.loads((out / "certify_run.json").read_text())["steps"] == {}
     assert not run.fresh("split", "0123456789abcdef", [out / "split.json"])
     assert not run.fresh("compare", "k", [out / "report.json"])
+
+
+def test_an_earlier_runs_held_out_rows_are_not_used_without_a_held_out_set(w, tmp_path):
+    """Re-run without the held-out set: no row certifies model/ on the rows an earlier run was
+    given (model_rows read any test.jsonl it found)."""
+    w, res = w
+    assert res.report["model_rows"]  # with the held-out set: rows for model/ itself
+    out = _copy(w, tmp_path)
+    again = _again(w, out, test_data=None)
+    assert again.steps["split"] == "ran"
+    assert again.report["model_rows"] == [] and again.report["n_test"] is None
+    assert not (out / "test.jsonl").exists() and not (out / "stats_model.json").exists()
