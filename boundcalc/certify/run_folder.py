@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import OutputError, shown
+from ..errors import OutputError, one_line, shown
 from ..files.manifest import Manifest
 from ..words import option
 
@@ -100,13 +100,17 @@ class RunFolder:
             _links(self.out)
             self.manifest.load()
             return
-        entries = sorted(os.listdir(self.out)) if self.out.is_dir() else []
+        try:
+            entries = sorted(os.listdir(self.out)) if self.out.is_dir() else []
+        except OSError as exc:
+            raise OutputError(f"{shown(out)}: cannot be read "
+                              f"({exc.strerror or exc.__class__.__name__})") from None
         if entries and not self._legacy(entries):
+            held = one_line(", ".join(entries[:3]), 200) + (", …" if len(entries) > 3 else "")
             raise OutputError(
                 f"{shown(out)}: is not empty and is not a certify run (no {MANIFEST}; it holds "
-                f"{', '.join(entries[:3])}{', …' if len(entries) > 3 else ''}); certify "
-                f"writes only into a new or empty folder, or one it made. Give another "
-                f"{option('out')}")
+                f"{held}); certify writes only into a new or empty folder, or one it made. "
+                f"Give another {option('out')}")
         if entries:
             _links(self.out)
             say(f"{shown(out)}: a folder of an earlier certify without recorded hashes: every "
