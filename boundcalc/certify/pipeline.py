@@ -2,7 +2,8 @@
 procedure trains (the recipe of ``examples/digits_vit.py``, as one function).
 
 Steps, each writing its output under ``out`` and reused when it is already there for the same
-inputs and settings (so a killed run resumes where it stopped):
+inputs and settings and hashes to what the step wrote (so a killed run resumes where it stopped,
+to the uninterrupted run's numbers; the folder is certify's own: :mod:`.run_folder`):
 
 1. ``split``: a seeded permutation of DATA's rows (no label read) into the prior's data
    (``prior.jsonl``) and the bound sample S (``S.jsonl``), the classes from the prior's rows
@@ -36,15 +37,17 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
+from ..files import write_text_atomic
 from ..words import option
 from . import claims, split as splits
 from .callback import loop_record, trained
 from .heldout import read_jsonl
 from .preflight import preflight
+from .run_folder import RunFolder
 from .train import Progress, TrainSpec, save_folder
 
 # the settings each step depends on (a change re-runs that step and every later one)
@@ -124,39 +127,6 @@ def _key(step: str, cfg: CertifyConfig, upstream: str, extra: Any = None) -> str
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-class _Steps:
-    """``steps.json``: the key each finished step had; a step is reused when its outputs are
-    there, its key is the same and no earlier step ran; else it runs (and every later step
-    after it). A step's outputs are written under a temporary name and renamed, and its key
-    recorded only after that, so a step killed half-way runs again."""
-
-    def __init__(self, out: Path, say: Callable[[str], None]):
-        self.path = out / "steps.json"
-        self.say = say
-        try:
-            self.done = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            self.done = {}
-        self.status: dict[str, str] = {}
-        self.ran = False  # once a step runs, every later one runs too (its input changed)
-
-    def fresh(self, step: str, key: str, outputs: Sequence[Path]) -> bool:
-        ok = not self.ran and self.done.get(step) == key and all(p.exists() for p in outputs)
-        if ok:
-            self.status[step] = "reused"
-            self.say(f"{step}: reusing {', '.join(p.name for p in outputs)} (same inputs and "
-                     "settings)")
-        return ok
-
-    def finish(self, step: str, key: str) -> None:
-        self.done[step] = key
-        self.status[step] = "ran"
-        self.ran = True
-        tmp = self.path.with_name("steps.json.partial")
-        tmp.write_text(json.dumps(self.done, indent=1))
-        tmp.replace(self.path)
-
-
 def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float, int]:
     """(prior lr, posterior lr, prior epochs), the defaults filled in for the base's kind."""
     prior = cfg.prior_lr if cfg.prior_lr is not None else (1e-4 if pretrained else 1e-3)
@@ -175,7 +145,7 @@ def _fingerprint(path: str | Path) -> list[Any]:
 
 
 def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: CertifyConfig,
-                steps: _Steps, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
+                steps: RunFolder, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
     names = ("prior.jsonl", "S.jsonl", "tune.jsonl", "split.json") + \
         (("test.jsonl",) if test_data is not None else ())
     # the key needs the data's hash: read the file's bytes (cheap) before deciding
@@ -209,16 +179,17 @@ def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: 
         record[name] = {"n": len(idx), "indices": idx.tolist(),
                         "sha256": splits.rows_sha256(texts, y[idx]),
                         "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
-    if test_data is not None:
+    if test_data is None:  # an earlier run's held-out rows are not this run's
+        for stale in ("test.jsonl", "stats_model.json"):
+            (out / stale).unlink(missing_ok=True)
+    else:
         test = splits.read_labelled(test_data, cfg.text_column, cfg.label_column)
         splits.check_no_unseen(test.labels, classes, f"the held-out set ({test.source})")
         ty = splits.encode(test.labels, classes, test.source)
         splits.write_jsonl(out / "test.jsonl", test.texts, ty)
         record["test"] = {"data": test.source, "data_sha256": test.sha256, "n": len(ty),
                           "sha256": splits.rows_sha256(test.texts, ty)}
-    tmp = out / "split.json.partial"
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    tmp.replace(out / "split.json")
+    write_text_atomic(out / "split.json", json.dumps(record, indent=1, default=str))
     steps.finish("split", key)
     return record, key
 
@@ -236,7 +207,10 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     the model in place, or returns the trained model or its state dict (:mod:`.callback`;
     ``report.json`` records that a custom loop trained them). Every input is checked before
     anything slow runs (:mod:`.preflight`). ``progress(done, total, what)`` is called during
-    training and measurement; ``say(message)`` gets one line per step."""
+    training and measurement; ``say(message)`` gets one line per step. ``out``: a new or
+    empty folder, or one an earlier certify made, whose files are reused only as they were
+    written (:mod:`.run_folder`); any other folder, or an input where certify writes, is
+    refused (:class:`~boundcalc.errors.OutputError`) before anything is written."""
     from ..measure.device import resolve_device
     from .train import base_folder, build_classifier, has_weights, train_classifier
 
@@ -247,10 +221,11 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
     preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: before anything slow
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     folder, _ = base_folder(base)
     pretrained = has_weights(base) and Path(base).is_dir()
-    steps = _Steps(out, say)
+    # the folder is certify's own (run_folder.py): checked and marked before any write
+    steps = RunFolder(out, STEPS, {"data": data, "test_data": test_data, "base": base,
+                                   "tokenizer": cfg.tokenizer}, say)
     t0 = time.monotonic()
 
     record, key = _split_step(data, test_data, out, cfg, steps, say)
@@ -286,6 +261,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
         steps.finish("prior", prior_key)
     post_key = _key("posterior", cfg, prior_key)
     if not steps.fresh("posterior", post_key, [out / "model"]):
+        import torch
         from transformers import AutoModelForSequenceClassification
 
         tok = tokenizer_from(out / "prior")
@@ -297,19 +273,21 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
             f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
         spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
                          cfg.max_length, cfg.seed + 1, device, cfg.proximal, anchor)
+        # the step's own seed (dropout): a resumed run trains as an uninterrupted one did
+        torch.manual_seed(spec.seed)
         model, how = trained(train_fn, custom, model, tok, texts, labels, spec, progress)
         save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key,
                                                 "training": how})
         steps.finish("posterior", post_key)
     meas_key = _key("measure", cfg, post_key)
-    if not steps.fresh("measure", meas_key, [out / "stats.json"]):
+    if not steps.fresh("measure", meas_key, [out / "stats.json", out / "posterior_bound"]):
         say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
             f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte Carlo "
             "Gibbs risk on S)")
         _measure(out, cfg, progress)
         steps.finish("measure", meas_key)
     cmp_key = _key("compare", cfg, meas_key, REPORT_FORM)
-    if steps.fresh("compare", cmp_key, [out / "report.json"]):
+    if steps.fresh("compare", cmp_key, [out / "report.json", out / "stats_model.json"]):
         report = json.loads((out / "report.json").read_text())
         certified = claims.build(out / "stats.json", claims.Evidence())[0]
     else:
@@ -332,9 +310,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
                        "base": str(base), "pretrained": pretrained,
                        "training_loop": loop_record(custom),
                        "certifies": CERTIFIES})
-        tmp = out / "report.json.partial"
-        tmp.write_text(json.dumps(report, indent=1, default=str))
-        tmp.replace(out / "report.json")
+        write_text_atomic(out / "report.json", json.dumps(report, indent=1, default=str))
         steps.finish("compare", cmp_key)
     report["seconds"] = round(time.monotonic() - t0, 1)
     return CertifyResult(out, dict(steps.status), report, certified)

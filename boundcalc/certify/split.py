@@ -143,9 +143,9 @@ def rows_sha256(texts: Sequence[str], labels: Sequence[int]) -> str:
 
 
 def write_jsonl(path: Path, texts: Sequence[str], labels: Sequence[int]) -> None:
-    """``{"text": ..., "label": class index}`` per line (what ``measure --data`` reads)."""
-    tmp = path.with_name(path.name + ".partial")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for t, y in zip(texts, labels):
-            fh.write(json.dumps({"text": t, "label": int(y)}, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    """``{"text": ..., "label": class index}`` per line (what ``measure --data`` reads),
+    written atomically (:func:`boundcalc.files.write_text_atomic`)."""
+    from ..files import write_text_atomic
+
+    write_text_atomic(path, "".join(json.dumps({"text": t, "label": int(y)}, ensure_ascii=False)
+                                    + "\n" for t, y in zip(texts, labels)))

@@ -329,6 +329,8 @@ def save_folder(model: Any, tokenizer: Any, folder: Path, meta: Mapping[str, Any
             hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(tmp)
     (tmp / "certify_step.json").write_text(json.dumps(meta, indent=1, default=str))
-    if folder.exists():
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()  # never followed: what a link points to is not certify's
+    elif folder.exists():
         shutil.rmtree(folder)
     tmp.replace(folder)

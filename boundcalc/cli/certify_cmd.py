@@ -25,8 +25,8 @@ def certify_cmd(
                                             "the held-out errors of model/ and of the Gibbs "
                                             "predictor; never used otherwise"),
     out: Path = typer.Option(Path("out/certify"), "-o", "--out", help="output folder: the "
-                             "splits, prior/, model/, stats.json, report.json; a run resumes "
-                             "from what is there"),
+                             "splits, prior/, model/, stats.json, report.json; new or empty, "
+                             "or an earlier run's, which resumes from what it wrote"),
     text_column: str = typer.Option("text", "--text-column", help="text column of DATA"),
     label_column: str = typer.Option("label", "--label-column", help="label column of DATA "
                                      "(integers or names; each distinct value is a class)"),

@@ -6,6 +6,8 @@
   half-written file, never a replaced device or folder), behind one output gate that refuses
   an output which is an input of the same run (:func:`check_output`, :func:`run_scope`,
   :func:`note_input`).
+* :mod:`.manifest`: a folder's manifest, recording the SHA-256 of every file each step wrote, so
+  that only what hashes to the record is reused (:class:`Manifest`, :func:`output_hashes`).
 * :mod:`.table_read`: the one reader of tables (CSV, TSV, JSON Lines, Parquet) within the memory
   budget (:func:`read_arrow`, :func:`read_pandas`).
 
@@ -16,13 +18,15 @@ from __future__ import annotations
 
 from .atomic_write import (check_output, note_input, run_scope, write_bytes_atomic,
                            write_text_atomic)
+from .manifest import Manifest, output_hashes
 from .safe_read import (MAX_FOLDER_DEPTH, MAX_FOLDER_ENTRIES, MAX_FORMULA_FILE_BYTES,
                         as_finite_float, check_regular_file, finite_number, input_files,
                         loads_json, open_regular, read_json, read_limited)
 from .table_read import (check_cells, check_parquet, plain, read_arrow, read_bytes, read_pandas,
                          stream_rows)
 
-__all__ = ["MAX_FOLDER_DEPTH", "MAX_FOLDER_ENTRIES", "MAX_FORMULA_FILE_BYTES", "check_cells",
+__all__ = ["MAX_FOLDER_DEPTH", "MAX_FOLDER_ENTRIES", "MAX_FORMULA_FILE_BYTES", "Manifest",
+           "check_cells", "output_hashes",
            "check_output", "note_input", "run_scope",
            "as_finite_float", "check_parquet", "check_regular_file", "finite_number", "input_files",
            "loads_json", "open_regular",
