@@ -271,8 +271,9 @@ def test_cli_measure_compress_on_a_tiny_hf_classifier(tmp_path):
 
 
 @pytest.mark.parametrize("opts,msg", [
-    (["--compress", "some"], "--compress must be"),
-    (["--compress", "all", "--quantizer", "lattice"], "--quantizer must be"),
+    (["--compress", "some"], "--compress 'some': expected one of all, delta, auto"),
+    (["--compress", "all", "--quantizer", "lattice"],
+     "--quantizer 'lattice': expected one of uniform, kmeans"),
     (["--compress", "all", "--codebook-bits", "8"], "--codebook-bits"),
     (["--compress", "all", "--levels", "1000000"], "--levels"),
     (["--compress", "all", "--max-changed", "2"], "--max-changed"),
@@ -287,12 +288,12 @@ def test_cli_bad_compress_options_are_one_line(tmp_path, opts, msg):
 
 
 @pytest.mark.parametrize("given,msg", [
-    ({"select": "some"}, "select must be one of all, delta, auto, got 'some'"),
-    ({"quantizer": "lattice"}, "quantizer must be one of uniform, kmeans, got 'lattice'"),
-    ({"codebook_bits": 8}, "codebook_bits must be 16 or 32, got 8"),
-    ({"prefix": "mine"}, "prefix must be 'none' or 'authors', got 'mine'"),
+    ({"select": "some"}, "select='some': expected one of all, delta, auto"),
+    ({"quantizer": "lattice"}, "quantizer='lattice': expected one of uniform, kmeans"),
+    ({"codebook_bits": 8}, "codebook_bits=8: expected one of 16, 32"),
+    ({"prefix": "mine"}, "prefix='mine': expected one of none, authors"),
     ({"levels": "1000000"}, "levels: distinct integers in [1, 65536] expected, got '1000000'"),
-    ({"max_changed": 2.0}, "max_changed must lie in [0, 1], got 2.0"),
+    ({"max_changed": 2.0}, "max_changed=2.0: expected a number in [0, 1]"),
     ({"data": None}, "select needs data: a code length is only usable with the quantized"),
 ])
 def test_library_bad_compress_options_name_the_keywords(given, msg):

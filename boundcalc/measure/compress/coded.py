@@ -24,7 +24,7 @@ import torch
 from ...errors import BoundcalcError
 from ...words import option
 
-SELECTIONS = ("all", "delta")
+from .options import SELECTIONS  # noqa: E402
 
 
 def _float_tensors(obj: Any, what: str) -> dict[str, torch.Tensor]:

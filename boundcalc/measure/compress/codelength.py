@@ -29,7 +29,7 @@ import numpy as np
 
 from ...errors import BoundcalcError
 
-PREFIXES = ("none", "authors")
+from .options import PREFIXES  # noqa: E402
 
 
 @dataclass
