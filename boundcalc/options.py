@@ -38,7 +38,8 @@ class Spec:
     ``kind``: int, float, str or bool (for a tuple field, the kind of each item with
     ``many=True``); ``low``/``high``: the range (``open_low``/``open_high``: the end itself
     excluded); ``but_not``: values of the range that are refused; ``choices``: the allowed
-    values of a text option; ``none``: None is allowed (it means what ``help`` says); ``unit``:
+    values of a text option; ``none``: None is allowed (it means what ``help`` says);
+    ``error``: the class of the refusal (its exit code; 2 unless said); ``unit``:
     what the number counts; ``help``: one sentence for the command's help and the docs, naming
     other options as ``{keyword}`` (:meth:`help_text` writes them in the front end's words)."""
 
@@ -53,6 +54,7 @@ class Spec:
     many: bool = False
     unit: str = ""
     help: str = ""
+    error: type[BoundcalcError] = BoundcalcError  # a value outside a formula's domain: DomainError
 
     def rule(self) -> str:
         """The rule in words: ``a whole number >= 0``, ``a number in (0, 1)``, ``one of auto,
@@ -65,6 +67,8 @@ class Spec:
             if lo is not None and hi is not None:
                 text += (f" in {'(' if self.open_low else '['}{_num(lo)}, {_num(hi)}"
                          f"{')' if self.open_high else ']'}")
+            elif lo == 0 and self.open_low:
+                text = "a positive " + text[2:]
             elif lo is not None:
                 text += f" {'>' if self.open_low else '>='} {_num(lo)}"
             elif hi is not None:
@@ -165,9 +169,10 @@ def shown(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def refusal(name: str, value: Any, rule: str) -> BoundcalcError:
+def refusal(name: str, value: Any, rule: str,
+            error: type[BoundcalcError] = BoundcalcError) -> BoundcalcError:
     """The one wording of a refused option: ``<option value>: expected <rule>``."""
-    return BoundcalcError(f"{option(name, shown(value))}: expected {rule}")
+    return error(f"{option(name, shown(value))}: expected {rule}")
 
 
 def validate(record: Any) -> None:
@@ -182,12 +187,12 @@ def validate(record: Any) -> None:
                 value = tuple(value)
                 object.__setattr__(record, f.name, value)
             if not isinstance(value, tuple) or not value:
-                raise refusal(f.name, value, s.rule())
+                raise refusal(f.name, value, s.rule(), s.error)
             for item in value:
                 if not s.accepts(item):
-                    raise refusal(f.name, item, s.rule())
+                    raise refusal(f.name, item, s.rule(), s.error)
         elif not s.accepts(value):
-            raise refusal(f.name, value, s.rule())
+            raise refusal(f.name, value, s.rule(), s.error)
 
 
 class Record:

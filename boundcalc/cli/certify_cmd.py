@@ -53,7 +53,7 @@ def certify_cmd(
     """
 
     def run() -> None:
-        cfg = CertifyConfig(**values)  # every option checked here, before anything slow
+        cfg = CertifyConfig(**values[CertifyConfig])  # every option checked here, before anything slow
         _refuse_search_options_without_search(ctx, cfg)
         require_paths(model=base, data=data, test_data=test_data, tokenizer=cfg.tokenizer)
         check_device(cfg.device)  # before transformers and the model

@@ -9,10 +9,13 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from .app import app, console, emit_json, err_console, guarded
+from ..measure.compress.options import CompressOptions
 from ..measure.data.options import MeasureOptions
+from ..options import declared
+from .app import app, console, emit_json, err_console, guarded
 from .progress import Stages, check_device, require_paths
 from .record_options import takes
+from .words import flag
 
 
 # options that do nothing without another one: refused when given alone
@@ -47,8 +50,15 @@ def _same_checkpoint(model: str, init: str | None) -> bool:
         return False
 
 
+def _help(name: str) -> str:
+    """The help of a compression option whose flag is typed here (``--compress`` absent: no
+    compression; ``--levels`` a comma list), from its declaration."""
+    return next(s for f, s in declared(CompressOptions) if f.name == name).help_text(flag)
+
+
 @app.command("measure")
-@takes(MeasureOptions, [f.name for f in fields(MeasureOptions) if f.name != "head_init"])
+@takes((MeasureOptions, [f.name for f in fields(MeasureOptions) if f.name != "head_init"]),
+       (CompressOptions, ("quantizer", "codebook_bits", "prefix", "max_changed")))
 def measure_cmd(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="HF folder, .safetensors file, sharded index json or "
@@ -73,21 +83,8 @@ def measure_cmd(
     output: Path = typer.Option(Path("stats.json"), "-o", "--output", help="stats file to write"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
     show_map: bool = typer.Option(False, "--show-map", help="print every layer-map entry"),
-    compress: Optional[str] = typer.Option(
-        None, "--compress", help="code length for compression bounds: 'all' weights, the "
-        "'delta' from --init, or 'auto' (delta with --init, else all), quantized; needs --data "
-        "and an HF folder with a task head"),
-    quantizer: str = typer.Option("uniform", "--quantizer", help="uniform | kmeans levels"),
-    levels: Optional[str] = typer.Option(None, "--levels", help="level counts to try; the "
-                                         "choice costs log2(count) bits inside the code "
-                                         "(default: 1,16 for a delta from --init, which a "
-                                         "fine-tuned model can use; 2,4,8,16,32,64 for all "
-                                         "weights)"),
-    codebook_bits: int = typer.Option(16, "--codebook-bits", help="bits per codebook level "
-                                      "(16 or 32)"),
-    prefix: str = typer.Option("none", "--prefix", help="none | authors (add 2·log2 L bits)"),
-    max_changed: Optional[float] = typer.Option(None, "--max-changed", help="refuse a quantizer "
-                                                "changing more than this fraction of predictions"),
+    compress: Optional[str] = typer.Option(None, "--compress", help=_help("select")),
+    levels: Optional[str] = typer.Option(None, "--levels", help=_help("levels_grid")),
     values: dict = None,  # the MeasureOptions fields, from their declarations (takes)
 ) -> None:
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file.
@@ -104,7 +101,7 @@ def measure_cmd(
     def run() -> None:
         from ..errors import BoundcalcError
 
-        o = MeasureOptions(head_init=head_init, **values)  # every data-side value checked
+        o = MeasureOptions(head_init=head_init, **values[MeasureOptions])  # every value checked
         unused = _unused_options(ctx, {"--compress": compress is not None,
                                        "--tune-data or --sigma-groups":
                                            o.tune_data is not None or o.sigma_groups,
@@ -120,8 +117,7 @@ def measure_cmd(
             from ..measure.compress.compression import add_compression
             from ..measure.compress.options import compression_options
 
-            opts = compression_options(compress, quantizer, levels, codebook_bits, prefix,
-                                       max_changed, data, init=init)
+            opts = compression_options(compress, levels, data, init, values[CompressOptions])
         from ..prior_spec import is_keyword, parse_centre, parse_head_init
 
         parse_head_init(head_init)
@@ -174,7 +170,7 @@ def measure_cmd(
         if as_json:
             emit_json(measure_summary(stats, path, data_side=task))
         elif task:
-            print_data(stats, path, console, sigma_given="sigmas" in values)
+            print_data(stats, path, console, sigma_given="sigmas" in values[MeasureOptions])
         else:
             print_weights(stats, path, console, show_map)
 

@@ -35,26 +35,33 @@ def _parameter(f: Any, s: Any) -> inspect.Parameter:
                              annotation=annotation)
 
 
-def takes(record: type, names: Sequence[str] | None = None) -> Callable[[Callable], Callable]:
-    """Decorator: the command also takes the declared fields ``names`` of ``record`` (all of
-    them when None) as options, and receives them as one dict ``values`` (field → value; a
-    sequence option not given is left out, so that the record's default holds)."""
-    chosen = [(f, s) for f, s in declared(record) if names is None or f.name in names]
+def takes(*records: type | tuple[type, Sequence[str]]) -> Callable[[Callable], Callable]:
+    """Decorator: the command also takes the declared fields of each record (a record, or
+    ``(record, names)`` for some of its fields) as options, and receives them as ``values``:
+    record → {field: value} (a sequence option not given is left out, so that the record's
+    default holds)."""
+    chosen: list[tuple[type, Any, Any]] = []
+    for item in records:
+        record, names = item if isinstance(item, tuple) else (item, None)
+        chosen += [(record, f, s) for f, s in declared(record)
+                   if names is None or f.name in names]
+    owner = {f.name: record for record, f, _ in chosen}
+    many = {f.name for _, f, s in chosen if s.many}
 
     def wrap(fn: Callable) -> Callable:
         sig = inspect.signature(fn, eval_str=True)
         own = [p for p in sig.parameters.values() if p.name != "values"]
-        extra = [_parameter(f, s) for f, s in chosen]
-        fields = {f.name for f, _ in chosen}
+        params = own + [_parameter(f, s) for _, f, s in chosen]
 
         @functools.wraps(fn)
         def command(**given: Any) -> Any:
-            values = {k: given.pop(k) for k in list(given) if k in fields}
-            values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items()
-                      if not (v is None and any(f.name == k and s.many for f, s in chosen))}
+            values: dict[type, dict[str, Any]] = {r: {} for r, _, _ in chosen}
+            for name in [k for k in given if k in owner]:
+                v = given.pop(name)
+                if not (v is None and name in many):
+                    values[owner[name]][name] = tuple(v) if isinstance(v, list) else v
             return fn(**given, values=values)
 
-        params = own + extra
         del command.__wrapped__  # typer reads the signature below, not fn's
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}

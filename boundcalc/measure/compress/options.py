@@ -91,16 +91,14 @@ class CompressOptions(Record):
                 "max_changed": self.max_changed}
 
 
-def compression_options(select: str, quantizer: str, levels: str | None, codebook_bits: int,
-                        prefix: str, max_changed: float | None, data: Any,
-                        init: Any = None) -> dict[str, Any]:
-    """The compression options as the CLI receives them (``levels`` a text, None:
-    :func:`default_levels`), checked (:class:`CompressOptions`), as keywords of
-    :func:`.compression.add_compression`."""
+def compression_options(select: str, levels: str | None, data: Any, init: Any = None,
+                        given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compression options as the CLI receives them (``select`` and ``levels`` as typed,
+    ``levels`` None: :func:`default_levels`; ``given``: the other fields of
+    :class:`CompressOptions`), checked, as keywords of :func:`.compression.add_compression`."""
     require_data(data)
     grid = parse_levels(levels) if levels is not None else None
-    return CompressOptions(select, quantizer, grid, codebook_bits, prefix,
-                           max_changed).keywords(init)
+    return CompressOptions(select=select, levels_grid=grid, **(given or {})).keywords(init)
 
 
 def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import BoundcalcError
+from ...errors import BoundcalcError, DomainError
 from ...options import Record, Spec, spec
 from ...words import option
 from .sigma_grid import DEFAULT_SIGMAS, snapped_sigmas
@@ -62,7 +62,7 @@ class MeasureOptions(Record):
         help="samples per batch (default: 32 on a CPU, sized to the card's memory on CUDA)"))
     head_init: Any = None  # checked where it is parsed (prior_spec.parse_head_init)
     sigmas: tuple[float, ...] = spec(DEFAULT_SIGMAS, Spec(
-        float, low=0, open_low=True, many=True,
+        float, low=0, open_low=True, many=True, error=DomainError,
         help="posterior σ for the Monte Carlo Gibbs risk (repeatable; snapped to the "
              "Dziugaite–Roy grid); default: seven σ, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, "
              "0.1, each {draws} passes over DATA"))
