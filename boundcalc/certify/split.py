@@ -105,7 +105,7 @@ def seeded_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nda
     first round(fraction·n) rows to the prior's data, the rest to S; both sorted. It reads no
     label (the split depends on n, the fraction and the seed alone), so no label of S can
     reach the prior through it. ``fraction`` in (0, 1), as
-    :class:`~boundcalc.certify.pipeline.CertifyConfig` declares it (checked there)."""
+    :class:`~boundcalc.certify.config.CertifyConfig` declares it (checked there)."""
     perm = np.random.default_rng(seed).permutation(n)
     k = int(round(fraction * n))
     p, b = np.sort(perm[:k]), np.sort(perm[k:])
