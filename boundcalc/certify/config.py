@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..measure.compress.options import DELTA_LEVELS_GRID
 from ..measure.data.options import MeasureOptions
 from ..options import Record, Spec, like, spec
 from .bound_posterior import POSTERIORS
@@ -63,7 +64,8 @@ class CertifyConfig(Record):
         "Monte Carlo passes over S at the per-group σ"))
     compress: bool = spec(False, Spec(bool, help=(
         "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
-    levels: str = spec("1,16", Spec(str, help="level counts the compression tries"))
+    levels: str = spec(",".join(map(str, DELTA_LEVELS_GRID)), Spec(str, help=(
+        "level counts the compression tries (comma-separated)")))
     tokenizer: str | None = spec(None, Spec(str, none=True, help=(
         "a folder with the tokenizer, when BASE has none")))
     # "bound": also train N(μ, diag σ_Q,g²) around model/ on the PAC-Bayes bound itself and

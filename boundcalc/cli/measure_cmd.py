@@ -116,6 +116,7 @@ def measure_cmd(
         if compress is not None:  # option checks: cheapest first
             from ..measure.compress.compression import add_compression
             from ..measure.compress.options import compression_options
+            from ..measure.data.batch_rows import DEFAULT_ROWS
 
             opts = compression_options(compress, levels, data, init, values[CompressOptions])
         from ..prior_spec import is_keyword, parse_centre, parse_head_init
@@ -160,7 +161,8 @@ def measure_cmd(
         if compress is not None:
             result = add_compression(stats, model, data, init, text_column=o.text_column,
                                      label_column=o.label_column, max_length=o.max_length,
-                                     batch_size=o.batch_size or 32, head_init=head_init, **opts)
+                                     batch_size=o.batch_size or DEFAULT_ROWS, head_init=head_init,
+                                     **opts)
             if result.warning():
                 err_console.print(f"warning: {escape(result.warning())}", highlight=False)
         path = stats.save(output)
