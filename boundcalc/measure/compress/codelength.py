@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BoundcalcError
-
-from .options import PREFIXES  # noqa: E402
+from .options import PREFIXES  # declared with the option that chooses one
 
 
 @dataclass

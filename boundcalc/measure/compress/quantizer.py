@@ -13,8 +13,7 @@ import numpy as np
 
 from ...errors import BoundcalcError
 from ...words import option
-
-from .options import CODEBOOK_BITS, QUANTIZERS  # noqa: E402
+from .options import CODEBOOK_BITS, QUANTIZERS  # declared with the options that choose them
 
 
 def _round_codebook(values: np.ndarray, codebook_bits: int) -> np.ndarray:

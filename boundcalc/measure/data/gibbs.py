@@ -36,9 +36,9 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
+from .options import MODES  # declared with the option that chooses one
 
 Sigma = float | Mapping[str, float]
-from .options import MODES  # noqa: E402  (declared with the option that chooses one)
 
 
 @dataclass
