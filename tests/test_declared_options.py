@@ -1,7 +1,9 @@
-"""Options as declared records (boundcalc/options.py): the rule of a declaration in words, the
-values it accepts, and — generated from the declarations of every record — each bad value of
-each field refused with exit 2 and one line naming the option in the caller's words: the
-field's keyword through the API, its flag through the CLI (measure, certify)."""
+"""Options as declared records (boundcalc/options.py; not named test_options.py, which is
+reliability/test_options.py): the rule of a declaration in words, the values it accepts, and
+— generated from the declarations of every record — each bad value of each field refused with
+exit 2 (or the exit code its declaration names) and one line naming the option in the
+caller's words: the field's keyword through the API, its flag through the CLI (measure,
+certify)."""
 
 from __future__ import annotations
 
