@@ -53,7 +53,7 @@ def certify_cmd(
     """
 
     def run() -> None:
-        cfg = CertifyConfig(**values[CertifyConfig])  # every option checked here, before anything slow
+        cfg = CertifyConfig(**values[CertifyConfig])  # every value checked, before anything slow
         _refuse_search_options_without_search(ctx, cfg)
         require_paths(model=base, data=data, test_data=test_data, tokenizer=cfg.tokenizer)
         check_device(cfg.device)  # before transformers and the model
@@ -75,12 +75,14 @@ def certify_cmd(
     guarded(run)
 
 
-# options of the σ search, which runs only on rows of the prior's data (tune_rows > 0)
-SEARCH_OPTIONS = ("tune_draws",)
+# options of the per-group σ (its search and the passes at the chosen vector), which runs only
+# with rows of the prior's data to search on (tune_rows > 0)
+SEARCH_OPTIONS = ("tune_draws", "group_draws")
 
 
 def _refuse_search_options_without_search(ctx: typer.Context, cfg: CertifyConfig) -> None:
-    """``--tune-draws`` given with ``--tune-rows 0`` (no σ search) would do nothing: refused."""
+    """``--tune-draws`` or ``--group-draws`` given with ``--tune-rows 0`` (no σ search) would
+    do nothing: refused."""
     from ..errors import BoundcalcError
 
     if cfg.tune_rows:

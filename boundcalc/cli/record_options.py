@@ -30,7 +30,8 @@ def _parameter(f: Any, s: Any) -> inspect.Parameter:
         annotation, default = Optional[kind], f.default
     else:
         annotation, default = kind, f.default
-    option = typer.Option(default, flag(f.name), help=s.help_text(flag) or None, show_default=not s.many)
+    option = typer.Option(default, flag(f.name), help=s.help_text(flag) or None,
+                          show_default=not s.many)
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=annotation)
 

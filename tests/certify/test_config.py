@@ -29,9 +29,8 @@ CLI = [
     (["--proximal", "nan"], "--proximal nan: expected a number in [0, 1000000]"),
     (["--draws", "0"], "--draws 0: expected a whole number >= 1"),
     (["--prior-fraction", "1"], "--prior-fraction 1.0: expected a number in (0, 1)"),
-    (["--tune-rows", "0", "--tune-draws", "5"],
-     "--tune-draws does nothing with --tune-rows 0 (no σ search); leave --tune-draws out or "
-     "give --tune-rows > 0"),
+    *[(["--tune-rows", "0", f, "5"], f"{f} does nothing with --tune-rows 0 (no σ search); "
+       f"leave {f} out or give --tune-rows > 0") for f in ("--tune-draws", "--group-draws")],
 ]
 
 
