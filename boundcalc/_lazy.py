@@ -36,3 +36,19 @@ def lazy_function(module: str, name: str) -> Callable[..., Any]:
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"Deferred {module}.{name} (imported on first call)."
     return call
+
+
+def lazy_names(package: str, space: dict[str, Any], where: dict[str, str]
+               ) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` (PEP 562) for ``where`` (name → submodule relative to
+    ``package``): the submodule is imported on the first use of a name, which is then kept in
+    the package's namespace ``space``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in where:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        space[name] = value
+        return value
+
+    return __getattr__

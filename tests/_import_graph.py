@@ -25,7 +25,7 @@ ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (0, "base", ("boundcalc", "boundcalc.errors", "boundcalc._lazy", "boundcalc.result",
                  "boundcalc.prior_spec", "boundcalc.codecheck", "boundcalc.certifies",
                  "boundcalc.hints", "boundcalc.bundled", "boundcalc.words",
-                 "boundcalc.rounding")),
+                 "boundcalc.rounding", "boundcalc.options")),
     (1, "budgets", ("boundcalc.limits", "boundcalc.plan")),
     (1, "engine", ("boundcalc.engine.*",)),
     (2, "files", ("boundcalc.files.*",)),

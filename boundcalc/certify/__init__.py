@@ -1,7 +1,12 @@
-"""``boundcalc certify``: a base model and labelled data in, a certificate for the model this
-procedure trains out (see :mod:`boundcalc.certify.pipeline`)."""
+"""``certify``: from a base model and labelled data to a certificate for the model it trains
+(:mod:`.pipeline`); its settings are :class:`.config.CertifyConfig`. The names below are
+imported on first use (PEP 562), so that reading the settings' declarations loads no torch."""
 
-from .pipeline import CertifyConfig, CertifyResult, certify
-from .train import TrainSpec, train_classifier
+from .._lazy import lazy_names
 
-__all__ = ["CertifyConfig", "CertifyResult", "TrainSpec", "certify", "train_classifier"]
+_WHERE = {"CertifyConfig": "config", "CertifyResult": "pipeline", "certify": "pipeline",
+          "TrainSpec": "train", "train_classifier": "train"}
+__all__ = sorted(_WHERE)
+
+
+__getattr__ = lazy_names(__name__, globals(), _WHERE)

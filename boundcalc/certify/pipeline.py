@@ -45,6 +45,7 @@ from ..files import write_text_atomic
 from ..words import option
 from . import claims, split as splits
 from .callback import loop_record, trained
+from .config import CertifyConfig
 from .heldout import read_jsonl
 from .preflight import preflight
 from .run_folder import RunFolder
@@ -67,46 +68,6 @@ CERTIFIES = ("the PAC-Bayes (Gibbs) rows: the Gibbs predictor of model/, a rando
              "that answers each input with its own draw w ∼ N(model/, σ²) (not model/ itself); "
              "the test-set rows (model_rows): model/ itself; the baseline: the prior, not "
              "claimed; on the distribution the rows of DATA were drawn from")
-
-
-@dataclass
-class CertifyConfig:
-    """Settings of :func:`certify`; the defaults run in minutes on 2 CPU cores for a small
-    BERT or MiniLM and a few thousand short texts. ``prior_epochs`` / ``prior_lr`` /
-    ``post_lr`` None: 4 epochs, 1e-3 and 3e-4 for a base without weights (a config: random
-    initialisation), 2 epochs, 1e-4 and 3e-5 for a pretrained one."""
-
-    prior_fraction: float = 0.5  # share of DATA's rows for the prior; the rest is S
-    seed: int = 0
-    prior_epochs: int | None = None  # None: 4 from a config, 2 from a pretrained base
-    prior_lr: float | None = None
-    post_epochs: int = 1
-    post_lr: float | None = None
-    proximal: float = 1.0  # posterior loss: cross-entropy + proximal·‖w − w_prior‖²
-    batch_size: int | None = None  # None: 32 on a CPU, sized to the card on CUDA
-    max_length: int = 64
-    text_column: str = "text"
-    label_column: str = "label"
-    device: str = "auto"
-    # measure (fixed before S is read)
-    sigmas: tuple[float, ...] = (0.003, 0.01)
-    draws: int = 3
-    tune_rows: int = 192  # rows of the prior's data for the σ search (--tune-data)
-    tune_draws: int = 1  # the search is free (never sees S): one draw per σ vector tried
-    group_draws: int = 6
-    compress: bool = False
-    levels: str = "1,16"
-    tokenizer: str | None = None  # a folder with the tokenizer, when the base has none
-    # "bound": also train N(μ, diag σ_Q,g²) around model/ on the PAC-Bayes bound itself and
-    # certify it (bound_posterior.py; row pac_bayes_kl_gaussian_learned_mc); "proximal": not
-    posterior: str = "proximal"
-    bound_epochs: int = 1
-    bound_lr: float = 1e-3  # SGD step of the means (momentum 0.9)
-
-    def __post_init__(self) -> None:
-        from .bound_posterior import check_posterior
-
-        check_posterior(self.posterior)  # refused here, before anything trains
 
 
 @dataclass
@@ -320,12 +281,8 @@ def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
     from ..measure.data.task_measure import measure_task
 
     stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
-                         device=cfg.device, max_length=cfg.max_length,
-                         **({} if cfg.batch_size is None else {"batch_size": cfg.batch_size}),
-                         sigmas=tuple(cfg.sigmas), draws=cfg.draws,
-                         hessian_probes=0, seed=cfg.seed, progress=progress,
-                         tune_data=str(out / "tune.jsonl") if cfg.tune_rows else None,
-                         tune_draws=cfg.tune_draws, group_draws=cfg.group_draws)
+                         cfg.measure_options(str(out / "tune.jsonl") if cfg.tune_rows else None),
+                         progress=progress)
     if cfg.compress:
         from ..measure.compress.compression import add_compression
         from ..measure.compress.options import parse_levels

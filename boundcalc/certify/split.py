@@ -106,9 +106,8 @@ def seeded_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.nda
     """``(prior, bound)`` row indices of ``n`` rows: a permutation seeded by ``seed``, its
     first round(fraction·n) rows to the prior's data, the rest to S; both sorted. It reads no
     label (the split depends on n, the fraction and the seed alone), so no label of S can
-    reach the prior through it."""
-    if not 0 < fraction < 1:
-        raise BoundcalcError(f"{option('prior_fraction')} must lie in (0, 1), got {fraction}")
+    reach the prior through it. ``fraction`` in (0, 1), as
+    :class:`~boundcalc.certify.config.CertifyConfig` declares it (checked there)."""
     perm = np.random.default_rng(seed).permutation(n)
     k = int(round(fraction * n))
     p, b = np.sort(perm[:k]), np.sort(perm[k:])

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import BoundcalcError, CheckpointError
+from ..options import refusal
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -158,9 +159,11 @@ def train_precision(device: torch.device, name: str | None = None) -> str:
     gradients and Adam's moments stay float32) and fp32 on a CPU (today's numbers). It decides
     which weights are trained, not what is certified: the certificate is about the weights
     training produced, evaluated in measure's own precision."""
-    from ..measure.device import check_precision
+    from ..measure.data.options import PRECISIONS
 
-    return check_precision(name) if name else ("bf16" if device.type == "cuda" else "fp32")
+    if name and name not in PRECISIONS:
+        raise refusal("precision", name, "one of " + ", ".join(PRECISIONS))
+    return name if name else ("bf16" if device.type == "cuda" else "fp32")
 
 
 class Encoded:

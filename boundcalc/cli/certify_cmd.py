@@ -8,12 +8,17 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
+from ..certify.config import CertifyConfig
 from .app import app, console, emit_json, guarded
 from .progress import Stages, check_device, require_paths
+from .record_options import takes
+from .words import flag
 
 
 @app.command("certify")
+@takes(CertifyConfig)
 def certify_cmd(
+    ctx: typer.Context,
     base: str = typer.Argument(..., help="the base model: a Hugging Face folder (pretrained, "
                                "with or without a task head), or a folder / config.json with "
                                "a config only (a random initialisation)"),
@@ -27,52 +32,13 @@ def certify_cmd(
     out: Path = typer.Option(Path("out/certify"), "-o", "--out", help="output folder: the "
                              "splits, prior/, model/, stats.json, report.json; new or empty, "
                              "or an earlier run's, which resumes from what it wrote"),
-    text_column: str = typer.Option("text", "--text-column", help="text column of DATA"),
-    label_column: str = typer.Option("label", "--label-column", help="label column of DATA "
-                                     "(integers or names; each distinct value is a class)"),
-    prior_fraction: float = typer.Option(0.5, "--prior-fraction", help="share of DATA's "
-                                         "rows that trains the prior (a seeded permutation "
-                                         "that reads no label); the rest is S"),
-    seed: int = typer.Option(0, "--seed", help="seed of the split, the new head and training"),
-    epochs: Optional[int] = typer.Option(None, "--epochs", min=0, help="prior training "
-                                         "epochs (default 2 for a pretrained base, 4 for a "
-                                         "config)"),
-    post_epochs: int = typer.Option(1, "--post-epochs", min=0, help="posterior epochs on S"),
-    lr: Optional[float] = typer.Option(None, "--lr", help="prior learning rate (default 1e-4 "
-                                       "for a pretrained base, 1e-3 for a config)"),
-    post_lr: Optional[float] = typer.Option(None, "--post-lr", help="posterior learning rate "
-                                            "(default 3e-5 pretrained, 3e-4 config)"),
-    proximal: float = typer.Option(1.0, "--proximal", min=0.0, help="posterior loss: "
-                                   "cross-entropy + PROXIMAL·‖w − w_prior‖²"),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="rows per "
-                                             "batch (default 32 on a CPU, sized to the card "
-                                             "on CUDA)"),
-    max_length: int = typer.Option(64, "--max-length", min=2, help="tokens per text"),
-    sigma: Optional[list[float]] = typer.Option(None, "--sigma", help="isotropic posterior σ "
-                                                "(repeatable; default 0.003 and 0.01)"),
-    draws: int = typer.Option(3, "--draws", min=1, help="Monte Carlo passes over S per σ"),
-    tune_rows: int = typer.Option(192, "--tune-rows", min=0, help="rows of the prior's data "
-                                  "on which the per-group σ is searched (0: none)"),
-    tune_draws: int = typer.Option(1, "--tune-draws", min=1, help="Monte Carlo passes per σ "
-                                   "vector tried by the search (free: it never sees S)"),
-    group_draws: int = typer.Option(6, "--group-draws", min=1, help="Monte Carlo passes over "
-                                    "S at the per-group σ"),
-    posterior: str = typer.Option("proximal", "--posterior", help="proximal: certify the "
-                                  "Gibbs posteriors around model/ (σ searched); bound: also "
-                                  "train a Gaussian posterior (means and per-group σ) on the "
-                                  "PAC-Bayes bound itself and certify it (posterior_bound/)"),
-    compress: bool = typer.Option(False, "--compress", help="also the compression bounds "
-                                  "(k-means code of w − w_prior on levels 1 and 16)"),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="a folder with the "
-                                            "tokenizer, when BASE has none"),
-    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda (training and "
-                               "measuring)"),
     as_json: bool = typer.Option(False, "--json", help="print report.json instead of tables"),
+    values: dict = None,  # the CertifyConfig fields, from their declarations (takes)
 ) -> None:
     """Certify the model this command trains: split DATA (a seeded permutation that reads no
-    label) into the prior's data and the bound sample S, fine-tune BASE on the prior's data (the prior), fine-tune the
-    prior on S with a proximal pull (the model), then measure with --init prior --tune-data
-    and compare.
+    label) into the prior's data and the bound sample S, fine-tune BASE on the prior's data
+    (the prior), fine-tune the prior on S with a proximal pull (the model), then measure with
+    --init prior --tune-data and compare.
 
     The PAC-Bayes rows certify the Gibbs predictor of model/ (each input answered by its own
     draw w ~ N(model/, sigma^2)), not model/; with --test-data, the test-set bound certifies
@@ -87,26 +53,13 @@ def certify_cmd(
     """
 
     def run() -> None:
-        from ..errors import BoundcalcError
-
-        if not 0 < prior_fraction < 1:
-            raise BoundcalcError(f"--prior-fraction must lie in (0, 1), got {prior_fraction}")
-        from ..certify.bound_posterior import check_posterior
-
-        check_posterior(posterior)
-        require_paths(model=base, data=data, test_data=test_data, tokenizer=tokenizer)
-        check_device(device)  # before transformers and the model
+        cfg = CertifyConfig(**values[CertifyConfig])  # every value checked, before anything slow
+        _refuse_search_options_without_search(ctx, cfg)
+        require_paths(model=base, data=data, test_data=test_data, tokenizer=cfg.tokenizer)
+        check_device(cfg.device)  # before transformers and the model
         stages = Stages("certify")
-        from ..certify import CertifyConfig, certify
+        from ..certify import certify
 
-        cfg = CertifyConfig(prior_fraction=prior_fraction, seed=seed, prior_epochs=epochs,
-                            prior_lr=lr, post_epochs=post_epochs, post_lr=post_lr,
-                            proximal=proximal, batch_size=batch_size, max_length=max_length,
-                            text_column=text_column, label_column=label_column, device=device,
-                            sigmas=tuple(sigma) if sigma else CertifyConfig.sigmas,
-                            draws=draws, tune_rows=tune_rows, tune_draws=tune_draws,
-                            group_draws=group_draws, posterior=posterior,
-                            compress=compress, tokenizer=tokenizer)
         progress = stages.measure_progress("", verb="progress")
         if progress is True:  # a terminal: one line rewritten in place
             progress = _terminal_progress
@@ -120,6 +73,26 @@ def certify_cmd(
         print_result(result)
 
     guarded(run)
+
+
+# options of the per-group σ (its search and the passes at the chosen vector), which runs only
+# with rows of the prior's data to search on (tune_rows > 0)
+SEARCH_OPTIONS = ("tune_draws", "group_draws")
+
+
+def _refuse_search_options_without_search(ctx: typer.Context, cfg: CertifyConfig) -> None:
+    """``--tune-draws`` or ``--group-draws`` given with ``--tune-rows 0`` (no σ search) would
+    do nothing: refused."""
+    from ..errors import BoundcalcError
+
+    if cfg.tune_rows:
+        return
+    for name in SEARCH_OPTIONS:
+        # by name: typer may vendor its own click, with its own enum
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE":
+            raise BoundcalcError(f"{flag(name)} does nothing with {flag('tune_rows')} 0 (no σ "
+                                 f"search); leave {flag(name)} out or give "
+                                 f"{flag('tune_rows')} > 0")
 
 
 def _terminal_progress(done: int, total: int, what: str) -> None:

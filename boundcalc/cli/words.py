@@ -18,6 +18,9 @@ FLAGS: dict[str, str] = {
     "levels_grid": "--levels",  # the level counts a compression tries (measure)
     "values": "--set",  # the API's values={...}: one --set NAME=VALUE each
     "n_bootstrap": "--bootstrap",  # sweep.correlate's keyword
+    "sigmas": "--sigma",  # repeatable: one σ each (measure, certify)
+    "prior_epochs": "--epochs",  # certify's prior training
+    "prior_lr": "--lr",
 }
 
 

@@ -15,19 +15,31 @@ Hessian traces); :mod:`.compress` (quantization and code lengths).
 
 from __future__ import annotations
 
-from .architectures import LayerMap, build_layer_map, format_layer_map
-from .data.curvature import HessianTrace, attach_hessian_trace, hutchinson_trace, param_groups
-from .data.gibbs import GibbsRisk, monte_carlo_gibbs_risk, perturbed
-from .samples import DataSample, load_data
-from .data.hutchpp import hutchpp_trace
-from .io import TensorSource, open_source
-from .weights.pipeline import measure
-from .weights.spectra import core_singular_values, numerical_rank, schatten_grid, schatten_sum
-from .subgaussian import subgaussian_constant
+from typing import Any
 
-__all__ = [
-    "DataSample", "GibbsRisk", "HessianTrace", "LayerMap", "TensorSource", "attach_hessian_trace",
-    "build_layer_map", "core_singular_values", "format_layer_map", "hutchinson_trace", "hutchpp_trace",
-    "load_data", "measure", "monte_carlo_gibbs_risk", "numerical_rank", "open_source",
-    "param_groups", "perturbed", "schatten_grid", "schatten_sum", "subgaussian_constant",
-]
+from .._lazy import lazy_names
+
+# name → the module that defines it; imported on first use (PEP 562), so that reading the
+# declarations of ``measure``'s options (``data/options.py``) loads no torch
+_WHERE = {
+    "LayerMap": "architectures", "build_layer_map": "architectures",
+    "format_layer_map": "architectures",
+    "HessianTrace": "data.curvature", "attach_hessian_trace": "data.curvature",
+    "hutchinson_trace": "data.curvature", "param_groups": "data.curvature",
+    "GibbsRisk": "data.gibbs", "monte_carlo_gibbs_risk": "data.gibbs", "perturbed": "data.gibbs",
+    "DataSample": "samples", "load_data": "samples",
+    "hutchpp_trace": "data.hutchpp",
+    "TensorSource": "io", "open_source": "io",
+    "measure": "weights.pipeline",
+    "core_singular_values": "weights.spectra", "numerical_rank": "weights.spectra",
+    "schatten_grid": "weights.spectra", "schatten_sum": "weights.spectra",
+    "subgaussian_constant": "subgaussian",
+}
+__all__ = sorted(_WHERE)
+
+
+__getattr__ = lazy_names(__name__, globals(), _WHERE)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

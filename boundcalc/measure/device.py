@@ -98,23 +98,12 @@ def rows_that_fit(run: Callable[[], object], rows: int, cap: int,
     return n, {"measured_rows": int(rows), "peak_bytes": peak, "room_bytes": room}
 
 
-PRECISIONS = ("fp32", "tf32", "bf16")
-
-
 def default_precision(device: torch.device) -> str:
     """``fp32`` on a CPU (today's numbers), ``tf32`` on CUDA: TF32 matmuls keep fp32's range
     and round products to a 10-bit mantissa (relative error about 1e-3 per product, far below
     the posterior noise the Monte Carlo averages over), about 4× fp32's speed on an H100; bf16
     (8-bit mantissa) is offered but not the default. See docs/sources/monte_carlo.md."""
     return "tf32" if device.type == "cuda" else "fp32"
-
-
-def check_precision(name: str) -> str:
-    """``name`` if it is one of :data:`PRECISIONS`, else a one-line error."""
-    if name not in PRECISIONS:
-        raise BoundcalcError(f"precision {str(name)[:20]!r}: expected one of "
-                             f"{', '.join(PRECISIONS)}")
-    return name
 
 
 def precision_record(name: str, device: torch.device) -> dict[str, str]:
@@ -132,8 +121,8 @@ def precision_record(name: str, device: torch.device) -> dict[str, str]:
 @contextmanager
 def precision(name: str, device: torch.device) -> Iterator[None]:
     """The data side's arithmetic for ``name`` (see :func:`precision_record`); the TF32
-    switches of torch are restored on exit."""
-    check_precision(name)
+    switches of torch are restored on exit. ``name``: fp32, tf32 or bf16, as the options
+    that choose it declare (``measure.data.options.PRECISIONS``; checked there)."""
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     tf32 = name == "tf32"
     try:

@@ -27,6 +27,7 @@ from ..stages.choose import discrete_start
 from ..stages.validate import nearest_index
 from ..evaluation import Prepared, Result, confidence_symbol
 from ..registry.schema import ParameterSpec, PriorSpec
+from ..options import Record, Spec, spec
 from ..words import set_value
 from .batch import BatchEvaluator
 from .gp import solve_gp
@@ -36,20 +37,31 @@ PRIOR_J_CAP = 20_000
 _SPAN = 1e10  # artificial search range around a scale when a domain end is 0 or infinite
 
 
-@dataclass
-class Options:
-    """Knobs of :func:`optimize_prepared` (defaults are what the CLI uses)."""
+@dataclass(frozen=True)
+class Options(Record):
+    """Knobs of :func:`optimize_prepared` (defaults are what the CLI uses), declared
+    (:mod:`boundcalc.options`: checked when built, in one wording)."""
 
-    starts: int = 4
-    scan: int = 65
-    prior_j_cap: int = PRIOR_J_CAP
-    use_gp: bool = True
-    sensitivity: bool = True
-    contributions: bool = True
-    what_if: bool = False
-    target: float | None = None  # None: the vacuity level (floor.vacuity_level), set by optimize
-    target_rule: str | None = None  # what the target is, in words (set with it)
-    shrink: str | None = None
+    starts: int = spec(4, Spec(int, low=1, help=(
+        "starts of the local search over two or more continuous parameters")))
+    scan: int = spec(65, Spec(int, low=2, unit="points", help="points of the first scan of a "
+                                                             "continuous parameter"))
+    prior_j_cap: int = spec(PRIOR_J_CAP, Spec(int, low=1, help=(
+        "the largest index j of a Dziugaite–Roy prior grid searched")))
+    use_gp: bool = spec(True, Spec(bool, help="search the index parameters by a Gaussian "
+                                              "process"))
+    sensitivity: bool = spec(True, Spec(bool, help="the derivatives of the bound at the "
+                                                   "chosen point"))
+    contributions: bool = spec(True, Spec(bool, help="each term's share of the bound"))
+    what_if: bool = spec(False, Spec(bool, help="the smallest n and shrink factor that would "
+                                                "make the bound non-vacuous"))
+    # None: the vacuity level (floor.vacuity_level), set by optimize
+    target: float | None = spec(None, Spec(float, none=True, help=(
+        "the level the what-if asks for (default: the vacuity level)")))
+    target_rule: str | None = spec(None, Spec(str, none=True, help=(
+        "what the target is, in words (set with it)")))
+    shrink: str | None = spec(None, Spec(str, none=True, help=(
+        "the statistic whose shrink factor the what-if finds (default: the dominant one)")))
 
 
 @dataclass

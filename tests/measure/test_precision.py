@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError
+from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.measure.device import default_precision, precision
 from tests._measure_helpers import single_thread
 
@@ -85,8 +86,7 @@ def test_precision_context_runs_bf16_matmuls_and_restores_tf32_switches():
         assert lin(torch.randn(2, 8)).dtype == torch.float32
     assert torch.backends.cuda.matmul.allow_tf32 == before
     with pytest.raises(BoundcalcError, match="expected one of fp32, tf32, bf16"):
-        with precision("fp16", torch.device("cpu")):
-            pass
+        MeasureOptions(precision="fp16")  # the options that choose it refuse it
 
 
 def test_bad_precision_is_one_line(task, tmp_path):

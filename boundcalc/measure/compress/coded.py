@@ -23,8 +23,7 @@ import torch
 
 from ...errors import BoundcalcError
 from ...words import option
-
-SELECTIONS = ("all", "delta")
+from .options import SELECTIONS  # declared with the option that chooses one
 
 
 def _float_tensors(obj: Any, what: str) -> dict[str, torch.Tensor]:

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BoundcalcError
-
-PREFIXES = ("none", "authors")
+from .options import PREFIXES  # declared with the option that chooses one
 
 
 @dataclass

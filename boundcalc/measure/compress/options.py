@@ -9,13 +9,19 @@ of predictions the quantizer may change. Contract: every check is cheap and ends
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...errors import BoundcalcError
+from ...options import Record, Spec, refusal, spec
 from ...words import option
-from .codelength import PREFIXES
-from .coded import SELECTIONS
-from .quantizer import CODEBOOK_BITS, QUANTIZERS
+
+# the choices of the options below, declared here (quantizer.py, codelength.py and coded.py
+# read them from here), so that the declarations load neither numpy nor torch
+QUANTIZERS = ("uniform", "kmeans")
+CODEBOOK_BITS = (16, 32)  # the stored precisions of a level
+PREFIXES = ("none", "authors")
+SELECTIONS = ("all", "delta")
 
 LEVELS_GRID = (2, 4, 8, 16, 32, 64)
 # the default for a delta from an init (a fine-tuned model): 1 level (the init itself, plus one
@@ -46,37 +52,60 @@ def default_levels(select: str, init: Any) -> tuple[int, ...]:
     return DELTA_LEVELS_GRID if resolve_select(select, init) == "delta" else LEVELS_GRID
 
 
-def compression_options(select: str, quantizer: str, levels: str | None, codebook_bits: int,
-                        prefix: str, max_changed: float | None, data: Any,
-                        init: Any = None) -> dict[str, Any]:
-    """The compression options as the CLI receives them (``levels`` a text, None:
-    :func:`default_levels`), checked (one-line errors), as keywords of
-    :func:`.compression.add_compression`."""
+@dataclass(frozen=True)
+class CompressOptions(Record):
+    """The options of a compression measurement (:func:`.compression.add_compression`),
+    declared (:mod:`boundcalc.options`) and checked when built. ``levels_grid`` None: the
+    default of :func:`default_levels` for the selection and the init."""
+
+    select: str = spec("auto", Spec(str, choices=OPTION_SELECTIONS, help=(
+        "code length for compression bounds: 'all' weights, the 'delta' from {init}, or "
+        "'auto' (delta with {init}, else all), quantized; needs {data} and an HF folder with "
+        "a task head")))
+    quantizer: str = spec("uniform", Spec(str, choices=QUANTIZERS,
+                                          help="uniform | kmeans levels"))
+    levels_grid: tuple[int, ...] | None = spec(None, Spec(
+        int, low=1, high=MAX_LEVELS, many=True, none=True, unit="levels", help=(
+            "level counts to try; the choice costs log2(count) bits inside the code (default: "
+            "1,16 for a delta from {init}, which a fine-tuned model can use; 2,4,8,16,32,64 "
+            "for all weights)")))
+    codebook_bits: int = spec(16, Spec(int, choices=CODEBOOK_BITS, unit="bits",
+                                       help="bits per codebook level (16 or 32)"))
+    prefix: str = spec("none", Spec(str, choices=PREFIXES,
+                                    help="none | authors (add 2·log2 L bits)"))
+    max_changed: float | None = spec(None, Spec(float, low=0, high=1, none=True, help=(
+        "refuse a quantizer changing more than this fraction of predictions")))
+
+    def check(self) -> None:
+        """Level counts are distinct (the choice among them is paid once each)."""
+        grid = self.levels_grid
+        if grid is not None and len(set(grid)) != len(grid):
+            raise refusal("levels_grid", ",".join(map(str, grid)), "distinct level counts")
+
+    def keywords(self, init: Any) -> dict[str, Any]:
+        """The options as keywords of :func:`.compression.add_compression`, the level counts
+        filled in (:func:`default_levels`)."""
+        grid = self.levels_grid or default_levels(self.select, init)
+        return {"select": self.select, "quantizer": self.quantizer, "levels_grid": grid,
+                "codebook_bits": self.codebook_bits, "prefix": self.prefix,
+                "max_changed": self.max_changed}
+
+
+def compression_options(select: str, levels: str | None, data: Any, init: Any = None,
+                        given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The compression options as the CLI receives them (``select`` and ``levels`` as typed,
+    ``levels`` None: :func:`default_levels`; ``given``: the other fields of
+    :class:`CompressOptions`), checked, as keywords of :func:`.compression.add_compression`."""
     require_data(data)
-    grid = parse_levels(levels) if levels is not None else default_levels(select, init)
-    check_options(select, quantizer, grid, codebook_bits, prefix, max_changed)
-    return {"select": select, "quantizer": quantizer, "levels_grid": grid,
-            "codebook_bits": codebook_bits, "prefix": prefix, "max_changed": max_changed}
+    grid = parse_levels(levels) if levels is not None else None
+    return CompressOptions(select=select, levels_grid=grid, **(given or {})).keywords(init)
 
 
 def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,
                   prefix: str, max_changed: float | None) -> None:
-    """Cheap checks of the compression options, before any model is loaded (one-line errors
-    naming the option)."""
-    if select not in OPTION_SELECTIONS:
-        raise BoundcalcError(f"{option('select')} must be one of {', '.join(OPTION_SELECTIONS)}, "
-                             f"got '{select}'")
-    if quantizer not in QUANTIZERS:
-        raise BoundcalcError(f"{option('quantizer')} must be one of {', '.join(QUANTIZERS)}, "
-                             f"got '{quantizer}'")
-    if codebook_bits not in CODEBOOK_BITS:
-        raise BoundcalcError(f"{option('codebook_bits')} must be 16 or 32, got {codebook_bits}")
-    if prefix not in PREFIXES:
-        raise BoundcalcError(f"{option('prefix')} must be 'none' or 'authors', got '{prefix}'")
-    if max_changed is not None and not 0 <= max_changed <= 1:
-        raise BoundcalcError(f"{option('max_changed')} must lie in [0, 1], got {max_changed}")
-    if not levels_grid or max(levels_grid) > MAX_LEVELS:
-        raise BoundcalcError(f"{option('levels_grid')}: at most {MAX_LEVELS} levels")
+    """Cheap checks of the compression options, before any model is loaded: the declarations
+    of :class:`CompressOptions` (one-line errors naming the option)."""
+    CompressOptions(select, quantizer, tuple(levels_grid), codebook_bits, prefix, max_changed)
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

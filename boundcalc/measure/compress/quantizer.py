@@ -13,9 +13,7 @@ import numpy as np
 
 from ...errors import BoundcalcError
 from ...words import option
-
-QUANTIZERS = ("uniform", "kmeans")
-CODEBOOK_BITS = (16, 32)  # the stored precisions of a level
+from .options import CODEBOOK_BITS, QUANTIZERS  # declared with the options that choose them
 
 
 def _round_codebook(values: np.ndarray, codebook_bits: int) -> np.ndarray:

@@ -36,9 +36,9 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
+from .options import MODES  # declared with the option that chooses one
 
 Sigma = float | Mapping[str, float]
-MODES = ("auto", "sample", "whole")
 
 
 @dataclass
@@ -311,13 +311,12 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
                    progress: Progress | None = None, *, mode: str = "auto",
                    samples: int | None = None) -> GibbsEstimate:
     """The Gibbs risk at every σ in ``sigmas`` (a float or a ``{parameter name: σ}`` mapping
-    each); see the module docstring for the modes and ``samples``."""
+    each); see the module docstring for the modes and ``samples`` (≥ 1 rows or None, as
+    :class:`.options.MeasureOptions` declares it)."""
     from .row_noise import RowNoise
 
     if passes < 1:
         raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
-    if samples is not None and samples < 1:
-        raise BoundcalcError(f"{option('gibbs_samples')} must be >= 1, got {samples}")
     requested = mode
     mode, engine = resolve_mode(tm, mode)
     model = tm.model

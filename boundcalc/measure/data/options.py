@@ -10,21 +10,25 @@ model or data file is read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
-from ...errors import BoundcalcError
+from ...errors import BoundcalcError, DomainError
+from ...options import Record, Spec, spec
 from ...words import option
-from ..device import check_precision
-from .gibbs import MODES
 from .sigma_grid import DEFAULT_SIGMAS, snapped_sigmas
+
+# the Gibbs risk's ways of drawing (gibbs.py) and the data side's arithmetic (device.py):
+# declared here, with the options that choose them, so that reading them loads no torch
+MODES = ("auto", "sample", "whole")
+PRECISIONS = ("fp32", "tf32", "bf16")
 
 # keyword names a caller may use for a field (measure_task's older argument names)
 ALIASES = {"alpha": "smoothing"}
 
 
 @dataclass(frozen=True)
-class MeasureOptions:
+class MeasureOptions(Record):
     """The data side's options (defaults: the CLI's); checked when built.
 
     Reading DATA: ``device`` (auto | cpu | cuda[:i]), ``text_column``, ``label_column``,
@@ -41,71 +45,89 @@ class MeasureOptions:
     ``draws``), ``allow_overlap``. ``init_data``: the data ``init`` was trained on. The machine:
     ``threads``, ``precision`` (fp32 | tf32 | bf16; default by device).
 
-    Contract: an instance exists only with values that pass every check below; a bad one raises
-    :class:`~boundcalc.errors.BoundcalcError` (:class:`~boundcalc.errors.DomainError` for σ)
-    naming the option by :func:`boundcalc.words.option`.
+    Contract: an instance exists only with values that pass every field's declaration
+    (:mod:`boundcalc.options`: one wording) and the rules between fields (:meth:`check`); a
+    bad one raises :class:`~boundcalc.errors.BoundcalcError`
+    (:class:`~boundcalc.errors.DomainError` for a σ off the grid) naming the option by
+    :func:`boundcalc.words.option`.
     """
 
-    device: str = "auto"
-    text_column: str = "text"
-    label_column: str = "label"
-    max_length: int = 128
-    batch_size: int | None = None
-    head_init: Any = None
-    sigmas: tuple[float, ...] = DEFAULT_SIGMAS
-    draws: int = 20
-    delta_mc: float = 0.01
-    gibbs_mode: str = "auto"
-    gibbs_samples: int | None = None
-    smoothing: float = 0.01
-    seed: int = 0
-    hessian_probes: int = 20
-    hessian_samples: int = 256
-    perturbation_draws: int = 0
-    sigma_groups: bool = False
-    tune_data: str | None = None
-    tune_draws: int = 4
-    tune_slack: float = 0.05
-    group_draws: int | None = None
-    allow_overlap: bool = False
-    init_data: str | None = None
-    threads: int | None = None
-    precision: str | None = None
+    device: str = spec("auto", Spec(str, help="auto | cpu | cuda[:i]"))
+    text_column: str = spec("text", Spec(str, help="text column of DATA"))
+    label_column: str = spec("label", Spec(str, help="label column of DATA"))
+    max_length: int = spec(128, Spec(int, low=2, unit="tokens",
+                                     help="tokens per text (truncate)"))
+    batch_size: int | None = spec(None, Spec(
+        int, low=1, none=True, unit="rows",
+        help="samples per batch (default: 32 on a CPU, sized to the card's memory on CUDA)"))
+    head_init: Any = None  # checked where it is parsed (prior_spec.parse_head_init)
+    sigmas: tuple[float, ...] = spec(DEFAULT_SIGMAS, Spec(
+        float, low=0, open_low=True, many=True, error=DomainError,
+        help="posterior σ for the Monte Carlo Gibbs risk (repeatable; snapped to the "
+             "Dziugaite–Roy grid); default: seven σ, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, "
+             "0.1, each {draws} passes over DATA"))
+    draws: int = spec(20, Spec(int, low=0, unit="passes", help=(
+        "Monte Carlo passes per σ (0: skip): posterior draws in whole mode, passes with a "
+        "fresh draw per sample in sample mode")))
+    delta_mc: float = spec(0.01, Spec(float, low=0, high=1, open_low=True, open_high=True,
+                                      help="confidence δ′ of the Monte Carlo step, split over "
+                                           "the σ points"))
+    gibbs_mode: str = spec("auto", Spec(str, choices=MODES, help=(
+        "auto | sample | whole: a fresh posterior draw per sample (N = draws·n losses in the "
+        "kl term; auto where exact) or one draw per pass (N = draws)")))
+    gibbs_samples: int | None = spec(None, Spec(int, low=1, none=True, unit="rows", help=(
+        "evaluate each pass on m samples drawn uniformly with replacement from DATA")))
+    smoothing: float = spec(0.01, Spec(float, low=0, high=1, open_low=True, open_high=True,
+                                       help="α of prediction smoothing for language models "
+                                            "(bounded per-token loss)"))
+    seed: int = spec(0, Spec(int, low=0, high=2**32 - 2, help="seed of every random draw"))
+    hessian_probes: int = spec(20, Spec(int, low=0, but_not=(1,), help=(
+        "Hutchinson probes, each a Hessian-vector product on {hessian_samples} samples (0: "
+        "skip the Hessian trace)")))
+    hessian_samples: int = spec(256, Spec(int, low=1, unit="rows", help=(
+        "samples in the loss whose Hessian trace is estimated")))
+    perturbation_draws: int = spec(0, Spec(int, low=0, help=(
+        "noise draws per σ of the Lintilhac–Shaikh mesh for P̂ (0: skip; 20 × draws "
+        "Hutchinson estimates)")))
+    sigma_groups: bool = spec(False, Spec(bool, help=(
+        "per-group σ_g (implied by {tune_data}); without {tune_data} searched on DATA and "
+        "charged per group")))
+    tune_data: str | None = spec(None, Spec(str, none=True, help=(
+        "a split disjoint from DATA (e.g. the one {init} was trained on): search per-group "
+        "σ_g there with the {init} weights, at no union-bound cost; then the Gibbs risk on "
+        "DATA once")))
+    tune_draws: int = spec(4, Spec(int, low=1, help="Monte Carlo draws per σ vector tried by "
+                                                     "the search"))
+    tune_slack: float = spec(0.05, Spec(float, low=0, high=1, open_high=True, help=(
+        "the search keeps the searched weights' Gibbs risk ≤ their error + this")))
+    group_draws: int | None = spec(None, Spec(int, low=0, none=True, help=(
+        "Monte Carlo passes over DATA at the chosen per-group σ vector, drawn as {gibbs_mode} "
+        "says (default: {draws})")))
+    allow_overlap: bool = spec(False, Spec(bool, help=(
+        "accept {tune_data} rows that are rows of DATA (compared by content: inputs and "
+        "label); the σ shape is then charged as if chosen on DATA, and the shared rows are "
+        "counted in the stats file")))
+    init_data: str | None = spec(None, Spec(str, none=True, help=(
+        "the data {init} was trained on: refused if it shares a row (inputs and label) with "
+        "DATA")))
+    threads: int | None = spec(None, Spec(int, low=1, none=True, help=(
+        "torch threads for the data side with {data} (default: one for a model no wider than "
+        "512 on a CPU, where a thread pool costs more than it gives, else torch's default); "
+        "sums may differ in the last bits with it")))
+    precision: str | None = spec(None, Spec(str, choices=PRECISIONS, none=True, help=(
+        "fp32 | tf32 | bf16: the arithmetic of the data pass and the Monte Carlo passes "
+        "(default fp32 on a CPU, tf32 on CUDA; recorded in the stats file)")))
 
-    def __post_init__(self) -> None:
+    aliases = ALIASES
+
+    def check(self) -> None:
+        """The rules between fields (each field's own rule is its declaration)."""
         object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
-        if self.precision is not None:
-            check_precision(self.precision)
-        if self.batch_size is not None and (isinstance(self.batch_size, bool)
-                                            or not isinstance(self.batch_size, int)
-                                            or self.batch_size < 1):
-            raise BoundcalcError(f"{option('batch_size', self.batch_size)}: expected a whole "
-                                 "number of rows >= 1")
-        if self.draws < 0 or self.hessian_probes < 0 or self.hessian_probes == 1:
-            raise BoundcalcError(f"{option('draws')} must be >= 0 and "
-                                 f"{option('hessian_probes')} 0 or >= 2")
-        if self.gibbs_mode not in MODES:
-            raise BoundcalcError(f"{option('gibbs_mode', repr(self.gibbs_mode))}: expected "
-                                 "auto, sample or whole")
-        if self.gibbs_samples is not None and self.gibbs_samples < 1:
-            raise BoundcalcError(f"{option('gibbs_samples')} must be >= 1, got "
-                                 f"{self.gibbs_samples}")
-        if not 0 < self.delta_mc < 1:
-            raise BoundcalcError(f"{option('delta_mc')} must lie in (0, 1), got {self.delta_mc}")
         if 1.0 - self.delta_mc == 1.0:  # the confidence 1 − δ′ would be written as 1
             raise BoundcalcError(f"{option('delta_mc', f'{self.delta_mc:g}')}: too small; its "
                                  "confidence 1 − δ′ rounds to 1 in double precision (use "
                                  "δ′ ≥ 1e-15)")
-        if not 0 < self.smoothing < 1:
-            raise BoundcalcError(f"{option('smoothing')} must lie in (0, 1), got "
-                                 f"{self.smoothing}")
         snapped_sigmas(self.sigmas)
-        if self.tune_draws < 1:
-            raise BoundcalcError(f"per-group σ: {option('tune_draws')} must be >= 1, got "
-                                 f"{self.tune_draws}")
-        if not 0 <= self.tune_slack < 1:
-            raise BoundcalcError(f"{option('tune_slack')} must lie in [0, 1), got "
-                                 f"{self.tune_slack}")
         if self.groups and self.group_passes < 1:
             raise BoundcalcError(
                 f"{option('tune_data')} / {option('sigma_groups')} need "
@@ -121,17 +143,3 @@ class MeasureOptions:
     def group_passes(self) -> int:
         """Passes over DATA at the chosen σ vector: ``group_draws``, else ``draws``."""
         return self.draws if self.group_draws is None else self.group_draws
-
-    @classmethod
-    def of(cls, options: MeasureOptions | None = None, **keywords: Any) -> MeasureOptions:
-        """``options`` with ``keywords`` (field names, or an alias of :data:`ALIASES`) in
-        place of its values; a fresh one from the defaults when ``options`` is None. An
-        unknown keyword is a ``TypeError``, as for any Python call."""
-        names = {f.name for f in fields(cls)}
-        given: dict[str, Any] = {}
-        for key, value in keywords.items():
-            name = ALIASES.get(key, key)
-            if name not in names:
-                raise TypeError(f"unexpected keyword argument {key!r}")
-            given[name] = value
-        return replace(options, **given) if options is not None else cls(**given)

@@ -1,0 +1,96 @@
+"""The settings of ``certify`` (:class:`CertifyConfig`): one declared record
+(:mod:`boundcalc.options`), importable without torch so that the CLI builds its options from
+it and checks every value before anything slow is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..measure.compress.options import DELTA_LEVELS_GRID
+from ..measure.data.options import MeasureOptions
+from ..options import Record, Spec, like, spec
+from .bound_posterior import POSTERIORS
+
+# the longest training a run may ask for (an epoch count beyond it is a typo, not a plan)
+MAX_EPOCHS = 1000
+
+
+@dataclass(frozen=True)
+class CertifyConfig(Record):
+    """Settings of :func:`certify`, declared (:mod:`boundcalc.options`: each field's type,
+    range and help are data, checked when built, in one wording); the defaults run in
+    minutes on 2 CPU cores for a small BERT or MiniLM and a few thousand short texts. The
+    data-side fields are the ones :class:`~boundcalc.measure.data.options.MeasureOptions`
+    declares (:func:`~boundcalc.options.like`), with certify's defaults;
+    :meth:`measure_options` is that record. ``prior_epochs`` / ``prior_lr`` / ``post_lr``
+    None: 4 epochs, 1e-3 and 3e-4 for a base without weights (a config: random
+    initialisation), 2 epochs, 1e-4 and 3e-5 for a pretrained one."""
+
+    prior_fraction: float = spec(0.5, Spec(float, low=0, high=1, open_low=True,
+                                           open_high=True, help=(
+        "share of DATA's rows that trains the prior (a seeded permutation that reads no "
+        "label); the rest is S")))
+    seed: int = like(MeasureOptions, "seed", 0, help="seed of the split, the new head and "
+                                                       "training")
+    prior_epochs: int | None = spec(None, Spec(int, low=0, high=MAX_EPOCHS, none=True, help=(
+        "prior training epochs (default 2 for a pretrained base, 4 for a config)")))
+    prior_lr: float | None = spec(None, Spec(float, low=0, high=1, open_low=True, none=True,
+                                             help="prior learning rate (default 1e-4 for a "
+                                                  "pretrained base, 1e-3 for a config)"))
+    post_epochs: int = spec(1, Spec(int, low=0, high=MAX_EPOCHS,
+                                    help="posterior epochs on S"))
+    post_lr: float | None = spec(None, Spec(float, low=0, high=1, open_low=True, none=True,
+                                            help="posterior learning rate (default 3e-5 "
+                                                 "pretrained, 3e-4 config)"))
+    proximal: float = spec(1.0, Spec(float, low=0, high=1_000_000, help=(
+        "posterior loss: cross-entropy + PROXIMAL·‖w − w_prior‖²")))
+    batch_size: int | None = like(MeasureOptions, "batch_size", help=(
+        "rows per batch (default 32 on a CPU, sized to the card on CUDA)"))
+    max_length: int = like(MeasureOptions, "max_length", 64, help="tokens per text")
+    text_column: str = like(MeasureOptions, "text_column")
+    label_column: str = like(MeasureOptions, "label_column", help=(
+        "label column of DATA (integers or names; each distinct value is a class)"))
+    device: str = like(MeasureOptions, "device", help="auto | cpu | cuda (training and "
+                                                       "measuring)")
+    # measure (fixed before S is read)
+    sigmas: tuple[float, ...] = like(MeasureOptions, "sigmas", (0.003, 0.01), help=(
+        "isotropic posterior σ (repeatable; default 0.003 and 0.01)"))
+    draws: int = like(MeasureOptions, "draws", 3, low=1, help="Monte Carlo passes over S per σ")
+    tune_rows: int = spec(192, Spec(int, low=0, unit="rows", help=(
+        "rows of the prior's data on which the per-group σ is searched (0: none)")))
+    tune_draws: int = like(MeasureOptions, "tune_draws", 1, help=(
+        "Monte Carlo passes per σ vector tried by the search (free: it never sees S)"))
+    group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, help=(
+        "Monte Carlo passes over S at the per-group σ"))
+    compress: bool = spec(False, Spec(bool, help=(
+        "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
+    levels: str = spec(",".join(map(str, DELTA_LEVELS_GRID)), Spec(str, help=(
+        "level counts the compression tries (comma-separated)")))
+    tokenizer: str | None = spec(None, Spec(str, none=True, help=(
+        "a folder with the tokenizer, when BASE has none")))
+    # "bound": also train N(μ, diag σ_Q,g²) around model/ on the PAC-Bayes bound itself and
+    # certify it (bound_posterior.py; row pac_bayes_kl_gaussian_learned_mc); "proximal": not
+    posterior: str = spec("proximal", Spec(str, choices=POSTERIORS, help=(
+        "proximal: certify the Gibbs posteriors around model/ (σ searched); bound: also train "
+        "a Gaussian posterior (means and per-group σ) on the PAC-Bayes bound itself and "
+        "certify it (posterior_bound/)")))
+    bound_epochs: int = spec(1, Spec(int, low=0, high=MAX_EPOCHS, help=(
+        "epochs of the bound-trained posterior's means")))
+    bound_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, help=(
+        "SGD step of the bound-trained posterior's means (momentum 0.9)")))
+
+    def check(self) -> None:
+        """The rules between fields: the σ grid (as measure reads it) and the level counts
+        (as a compression reads them)."""
+        self.measure_options(tune=None)
+        from ..measure.compress.options import parse_levels
+
+        parse_levels(self.levels)
+
+    def measure_options(self, tune: str | None) -> MeasureOptions:
+        """The data side's options of the measure step (``tune``: the σ search's rows)."""
+        return MeasureOptions(device=self.device, max_length=self.max_length,
+                              batch_size=self.batch_size, sigmas=self.sigmas,
+                              draws=self.draws, hessian_probes=0, seed=self.seed,
+                              tune_data=tune, tune_draws=self.tune_draws,
+                              group_draws=self.group_draws)

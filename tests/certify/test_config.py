@@ -1,0 +1,76 @@
+"""certify's settings (certify/config.py), the option cases of issue 42 item 7: each bad value
+refused by the record's own validator in one wording, named in the caller's words (the flag on
+the CLI, the keyword through the API), with exit 2 and before anything is read, trained or
+written (the base and DATA named here do not even exist)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import FrozenInstanceError, asdict
+
+import pytest
+from typer.testing import CliRunner
+
+from boundcalc.certify.config import MAX_EPOCHS, CertifyConfig
+from boundcalc.cli import app
+from boundcalc.errors import BoundcalcError
+
+BIG = str(10 ** 18)
+
+# (flags, the error line) — on main: --epochs 10^18 hung, --seed -1 gave exit 70, --lr 0
+# named no flag, --post-lr nan was refused only after the prior trained, inf trained to NaN
+CLI = [
+    (["--epochs", BIG], f"--epochs {BIG}: expected a whole number in [0, {MAX_EPOCHS}]"),
+    (["--post-epochs", BIG], f"--post-epochs {BIG}: expected a whole number in [0, 1000]"),
+    (["--seed", "-1"], "--seed -1: expected a whole number in [0, 4294967294]"),
+    *[([f, v], f"{f} {float(v)}: expected a number in (0, 1]")
+      for f in ("--lr", "--post-lr") for v in ("0", "-1", "nan", "inf")],
+    (["--proximal", "inf"], "--proximal inf: expected a number in [0, 1000000]"),
+    (["--proximal", "nan"], "--proximal nan: expected a number in [0, 1000000]"),
+    (["--draws", "0"], "--draws 0: expected a whole number >= 1"),
+    (["--prior-fraction", "1"], "--prior-fraction 1.0: expected a number in (0, 1)"),
+    *[(["--tune-rows", "0", f, "5"], f"{f} does nothing with --tune-rows 0 (no σ search); "
+       f"leave {f} out or give --tune-rows > 0") for f in ("--tune-draws", "--group-draws")],
+]
+
+
+@pytest.mark.parametrize("flags, line", CLI, ids=[" ".join(f) for f, _ in CLI])
+def test_cli_refuses_a_bad_option_before_anything_runs(flags, line, tmp_path):
+    out = tmp_path / "o"
+    res = CliRunner().invoke(app, ["certify", str(tmp_path / "no-base"), "--data",
+                                   str(tmp_path / "no.csv"), "-o", str(out), *flags])
+    assert res.exit_code == 2, res.output[-800:]
+    assert res.stderr.strip() == f"error: {line}"
+    assert not out.exists()
+
+
+API = [
+    (dict(draws=0), "draws=0: expected a whole number >= 1"),
+    (dict(proximal=math.nan), "proximal=nan: expected a number in [0, 1000000]"),
+    (dict(tune_rows=-1), "tune_rows=-1: expected a whole number >= 0"),
+    (dict(seed=-1), "seed=-1: expected a whole number in [0, 4294967294]"),
+    (dict(post_lr=0.0), "post_lr=0.0: expected a number in (0, 1]"),
+    (dict(prior_epochs=10 ** 18), f"prior_epochs={10 ** 18}: expected a whole number in "
+                                  "[0, 1000]"),
+    (dict(posterior="nope"), "posterior='nope': expected one of proximal, bound"),
+]
+
+
+@pytest.mark.parametrize("given, line", API, ids=[str(g) for g, _ in API])
+def test_api_refuses_a_bad_setting_by_its_keyword(given, line):
+    with pytest.raises(BoundcalcError) as got:
+        CertifyConfig(**given)
+    assert str(got.value) == line and got.value.exit_code == 2
+
+
+def test_the_settings_are_frozen_and_keep_their_recorded_form():
+    cfg = CertifyConfig(sigmas=[0.01], prior_epochs=3)
+    assert cfg.sigmas == (0.01,)
+    with pytest.raises(FrozenInstanceError):
+        cfg.draws = 5
+    # report.json's "settings": the same keys, in the same order, as before the records
+    assert list(asdict(CertifyConfig())) == [
+        "prior_fraction", "seed", "prior_epochs", "prior_lr", "post_epochs", "post_lr",
+        "proximal", "batch_size", "max_length", "text_column", "label_column", "device",
+        "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
+        "tokenizer", "posterior", "bound_epochs", "bound_lr"]
