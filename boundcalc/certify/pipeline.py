@@ -240,7 +240,9 @@ class PosteriorStep(Step):
 
 class MeasureStep(Step):
     """4. ``measure model/ --init prior/ --data S.jsonl --tune-data tune.jsonl``
-    (``stats.json``; with the bound-trained posterior, ``posterior_bound/``)."""
+    (``stats.json``; with the bound-trained posterior, ``posterior_bound/``). Besides its
+    sub-record it reads the device and whether the split wrote σ-search rows (``tune_rows``,
+    in the split's key, so in this one's through it)."""
 
     name, settings = "measure", MeasureSettings
 
