@@ -12,7 +12,9 @@ Python API::
 __version__ = "0.1.0"
 
 # Deferred (PEP 562): ``import boundcalc`` and the CLI's ``--help`` do not pay for SymPy.
-_EXPORTS = {"compute": "api", "prepare": "api", "bind": "bind", "BoundcalcError": "errors",
+# ``boundcalc.bind`` is the function; its module is ``boundcalc.binding`` (no module of the same
+# name can replace the function when it is imported).
+_EXPORTS = {"compute": "api", "prepare": "api", "bind": "binding", "BoundcalcError": "errors",
             "Prepared": "evaluation", "Result": "evaluation", "evaluate": "evaluation",
             "Entry": "registry", "Registry": "registry", "load_registry": "registry",
             "Stats": "stats", "load_stats": "stats"}
@@ -30,24 +32,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
-
-
-def _keep_bind_function() -> None:
-    """``boundcalc.bind`` is the function, as it was with eager imports: importing the submodule
-    of the same name later must not replace it with the module."""
-    import sys
-    import types
-
-    class _Package(types.ModuleType):
-        def __setattr__(self, name: str, value: object) -> None:
-            if name == "bind" and isinstance(value, types.ModuleType):
-                value = value.bind  # type: ignore[attr-defined]
-            super().__setattr__(name, value)
-
-    sys.modules[__name__].__class__ = _Package
-
-
-_keep_bind_function()
 
 
 __all__ = ["bind", "compute", "prepare", "BoundcalcError", "Entry", "Prepared", "Registry", "Result", "Stats", "__version__",

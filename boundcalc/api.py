@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from .bind import bind
+from .binding import bind
 from .evaluation import Prepared, Result
 from .registry import Entry, Registry, load_registry
 from .stats import Stats, load_stats

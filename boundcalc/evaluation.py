@@ -14,8 +14,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .stages import certify, choose
-from .stages.validate import (ValidatedEntry, compiled_for, count_value, dr_grids,
-                                gridmin_params)
+from .stages.forms import compiled_for, gridmin_params
+from .stages.validate import ValidatedEntry, count_value, dr_grids
 from .floor import zero_complexity_floor
 from .registry.schema import Entry, confidence_symbol
 from .result import Result

@@ -1,5 +1,7 @@
 """What a certified number is measured against: its zero-complexity floor, what dominates it,
-the trivial predictor's error, and a held-out test error.
+the trivial predictor's error, and a held-out test error. (What the task is and what an entry
+bounds — a classifier? a 0-1 risk? in which unit? — are facts of their own:
+:mod:`boundcalc.task_facts`.)
 
 *Floor.* A certified entry whose value is a kl inverse of an empirical risk, kl⁻¹(ê, B) with the
 budget B = (complexity + confidence term)/n, could at best reach its value with zero complexity.
@@ -28,6 +30,12 @@ from .engine.kernels import kl_inv_upper
 from .engine.tree import Node, as_tree, sympy_text
 from .registry.schema import confidence_symbol
 from .rounding import upper_text
+from .task_facts import ZERO_ONE_STATS, bounds_zero_one, is_classifier, unit_of
+
+# importable from here as before (they moved to :mod:`.task_facts`)
+__all__ = ["ZERO_ONE_STATS", "Evaluator", "annotate", "bounds_zero_one", "breakdown_text",
+           "is_classifier", "kl_shape", "trivial_predictor", "unit_of", "vacuity_level",
+           "zero_complexity_floor"]
 
 if TYPE_CHECKING:
     from .engine.compile import Context
@@ -50,14 +58,6 @@ class Evaluator(Protocol):
     def eval_scalar(self, expr: Any, ctx: Context | None = None) -> float: ...
 
     def delta_effective(self, costs: Mapping[str, float]) -> float | None: ...
-
-# stats paths whose values are 0-1 risks (or a ramp risk ≥ the 0-1 risk): the entries bound a
-# 0-1 risk, so the trivial predictor is the reference
-ZERO_ONE_STATS = ("scalars.emp_risk", "scalars.gibbs_risk", "scalars.gibbs_risk_mean",
-                  "curves.gibbs_risk_mean", "curves.gibbs_risk_groups",
-                  "curves.gibbs_risk_learned",
-                  "scalars.quantized_error", "curves.ramp_risk")
-
 
 def _symbols(node: Node) -> set[str]:
     if node.op == "Symbol":
@@ -214,12 +214,6 @@ def vacuity_level(entry: Entry, stats: Stats | None) -> tuple[float, str]:
     return 1.0, "1"
 
 
-def bounds_zero_one(entry: Entry) -> bool:
-    """Does the entry bound a 0-1 risk (its risk comes from a 0-1 statistic)?"""
-    return entry.output == "risk" and any(s.stat in ZERO_ONE_STATS
-                                          for s in entry.symbols.values())
-
-
 def annotate(result: Result, entry: Entry, stats: Stats | None,
              test_error: float | None = None) -> Result:
     """Attach the trivial predictor's error (for a 0-1 risk bound), a held-out test error and,
@@ -233,19 +227,3 @@ def annotate(result: Result, entry: Entry, stats: Stats | None,
     if test_error is not None:
         result.test_error = float(test_error)
     return result
-
-
-def unit_of(entry: Entry, stats: Stats | None) -> str | None:
-    """The unit of an entry's value when it is not a probability: a smoothed log-loss is in
-    bits per token (per example for a classifier). None for a risk (a probability) and for a
-    loss in the loss's own unit."""
-    if entry.output != "loss" or "smoothed_nll" not in entry.symbols:
-        return None
-    return "bits per example" if is_classifier(stats) else "bits per token"
-
-
-def is_classifier(stats: Stats | None) -> bool:
-    """Is the stats file about a classifier (a task head with classes, not a language model)?"""
-    prov = stats.provenance if stats is not None and isinstance(stats.provenance, dict) else {}
-    task = str(prov.get("task") or "")
-    return task.endswith("classification") or (not task and "n_classes" in prov)

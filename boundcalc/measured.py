@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from .bind import bind
+from .binding import bind
 from .errors import BoundcalcError, DomainError, StatsError, one_line
 from .evaluation import Prepared, confidence_symbol
 from .files import as_finite_float

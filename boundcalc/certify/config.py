@@ -1,10 +1,13 @@
 """The settings of ``certify`` (:class:`CertifyConfig`): one declared record
 (:mod:`boundcalc.options`), importable without torch so that the CLI builds its options from
-it and checks every value before anything slow is loaded."""
+it and checks every value before anything slow is loaded; and the sub-record each step of
+:mod:`.pipeline` reads (:class:`StepSettings`: :class:`SplitSettings`, :class:`PriorSettings`,
+:class:`PosteriorSettings`, :class:`MeasureSettings`, :class:`CompareSettings`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
 from ..measure.data.options import MeasureOptions
@@ -94,3 +97,74 @@ class CertifyConfig(Record):
                               draws=self.draws, hessian_probes=0, seed=self.seed,
                               tune_data=tune, tune_draws=self.tune_draws,
                               group_draws=self.group_draws)
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The fields of :class:`CertifyConfig` one step of :mod:`.pipeline` reads, and no other:
+    each field of a sub-record is the config's field of the same name and type (checked by
+    ``tests/certify/test_steps.py``). A step's cache key is hashed from its sub-record
+    (:meth:`~.steps.Step.key`), so a setting it does not read never re-runs it."""
+
+    @classmethod
+    def of(cls, cfg: CertifyConfig) -> Any:
+        """This step's sub-record of ``cfg``."""
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class SplitSettings(StepSettings):
+    """What the split reads: the share, the seed, the σ search's rows, the columns."""
+
+    prior_fraction: float
+    seed: int
+    tune_rows: int
+    text_column: str
+    label_column: str
+
+
+@dataclass(frozen=True)
+class PriorSettings(StepSettings):
+    """What the prior's training reads (None: the default for the base's kind)."""
+
+    prior_epochs: int | None
+    prior_lr: float | None
+    batch_size: int | None
+    max_length: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class PosteriorSettings(StepSettings):
+    """What the posterior's training on S reads."""
+
+    post_epochs: int
+    post_lr: float | None
+    proximal: float
+    batch_size: int | None
+    max_length: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class MeasureSettings(StepSettings):
+    """What the measurement of model/ reads (fixed before S is read)."""
+
+    sigmas: tuple[float, ...]
+    draws: int
+    tune_draws: int
+    group_draws: int
+    max_length: int
+    batch_size: int | None
+    compress: bool
+    levels: str
+    seed: int
+    posterior: str
+    bound_epochs: int
+    bound_lr: float
+
+
+@dataclass(frozen=True)
+class CompareSettings(StepSettings):
+    """compare reads no setting of its own: what it reports follows from the earlier steps'
+    outputs (its key changes with theirs)."""

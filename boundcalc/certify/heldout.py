@@ -6,16 +6,18 @@ where that is exact, in the precision the measurement used)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..errors import OutputError
+from ..files import read_json_lines
 from .claims import Count, Evidence
 
 
 def read_jsonl(path: Path) -> tuple[list[str], list[int]]:
-    """Texts and class indices of a split written by :func:`.split.write_jsonl`."""
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    """Texts and class indices of a split written by :func:`.split.write_jsonl`, read through
+    :func:`boundcalc.files.read_json_lines`."""
+    rows = read_json_lines(path, OutputError, "split")
     return [r["text"] for r in rows], [int(r["label"]) for r in rows]
 
 
@@ -66,19 +68,18 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, see
 
 
 def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int | None,
-                     seed: int, device: Any, tokenizer_from: Callable[[Path], Any]) -> Evidence:
+                     seed: int, device: Any) -> Evidence:
     """model/ and the prior on ``test.jsonl`` (when ``has_test``), the prior on ``S.jsonl``,
     and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`).
     ``batch_size`` None: the sizes chosen per device (32 rows on a CPU; the Gibbs measurement
-    reads the held-out rows in batches sized to a card, :func:`~boundcalc.measure.data.batch_rows.read_sized`)."""
-    from transformers import AutoModelForSequenceClassification
+    reads the held-out rows in batches sized to a card, :func:`~boundcalc.measure.data.batch_rows.read_sized`).
+    Both models are loaded by :func:`.train.load_trained`."""
+    from .train import load_trained
 
     ev = Evidence()
     test = read_jsonl(out / "test.jsonl") if has_test else None
     for name in ("model", "prior"):
-        m = AutoModelForSequenceClassification.from_pretrained(
-            out / name, local_files_only=True, trust_remote_code=False).float()
-        tok = tokenizer_from(out / name)
+        m, tok = load_trained(out / name)
         if test is not None:
             c = _count(m, tok, test, max_length, batch_size, device)
             if name == "model":

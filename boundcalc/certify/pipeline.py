@@ -1,9 +1,12 @@
 """``certify``: from a base model and labelled data to a certificate for the model this
 procedure trains (the recipe of ``examples/digits_vit.py``, as one function).
 
-Steps, each writing its output under ``out`` and reused when it is already there for the same
-inputs and settings and hashes to what the step wrote (so a killed run resumes where it stopped,
-to the uninterrupted run's numbers; the folder is certify's own: :mod:`.run_folder`):
+Steps, each an object with its contract (:mod:`.steps`: its name, the sub-record of the settings
+it reads — :class:`~.config.SplitSettings` and its kin —, its key, ``run(context) → outputs``),
+run in order by one chain (:data:`CHAIN`), each writing its output under ``out`` through
+:mod:`boundcalc.files` and reused when it is already there for the same inputs and settings and
+hashes to what the step wrote (so a killed run resumes where it stopped, to the uninterrupted
+run's numbers; the folder is certify's own: :mod:`.run_folder`):
 
 1. ``split``: a seeded permutation of DATA's rows (no label read) into the prior's data
    (``prior.jsonl``) and the bound sample S (``S.jsonl``), the classes from the prior's rows
@@ -32,8 +35,6 @@ selected on as ``--data``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,26 +42,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..files import write_text_atomic
+from ..errors import OutputError
+from ..files import read_json, write_json_record
 from ..words import option
 from . import claims, split as splits
 from .callback import loop_record, trained
-from .config import CertifyConfig
-from .heldout import read_jsonl
+from .config import (CertifyConfig, CompareSettings, MeasureSettings, PosteriorSettings,
+                     PriorSettings, SplitSettings)
 from .preflight import preflight
 from .run_folder import RunFolder
+from .steps import Chain, Context, Step
 from .train import Progress, TrainSpec, save_folder
 
-# the settings each step depends on (a change re-runs that step and every later one)
-STEP_FIELDS = {
-    "split": ("prior_fraction", "seed", "tune_rows", "text_column", "label_column"),
-    "prior": ("prior_epochs", "prior_lr", "batch_size", "max_length", "seed"),
-    "posterior": ("post_epochs", "post_lr", "proximal", "batch_size", "max_length", "seed"),
-    "measure": ("sigmas", "draws", "tune_draws", "group_draws", "max_length", "batch_size",
-                "compress", "levels", "seed", "posterior", "bound_epochs", "bound_lr"),
-    "compare": (),
-}
-STEPS = tuple(STEP_FIELDS)
 # in the keys of their steps: a folder made by an earlier rule re-runs that step
 SPLIT_RULE = "seeded permutation, no label read; classes from the prior's rows"
 REPORT_FORM = "minimum at delta/k; test-set rows; baseline; Gibbs held-out error"
@@ -68,6 +61,7 @@ CERTIFIES = ("the PAC-Bayes (Gibbs) rows: the Gibbs predictor of model/, a rando
              "that answers each input with its own draw w ∼ N(model/, σ²) (not model/ itself); "
              "the test-set rows (model_rows): model/ itself; the baseline: the prior, not "
              "claimed; on the distribution the rows of DATA were drawn from")
+MAX_RECORD_BYTES = 1 << 30  # split.json holds every row's index: large, never unbounded
 
 
 @dataclass
@@ -79,13 +73,6 @@ class CertifyResult:
     steps: dict[str, str]
     report: dict[str, Any]
     certified: list[Any] = field(default_factory=list)
-
-
-def _key(step: str, cfg: CertifyConfig, upstream: str, extra: Any = None) -> str:
-    conf = asdict(cfg)
-    mine = {k: conf[k] for k in STEP_FIELDS[step]}
-    blob = json.dumps([step, mine, upstream, extra], sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _rates(cfg: CertifyConfig, pretrained: bool) -> tuple[float, float, int]:
@@ -105,61 +92,226 @@ def _fingerprint(path: str | Path) -> list[Any]:
              f.stat().st_mtime_ns] for f in files]
 
 
-def _split_step(data: str | Path, test_data: str | Path | None, out: Path, cfg: CertifyConfig,
-                steps: RunFolder, say: Callable[[str], None]) -> tuple[dict[str, Any], str]:
-    names = ("prior.jsonl", "S.jsonl", "tune.jsonl", "split.json") + \
-        (("test.jsonl",) if test_data is not None else ())
-    # the key needs the data's hash: read the file's bytes (cheap) before deciding
-    hashes = [splits.file_sha256(data)] + ([splits.file_sha256(test_data)] if test_data
-                                           is not None else [])
-    key = _key("split", cfg, "", hashes + [SPLIT_RULE])
-    if steps.fresh("split", key, [out / n for n in names]):
-        return json.loads((out / "split.json").read_text()), key
-    train = splits.read_labelled(data, cfg.text_column, cfg.label_column)
-    # the split reads no label; the classes come from the prior's rows alone, and S is only
-    # checked (no unseen class) and encoded after: no label of S reaches the prior
-    prior_idx, bound_idx = splits.seeded_split(len(train.labels), cfg.prior_fraction, cfg.seed)
-    classes = splits.class_names([train.labels[i] for i in prior_idx])
-    splits.check_no_unseen([train.labels[i] for i in bound_idx], classes,
-                           f"the bound sample S ({train.source}, seed {cfg.seed})")
-    y = splits.encode(train.labels, classes, train.source)
-    rng = np.random.default_rng(cfg.seed + 1)
-    tune_idx = np.sort(rng.choice(prior_idx, min(cfg.tune_rows, len(prior_idx)),
-                                  replace=False)) if cfg.tune_rows else prior_idx[:0]
-    record: dict[str, Any] = {
-        "data": train.source, "data_sha256": train.sha256, "rows": len(y),
-        "text_column": cfg.text_column, "label_column": cfg.label_column,
-        "classes": classes, "seed": cfg.seed, "prior_fraction": cfg.prior_fraction,
-        "rule": f"a permutation of the rows seeded by {cfg.seed} (no label read): its first "
-                f"round({cfg.prior_fraction}·n) rows to the prior's data, the rest to S; the "
-                "classes from the prior's rows alone (S checked for an unseen class); tune: "
-                f"rows of the prior's data, seed {cfg.seed + 1}"}
-    for name, idx in (("prior", prior_idx), ("S", bound_idx), ("tune", tune_idx)):
-        texts = [train.texts[i] for i in idx]
-        splits.write_jsonl(out / f"{name}.jsonl", texts, y[idx])
-        record[name] = {"n": len(idx), "indices": idx.tolist(),
-                        "sha256": splits.rows_sha256(texts, y[idx]),
-                        "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
-    if test_data is None:  # an earlier run's held-out rows are not this run's
-        for stale in ("test.jsonl", "stats_model.json"):
-            (out / stale).unlink(missing_ok=True)
-    else:
-        test = splits.read_labelled(test_data, cfg.text_column, cfg.label_column)
-        splits.check_no_unseen(test.labels, classes, f"the held-out set ({test.source})")
-        ty = splits.encode(test.labels, classes, test.source)
-        splits.write_jsonl(out / "test.jsonl", test.texts, ty)
-        record["test"] = {"data": test.source, "data_sha256": test.sha256, "n": len(ty),
-                          "sha256": splits.rows_sha256(test.texts, ty)}
-    write_text_atomic(out / "split.json", json.dumps(record, indent=1, default=str))
-    steps.finish("split", key)
-    return record, key
+def _record(path: Path, what: str) -> Any:
+    """A JSON record certify wrote (``split.json``, ``report.json``), read back on reuse."""
+    return read_json(path, MAX_RECORD_BYTES, OutputError, what, finite=False)
+
+
+class SplitStep(Step):
+    """1. DATA's rows into the prior's data, S and the σ search's rows (module docstring);
+    returns ``split``: the record of ``split.json``."""
+
+    name, settings = "split", SplitSettings
+
+    def outputs(self, ctx: Context) -> tuple[str, ...]:
+        return ("prior.jsonl", "S.jsonl", "tune.jsonl", "split.json") + \
+            (("test.jsonl",) if ctx.test_data is not None else ())
+
+    def inputs(self, ctx: Context) -> list[str]:
+        # the data's hash: the file's bytes are read (cheap) before deciding
+        return [splits.file_sha256(ctx.data)] + ([splits.file_sha256(ctx.test_data)]
+                                                 if ctx.test_data is not None else []) \
+            + [SPLIT_RULE]
+
+    def reuse(self, ctx: Context) -> dict[str, Any]:
+        return self._said(ctx, _record(ctx.out / "split.json", "split record"))
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        s, out = ctx.settings(SplitSettings), ctx.out
+        train = splits.read_labelled(ctx.data, s.text_column, s.label_column)
+        # the split reads no label; the classes come from the prior's rows alone, and S is
+        # only checked (no unseen class) and encoded after: no label of S reaches the prior
+        prior_idx, bound_idx = splits.seeded_split(len(train.labels), s.prior_fraction, s.seed)
+        classes = splits.class_names([train.labels[i] for i in prior_idx])
+        splits.check_no_unseen([train.labels[i] for i in bound_idx], classes,
+                               f"the bound sample S ({train.source}, seed {s.seed})")
+        y = splits.encode(train.labels, classes, train.source)
+        rng = np.random.default_rng(s.seed + 1)
+        tune_idx = np.sort(rng.choice(prior_idx, min(s.tune_rows, len(prior_idx)),
+                                      replace=False)) if s.tune_rows else prior_idx[:0]
+        record: dict[str, Any] = {
+            "data": train.source, "data_sha256": train.sha256, "rows": len(y),
+            "text_column": s.text_column, "label_column": s.label_column,
+            "classes": classes, "seed": s.seed, "prior_fraction": s.prior_fraction,
+            "rule": f"a permutation of the rows seeded by {s.seed} (no label read): its first "
+                    f"round({s.prior_fraction}·n) rows to the prior's data, the rest to S; the "
+                    "classes from the prior's rows alone (S checked for an unseen class); "
+                    f"tune: rows of the prior's data, seed {s.seed + 1}"}
+        for name, idx in (("prior", prior_idx), ("S", bound_idx), ("tune", tune_idx)):
+            texts = [train.texts[i] for i in idx]
+            splits.write_jsonl(out / f"{name}.jsonl", texts, y[idx])
+            record[name] = {"n": len(idx), "indices": idx.tolist(),
+                            "sha256": splits.rows_sha256(texts, y[idx]),
+                            "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
+        if ctx.test_data is None:  # an earlier run's held-out rows are not this run's
+            for stale in ("test.jsonl", "stats_model.json"):
+                (out / stale).unlink(missing_ok=True)
+        else:
+            test = splits.read_labelled(ctx.test_data, s.text_column, s.label_column)
+            splits.check_no_unseen(test.labels, classes, f"the held-out set ({test.source})")
+            ty = splits.encode(test.labels, classes, test.source)
+            splits.write_jsonl(out / "test.jsonl", test.texts, ty)
+            record["test"] = {"data": test.source, "data_sha256": test.sha256, "n": len(ty),
+                              "sha256": splits.rows_sha256(test.texts, ty)}
+        write_json_record(out / "split.json", record)
+        return self._said(ctx, record)
+
+    @staticmethod
+    def _said(ctx: Context, record: dict[str, Any]) -> dict[str, Any]:
+        sizes = {k: record[k]["n"] for k in ("prior", "S", "tune")}
+        ctx.say(f"split: {record['rows']} rows of {len(record['classes'])} classes → prior's "
+                f"data {sizes['prior']}, bound sample S {sizes['S']} (seeded permutation, seed "
+                f"{record['seed']}, no label read); σ search on {sizes['tune']} rows of the "
+                "prior's data" + (f"; held-out {record['test']['n']}" if "test" in record
+                                  else "; no held-out set"))
+        return {"split": record, "sizes": sizes}
+
+
+class PriorStep(Step):
+    """2. The base fine-tuned on the prior's data (``prior/``); it never sees S."""
+
+    name, settings = "prior", PriorSettings
+
+    def outputs(self, ctx: Context) -> tuple[str, ...]:
+        return ("prior",)
+
+    def inputs(self, ctx: Context) -> list[Any]:
+        """The base (its path, kind and files' fingerprint), the tokenizer folder's, the
+        training loop, and the learning rates and epochs as filled in for the base's kind."""
+        return [str(Path(ctx.base).resolve()), ctx.pretrained, _fingerprint(ctx.base),
+                ctx.cfg.tokenizer and _fingerprint(ctx.cfg.tokenizer),
+                "custom" if ctx.custom else "default", *ctx.rates]
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        from ..measure.data.hf import load_tokenizer
+        from .heldout import read_jsonl
+        from .train import build_classifier
+
+        s = ctx.settings(PriorSettings)
+        prior_lr, _, prior_epochs = ctx.rates
+        tok = load_tokenizer(Path(ctx.cfg.tokenizer) if ctx.cfg.tokenizer else ctx.base_dir)
+        model = build_classifier(ctx.base, ctx.found["split"]["classes"], s.seed, tok)
+        texts, labels = read_jsonl(ctx.out / "prior.jsonl")
+        start = "the pretrained base" if ctx.pretrained else \
+            "a random initialisation of the config"
+        ctx.say(f"prior: fine-tuning {start} on the prior's data ({len(texts)} rows, "
+                f"{prior_epochs} epochs, lr {prior_lr:g}) on {ctx.device.type}")
+        spec = TrainSpec("prior", prior_epochs, prior_lr, s.batch_size, s.max_length, s.seed,
+                         ctx.device)
+        model, how = trained(ctx.train_fn, ctx.custom, model, tok, texts, labels, spec,
+                             ctx.progress)
+        save_folder(model, tok, ctx.out / "prior", {"step": "prior", "key": ctx.keys[self.name],
+                                                    "training": how})
+        return {}
+
+
+class PosteriorStep(Step):
+    """3. The prior fine-tuned on S with a proximal pull toward it (``model/``)."""
+
+    name, settings = "posterior", PosteriorSettings
+
+    def outputs(self, ctx: Context) -> tuple[str, ...]:
+        return ("model",)
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        import torch
+
+        from .heldout import read_jsonl
+        from .train import load_trained
+
+        s = ctx.settings(PosteriorSettings)
+        post_lr = ctx.rates[1]
+        model, tok = load_trained(ctx.out / "prior")
+        anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
+        texts, labels = read_jsonl(ctx.out / "S.jsonl")
+        ctx.say(f"posterior: fine-tuning the prior on S ({len(texts)} rows, {s.post_epochs} "
+                f"epoch(s), lr {post_lr:g}, proximal {s.proximal:g}·‖w − w_prior‖²)")
+        spec = TrainSpec("posterior", s.post_epochs, post_lr, s.batch_size, s.max_length,
+                         s.seed + 1, ctx.device, s.proximal, anchor)
+        # the step's own seed (dropout): a resumed run trains as an uninterrupted one did
+        torch.manual_seed(spec.seed)
+        model, how = trained(ctx.train_fn, ctx.custom, model, tok, texts, labels, spec,
+                             ctx.progress)
+        save_folder(model, tok, ctx.out / "model", {"step": "posterior",
+                                                    "key": ctx.keys[self.name],
+                                                    "training": how})
+        return {}
+
+
+class MeasureStep(Step):
+    """4. ``measure model/ --init prior/ --data S.jsonl --tune-data tune.jsonl``
+    (``stats.json``; with the bound-trained posterior, ``posterior_bound/``). Besides its
+    sub-record it reads the device and whether the split wrote σ-search rows (``tune_rows``,
+    in the split's key, so in this one's through it)."""
+
+    name, settings = "measure", MeasureSettings
+
+    def outputs(self, ctx: Context) -> tuple[str, ...]:
+        return ("stats.json", "posterior_bound")
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        ctx.say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
+                f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte "
+                "Carlo Gibbs risk on S)")
+        _measure(ctx.out, ctx.cfg, ctx.progress)
+        return {}
+
+
+class CompareStep(Step):
+    """5. The certified rows, the test-set rows, the baseline and the held-out errors
+    (``report.json``, ``stats_model.json``); returns ``report`` and ``certified``. It reads
+    the measurement's ``max_length``, ``batch_size`` and ``seed``, which are in the measure
+    step's key (so in this one's, through it)."""
+
+    name, settings = "compare", CompareSettings
+
+    def outputs(self, ctx: Context) -> tuple[str, ...]:
+        return ("report.json", "stats_model.json")
+
+    def inputs(self, ctx: Context) -> str:
+        return REPORT_FORM
+
+    def reuse(self, ctx: Context) -> dict[str, Any]:
+        return {"report": _record(ctx.out / "report.json", "report"),
+                "certified": claims.build(ctx.out / "stats.json", claims.Evidence())[0]}
+
+    def run(self, ctx: Context) -> dict[str, Any]:
+        from .heldout import measure_evidence
+
+        ctx.say("compare: every certified entry on stats.json, with its floor; the test-set "
+                "bounds; the Gibbs predictor on the held-out rows")
+        m, out, record = ctx.settings(MeasureSettings), ctx.out, ctx.found["split"]
+        ev = measure_evidence(out, "test" in record, m.max_length, m.batch_size, m.seed,
+                              ctx.device)
+        ev.extra_model_rows = _model_rows(
+            out, ctx.cfg, ctx.device, ev.model_test.rate if ev.model_test else None,
+            ctx.progress)
+        certified, report = claims.build(out / "stats.json", ev)
+        prior_lr, post_lr, prior_epochs = ctx.rates
+        report.update({"sizes": ctx.found["sizes"], "n_test": record.get("test", {}).get("n"),
+                       "test_error": ev.model_test.rate if ev.model_test else None,
+                       "prior_test_error": ev.prior_test.rate if ev.prior_test else None,
+                       "prior_error_on_S": ev.prior_on_S.rate if ev.prior_on_S else None,
+                       "classes": record["classes"], "settings": asdict(ctx.cfg),
+                       "learning_rates": {"prior": prior_lr, "posterior": post_lr},
+                       "prior_epochs": prior_epochs,
+                       "base": str(ctx.base), "pretrained": ctx.pretrained,
+                       "training_loop": loop_record(ctx.custom),
+                       "certifies": CERTIFIES})
+        write_json_record(out / "report.json", report)
+        return {"report": report, "certified": certified}
+
+
+CHAIN = Chain((SplitStep(), PriorStep(), PosteriorStep(), MeasureStep(), CompareStep()))
+STEPS = CHAIN.names
 
 
 def certify(base: str | Path, data: str | Path, out: str | Path,
             test_data: str | Path | None = None, config: CertifyConfig | None = None, *,
             train: Callable[..., None] | None = None, progress: Progress | None = None,
             say: Callable[[str], None] | None = None) -> CertifyResult:
-    """Run the five steps (module docstring) into ``out`` and return the certified results.
+    """Run the five steps (module docstring; :data:`CHAIN`) into ``out`` and return the
+    certified results.
 
     ``train(model, tokenizer, texts, labels, spec)``: your own training loop for both stages
     (default :func:`~boundcalc.certify.train.train_classifier`); ``spec`` is a
@@ -173,108 +325,25 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     written (:mod:`.run_folder`); any other folder, or an input where certify writes, is
     refused (:class:`~boundcalc.errors.OutputError`) before anything is written."""
     from ..measure.device import resolve_device
-    from .train import base_folder, build_classifier, has_weights, train_classifier
+    from .train import base_folder, has_weights, train_classifier
 
     cfg = config or CertifyConfig()
     say = say or (lambda m: None)
-    train_fn = train or train_classifier
-    custom = train is not None
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
     preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: before anything slow
-    out = Path(out)
-    folder, _ = base_folder(base)
-    pretrained = has_weights(base) and Path(base).is_dir()
+    ctx = Context(base, data, test_data, Path(out), cfg, device, say, progress,
+                  train or train_classifier, train is not None)
+    ctx.base_dir, _ = base_folder(base)
+    ctx.pretrained = has_weights(base) and Path(base).is_dir()
+    ctx.rates = _rates(cfg, ctx.pretrained)
     # the folder is certify's own (run_folder.py): checked and marked before any write
-    steps = RunFolder(out, STEPS, {"data": data, "test_data": test_data, "base": base,
-                                   "tokenizer": cfg.tokenizer}, say)
+    folder = RunFolder(ctx.out, STEPS, {"data": data, "test_data": test_data, "base": base,
+                                        "tokenizer": cfg.tokenizer}, say)
     t0 = time.monotonic()
-
-    record, key = _split_step(data, test_data, out, cfg, steps, say)
-    sizes = {k: record[k]["n"] for k in ("prior", "S", "tune")}
-    say(f"split: {record['rows']} rows of {len(record['classes'])} classes → prior's data "
-        f"{sizes['prior']}, bound sample S {sizes['S']} (seeded permutation, seed {cfg.seed}, "
-        "no label read); "
-        f"σ search on {sizes['tune']} rows of the prior's data"
-        + (f"; held-out {record['test']['n']}" if "test" in record else "; no held-out set"))
-    prior_lr, post_lr, prior_epochs = _rates(cfg, pretrained)
-    base_id = [str(Path(base).resolve()), pretrained, _fingerprint(base),
-               cfg.tokenizer and _fingerprint(cfg.tokenizer), "custom" if custom else "default",
-               prior_lr, post_lr, prior_epochs]
-    from ..measure.data.hf import load_tokenizer
-
-    def tokenizer_from(path: Path) -> Any:
-        return load_tokenizer(path)
-
-    prior_key = _key("prior", cfg, key, base_id)
-    if not steps.fresh("prior", prior_key, [out / "prior"]):
-        tok = tokenizer_from(Path(cfg.tokenizer) if cfg.tokenizer else folder)
-        classes = record["classes"]
-        model = build_classifier(base, classes, cfg.seed, tok)
-        texts, labels = read_jsonl(out / "prior.jsonl")
-        start = "the pretrained base" if pretrained else "a random initialisation of the config"
-        say(f"prior: fine-tuning {start} on the prior's data ({len(texts)} rows, "
-            f"{prior_epochs} epochs, lr {prior_lr:g}) on {device.type}")
-        spec = TrainSpec("prior", prior_epochs, prior_lr, cfg.batch_size, cfg.max_length,
-                         cfg.seed, device)
-        model, how = trained(train_fn, custom, model, tok, texts, labels, spec, progress)
-        save_folder(model, tok, out / "prior", {"step": "prior", "key": prior_key,
-                                                "training": how})
-        steps.finish("prior", prior_key)
-    post_key = _key("posterior", cfg, prior_key)
-    if not steps.fresh("posterior", post_key, [out / "model"]):
-        import torch
-        from transformers import AutoModelForSequenceClassification
-
-        tok = tokenizer_from(out / "prior")
-        model = AutoModelForSequenceClassification.from_pretrained(
-            out / "prior", local_files_only=True, trust_remote_code=False).float()
-        anchor = {n: p.detach().clone() for n, p in model.named_parameters()}
-        texts, labels = read_jsonl(out / "S.jsonl")
-        say(f"posterior: fine-tuning the prior on S ({len(texts)} rows, {cfg.post_epochs} "
-            f"epoch(s), lr {post_lr:g}, proximal {cfg.proximal:g}·‖w − w_prior‖²)")
-        spec = TrainSpec("posterior", cfg.post_epochs, post_lr, cfg.batch_size,
-                         cfg.max_length, cfg.seed + 1, device, cfg.proximal, anchor)
-        # the step's own seed (dropout): a resumed run trains as an uninterrupted one did
-        torch.manual_seed(spec.seed)
-        model, how = trained(train_fn, custom, model, tok, texts, labels, spec, progress)
-        save_folder(model, tok, out / "model", {"step": "posterior", "key": post_key,
-                                                "training": how})
-        steps.finish("posterior", post_key)
-    meas_key = _key("measure", cfg, post_key)
-    if not steps.fresh("measure", meas_key, [out / "stats.json", out / "posterior_bound"]):
-        say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
-            f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte Carlo "
-            "Gibbs risk on S)")
-        _measure(out, cfg, progress)
-        steps.finish("measure", meas_key)
-    cmp_key = _key("compare", cfg, meas_key, REPORT_FORM)
-    if steps.fresh("compare", cmp_key, [out / "report.json", out / "stats_model.json"]):
-        report = json.loads((out / "report.json").read_text())
-        certified = claims.build(out / "stats.json", claims.Evidence())[0]
-    else:
-        say("compare: every certified entry on stats.json, with its floor; the test-set "
-            "bounds; the Gibbs predictor on the held-out rows")
-        from .heldout import measure_evidence
-
-        ev = measure_evidence(out, "test" in record, cfg.max_length, cfg.batch_size, cfg.seed,
-                              device, tokenizer_from)
-        ev.extra_model_rows = _model_rows(
-            out, cfg, device, ev.model_test.rate if ev.model_test else None, progress)
-        certified, report = claims.build(out / "stats.json", ev)
-        report.update({"sizes": sizes, "n_test": record.get("test", {}).get("n"),
-                       "test_error": ev.model_test.rate if ev.model_test else None,
-                       "prior_test_error": ev.prior_test.rate if ev.prior_test else None,
-                       "prior_error_on_S": ev.prior_on_S.rate if ev.prior_on_S else None,
-                       "classes": record["classes"], "settings": asdict(cfg),
-                       "learning_rates": {"prior": prior_lr, "posterior": post_lr},
-                       "prior_epochs": prior_epochs,
-                       "base": str(base), "pretrained": pretrained,
-                       "training_loop": loop_record(custom),
-                       "certifies": CERTIFIES})
-        write_text_atomic(out / "report.json", json.dumps(report, indent=1, default=str))
-        steps.finish("compare", cmp_key)
+    CHAIN.run(ctx, folder)
+    report = ctx.found["report"]
     report["seconds"] = round(time.monotonic() - t0, 1)
-    return CertifyResult(out, dict(steps.status), report, certified)
+    return CertifyResult(ctx.out, dict(folder.status), report, ctx.found["certified"])
 
 
 def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import OutputError, one_line, shown
+from ..files import read_json
 from ..files.manifest import Manifest
 from ..words import option
 
@@ -124,15 +125,13 @@ class RunFolder:
 
     def _legacy(self, entries: list[str]) -> bool:
         """Is this an earlier certify's folder (its ``steps.json``: step names → keys)?"""
-        import json
-
         p = self.out / LEGACY
         if LEGACY not in entries or p.is_symlink() or not p.is_file() \
                 or p.stat().st_size > 1 << 16:
             return False
         try:
-            done = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            done = read_json(p, 1 << 16, OutputError, "record of steps", finite=False)
+        except OutputError:
             return False
         return isinstance(done, dict) and bool(done) and set(done) <= set(self.order) \
             and all(isinstance(k, str) for k in done.values())

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import BoundcalcError
+from ..files import hash_into
 from ..words import option
 
 
@@ -36,9 +37,7 @@ def file_sha256(path: str | Path) -> str:
     for f in files:
         if p.is_dir():
             h.update(f.relative_to(p).as_posix().encode() + b"\0")
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        hash_into(h, f)
     return h.hexdigest()
 
 

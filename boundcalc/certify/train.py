@@ -7,7 +7,6 @@ A user's own loop replaces :func:`train_classifier` through the ``train`` argume
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import BoundcalcError, CheckpointError
+from ..files import write_json_record
 from ..options import refusal
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -312,6 +312,19 @@ def error_rate(model: Any, tokenizer: Any, texts: Sequence[str], labels: Sequenc
     return int(wrong) / len(texts)
 
 
+def load_trained(folder: Path) -> tuple[Any, Any]:
+    """A classifier certify saved (``prior/``, ``model/``: :func:`save_folder`) in float32,
+    and its tokenizer: the one loader of both, through the offline gate
+    (:func:`boundcalc.measure.offline.from_pretrained`: no download, no code from the
+    folder)."""
+    from ..measure.data.hf import load_tokenizer
+    from ..measure.offline import from_pretrained, transformers_module
+
+    model = from_pretrained(transformers_module().AutoModelForSequenceClassification, folder,
+                            "the classifier")
+    return model.float(), load_tokenizer(folder)
+
+
 def save_folder(model: Any, tokenizer: Any, folder: Path, meta: Mapping[str, Any]) -> None:
     """Save model and tokenizer to ``folder`` atomically: written to ``folder.partial``, the
     step record ``certify_step.json`` last, then renamed (a killed run leaves no half folder
@@ -331,7 +344,7 @@ def save_folder(model: Any, tokenizer: Any, folder: Path, meta: Mapping[str, Any
         if bars:
             hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(tmp)
-    (tmp / "certify_step.json").write_text(json.dumps(meta, indent=1, default=str))
+    write_json_record(tmp / "certify_step.json", meta)
     if folder.is_symlink() or folder.is_file():
         folder.unlink()  # never followed: what a link points to is not certify's
     elif folder.exists():

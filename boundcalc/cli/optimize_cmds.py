@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..evaluation import Result
 
 np = lazy_module("numpy")  # deferred: `--help` and other commands need neither numpy nor SymPy
-bind = lazy_function("boundcalc.bind", "bind")
+bind = lazy_function("boundcalc.binding", "bind")
 fmt = lazy_function("boundcalc.report.tables", "fmt")
 target_words = lazy_function("boundcalc.report.summary", "target_words")
 from .app import app, console, emit_json, fail, guarded, registry

@@ -169,3 +169,12 @@ def _write_direct(path: Path, data: bytes) -> None:
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` with :func:`write_bytes_atomic`."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_record(path: str | os.PathLike, value: object) -> Path:
+    """Write ``value`` as JSON (indented by one, anything else as its ``str``) with
+    :func:`write_text_atomic`: a program's own record, read back with
+    ``read_json(..., finite=False)``."""
+    import json
+
+    return write_text_atomic(path, json.dumps(value, indent=1, default=str))

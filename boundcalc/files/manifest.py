@@ -23,12 +23,17 @@ from .safe_read import read_json
 MAX_MANIFEST_BYTES = 16 << 20
 
 
-def sha256_of(path: Path) -> str:
-    """SHA-256 of one regular file's bytes, read in blocks."""
-    digest = hashlib.sha256()
+def hash_into(digest: Any, path: Path) -> None:
+    """Feed one regular file's bytes, read in blocks, to ``digest`` (a ``hashlib`` object)."""
     with open(path, "rb") as fh:
         while block := fh.read(1 << 20):
             digest.update(block)
+
+
+def sha256_of(path: Path) -> str:
+    """SHA-256 of one regular file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    hash_into(digest, path)
     return digest.hexdigest()
 
 

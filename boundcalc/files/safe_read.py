@@ -174,12 +174,14 @@ def finite_number(value: Any, what: str, err: type[BoundcalcError], nonneg: bool
     return x
 
 
-def loads_json(text: str | bytes, where: str, err: type[BoundcalcError]) -> Any:
-    """``json.loads`` that refuses duplicate keys, NaN/Infinity and absurd nesting with one
+def loads_json(text: str | bytes, where: str, err: type[BoundcalcError], *,
+               finite: bool = True) -> Any:
+    """``json.loads`` that refuses duplicate keys, NaN/Infinity (unless ``finite`` is False:
+    a program's own record read back, as ``json.dumps`` wrote it) and absurd nesting with one
     line of ``err`` naming ``where``."""
     try:
         return json.loads(text, object_pairs_hook=_unique_keys(where, err),
-                          parse_constant=_no_constant)
+                          parse_constant=_no_constant if finite else None)
     except BoundcalcError:
         raise
     except RecursionError:
@@ -191,6 +193,7 @@ def loads_json(text: str | bytes, where: str, err: type[BoundcalcError]) -> Any:
 
 
 def read_json(path: str | os.PathLike, max_bytes: int, err: type[BoundcalcError],
-              what: str = "JSON file") -> Any:
-    """:func:`read_limited` then :func:`loads_json`."""
-    return loads_json(read_limited(path, max_bytes, err, what), str(Path(path)), err)
+              what: str = "JSON file", *, finite: bool = True) -> Any:
+    """:func:`read_limited` then :func:`loads_json` (``finite``: as there)."""
+    return loads_json(read_limited(path, max_bytes, err, what), str(Path(path)), err,
+                      finite=finite)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ..errors import BoundcalcError, one_line, shown
 from ..limits import check_allocation, memory_budget
-from .safe_read import check_regular_file, open_regular, read_limited
+from .safe_read import check_regular_file, loads_json, open_regular, read_limited
 
 PY_CELL_BYTES = 80  # one cell as a Python object: a short str is ~50 bytes, plus its list slot
 
@@ -30,6 +30,20 @@ PY_CELL_BYTES = 80  # one cell as a Python object: a short str is ~50 bytes, plu
 def read_bytes(path: str | os.PathLike, err: type[BoundcalcError], what: str) -> bytes:
     """The bytes of the regular file ``path``, at most the memory budget."""
     return read_limited(path, memory_budget(), err, what)
+
+
+def read_json_lines(path: str | os.PathLike, err: type[BoundcalcError], what: str) -> list[Any]:
+    """Each non-empty line of the JSON Lines file ``path`` as one value, strict
+    (:func:`~.safe_read.loads_json`, naming the line), the file read within the memory budget
+    (:func:`read_bytes`). Lines end at ``\\n`` only: a text may hold U+2028 or a form feed,
+    which ``json.dumps(..., ensure_ascii=False)`` writes as they are."""
+    raw = read_bytes(path, err, what)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise err(f"{shown(path)}: {what} is not UTF-8 (byte {exc.start})") from None
+    return [loads_json(line, f"{shown(path)}, line {i}", err)
+            for i, line in enumerate(text.split("\n"), 1) if line.strip()]
 
 
 def check_cells(rows: int, columns: int, nbytes: int, where: str) -> None:

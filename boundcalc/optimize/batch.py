@@ -16,6 +16,7 @@ import sympy as sp
 from ..engine import logspace as ls
 from ..engine.compile import Compiled, Context
 from ..evaluation import Prepared, confidence_symbol
+from ..stages.forms import form
 
 BATCH = "_batch"
 _BATCH_SYMBOL = sp.Symbol(BATCH, integer=True)
@@ -33,8 +34,8 @@ class BatchEvaluator:
         self.prepared = prepared
         entry = prepared.entry
         key = tuple(sorted(batch_arrays))
-        cache = entry.__dict__.setdefault("_batch_compiled", {})
-        if key not in cache:
+
+        def build() -> tuple[Compiled, Any]:
             base = prepared.compiled
             axes = dict(base.axes)
             axes[BATCH] = len(axes)
@@ -46,8 +47,9 @@ class BatchEvaluator:
                 expr = expr.replace(
                     lambda x, _s=sym: isinstance(x, sp.Indexed) and x.base == _s,
                     lambda x: sp.Indexed(x.base, *x.indices, _BATCH_SYMBOL))
-            cache[key] = (Compiled(axes, index_of, set(base.grid_params)), expr)
-        self.compiled, self.expression = cache[key]
+            return Compiled(axes, index_of, set(base.grid_params)), expr
+
+        self.compiled, self.expression = form(entry, ("batch", key), build)
         self.batch_axis = self.compiled.axes[BATCH]
         self.conf = confidence_symbol(entry)
         # rough size of the largest node: the biggest array times the longest GridMin grid

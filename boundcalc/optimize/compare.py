@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..bind import bind, how_to_give
+from ..binding import bind, how_to_give
 from ..errors import BoundcalcError, one_line
 from ..certifies import about_users_model
 from ..hints import needs_compression, set_only_note, source_of
@@ -175,7 +175,7 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
 def not_for_task(entry: Entry, stats: Stats | None) -> str | None:
     """Why an entry does not apply to the task of ``stats`` (it is then hidden), or None: a
     smoothed log-loss in bits per token is a language model's measure, not a classifier's."""
-    from ..floor import is_classifier
+    from ..task_facts import is_classifier
 
     if is_classifier(stats) and entry.output == "loss" and any(
             (s.stat or "").startswith("curves.quantized_smoothed_nll")

@@ -26,6 +26,7 @@ from ..engine import logspace as ls
 from ..engine.compile import Compiled, Context
 from ..engine.functions import Cases, GridMin, kl, kl_inv
 from ..evaluation import Prepared
+from ..stages.forms import form
 
 
 class GridAt(sp.Function):  # noqa: N801 - SymPy naming convention
@@ -179,14 +180,11 @@ def _broadcast(x: ls.LV, shape: list[int]) -> ls.LV:
 
 
 def derivative_compiled(prepared: Prepared) -> DerivativeCompiled:
-    """A :class:`DerivativeCompiled` sharing the entry's axes (cached on the entry)."""
-    entry = prepared.entry
-    comp = entry.__dict__.get("_derivative_compiled")
-    if comp is None:
-        base = prepared.compiled
-        comp = DerivativeCompiled(base.axes, base.index_of_symbol, set(base.grid_params))
-        entry.__dict__["_derivative_compiled"] = comp
-    return comp
+    """A :class:`DerivativeCompiled` sharing the entry's axes (built once per entry:
+    :func:`boundcalc.stages.forms.form`)."""
+    base = prepared.compiled
+    return form(prepared.entry, "derivative_compiled", lambda: DerivativeCompiled(
+        base.axes, base.index_of_symbol, set(base.grid_params)))
 
 
 def evaluate_scalar(comp: Compiled, expr: sp.Basic, ctx: Context) -> float:

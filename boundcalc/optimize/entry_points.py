@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..api import resolve_entry
-from ..bind import bind
+from ..binding import bind
 from ..errors import BoundcalcError, DomainError, MissingValueError
 from ..limits import check_allocation
 from ..evaluation import Prepared, Result, count_value

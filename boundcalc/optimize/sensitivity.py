@@ -20,20 +20,22 @@ import sympy as sp
 from ..engine.compile import Context
 from ..engine.functions import GridMin
 from ..evaluation import Prepared, confidence_symbol
+from ..stages.forms import form
 from .derivatives import (NotDifferentiable, derivative, derivative_compiled, evaluate_scalar)
 
 SENSITIVE_ROLES = ("measured", "data_size", "constant", "confidence", "hidden_constant")
 
 
 def _derivative_cached(prepared: Prepared, name: str) -> sp.Expr:
-    cache = prepared.entry.__dict__.setdefault("_derivatives", {})
-    if name not in cache:
+    """∂(expression)/∂``name``, built once per entry (:func:`~boundcalc.stages.forms.form`);
+    a symbol it is not differentiable in raises :class:`NotDifferentiable` each time."""
+    def build() -> Any:
         try:
-            cache[name] = derivative(prepared.entry.expression,
-                                     prepared.entry.symbols[name].symbol)
+            return derivative(prepared.entry.expression, prepared.entry.symbols[name].symbol)
         except NotDifferentiable as exc:
-            cache[name] = exc
-    hit = cache[name]
+            return exc
+
+    hit = form(prepared.entry, ("derivative", name), build)
     if isinstance(hit, Exception):
         raise hit
     return hit

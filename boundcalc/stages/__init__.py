@@ -4,8 +4,10 @@
 
 1. :mod:`.validate`: values → :class:`~.validate.ValidatedEntry`. Every symbol has a value
    inside its domain, index sizes agree, grids are built, the memory budget holds, hand-set
-   GridMin parameters are pinned (on their grid and charged, unless declared fixed). It can
-   evaluate the expression at a point in floats (:meth:`~.validate.ValidatedEntry.value`).
+   GridMin parameters are pinned (on their grid and charged, unless declared fixed). It
+   evaluates the expression at a point in floats as a :class:`~.float_eval.FloatEvaluator`
+   (:mod:`.float_eval`, the evaluator every later stage calls), on the forms compiled once
+   per entry (:mod:`.forms`, one cache).
 2. :mod:`.choose`: the scalar free parameters → values, how each was chosen, union-bound costs
    (given, default, or closed form → best admissible grid/prior point). The optimizer
    (:mod:`boundcalc.optimize.core`) starts from and snaps to the same rules.

@@ -5,7 +5,8 @@ array) inside its declared domain; arrays have one axis per declared index and a
 index size; every grid is built and finite; the largest intermediate array fits the memory
 budget; a GridMin parameter set by hand is pinned to that one point (it must be a grid point,
 and is charged, unless declared ``fixed``). The object then evaluates the entry's expression at
-a point in floats (:meth:`ValidatedEntry.value`), which the later stages use.
+a point in floats (:class:`~.float_eval.FloatEvaluator`, which it is: :meth:`value`,
+:meth:`eval_scalar`, :meth:`context`), which the later stages use.
 """
 
 from __future__ import annotations
@@ -16,41 +17,18 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from ..engine import logspace as ls
-from ..engine.compile import Compiled, Context, axes_for
-from ..engine.tree import RELATIONS, Node, as_tree, limits
+from ..engine.tree import Node, as_tree, limits
 from ..errors import DomainError, MissingValueError, one_line
 from ..limits import check_allocation
-from ..registry.schema import Entry, ParameterSpec, PriorSpec, confidence_symbol
+from ..registry.schema import Entry, ParameterSpec, PriorSpec
 from ..words import command, option
+from .float_eval import FloatEvaluator
+from .forms import compiled_for, gridmin_params
 
 # a signed-log value is three float64 arrays; one more for temporaries
 BYTES_PER_ELEMENT = 32
-# sub-trees that are not numbers (conditions, index tuples, bases): skipped by diagnostics
-_NOT_VALUES = ("Indexed", "IndexedBase", "Tuple", "ExprCondPair", *RELATIONS, "And", "Or", "Not",
-               "True", "False")
 
-
-# ---- facts of an entry, cached on it ----------------------------------------------------------
-
-def gridmin_params(entry: Entry) -> list[str]:
-    """Names of grid parameters that the expression minimises with GridMin."""
-    found = entry.__dict__.get("_gridmin_params")
-    if found is None:
-        found = sorted({g.args[1].name for g in as_tree(entry.expression).atoms("GridMin")})
-        entry.__dict__["_gridmin_params"] = found
-    return found
-
-
-def compiled_for(entry: Entry) -> Compiled:
-    """The entry's compiled evaluator (built once, kept on the entry)."""
-    comp = getattr(entry, "_compiled", None)
-    if comp is None:
-        axes = axes_for(list(entry.indices), gridmin_params(entry))
-        comp = Compiled(axes, {n: s.indices for n, s in entry.symbols.items() if s.indexed},
-                        set(gridmin_params(entry)))
-        entry._compiled = comp  # type: ignore[attr-defined]
-    return comp
-
+# ---- facts of an entry ------------------------------------------------------------------------
 
 def dr_grids(entry: Entry) -> dict[str, tuple[str, str]]:
     """Indexed constants chosen per group on a Dziugaite–Roy grid: ``NAME`` (no stat, no
@@ -114,7 +92,7 @@ def nearest_index(grid: np.ndarray, v: float, log_scale: bool) -> int:
     return int(np.argmin(np.abs(grid - v)))
 
 
-class ValidatedEntry:
+class ValidatedEntry(FloatEvaluator):
     """An entry with validated values, ready to be evaluated for many parameter choices.
 
     ``placeholders`` names indexed symbols filled with a stand-in for the optimizer to choose
@@ -358,93 +336,3 @@ class ValidatedEntry:
         """The free parameters chosen as one number each (every one but GridMin's)."""
         gm = set(gridmin_params(self.entry))
         return [p for p in self.entry.parameters.values() if p.name not in gm]
-
-    # ---- evaluation at a point, in floats ------------------------------------------------------
-    def delta_effective(self, costs: Mapping[str, float]) -> float | None:
-        """δ·e^(−Σ costs), the confidence left after the union-bound costs (None without δ)."""
-        conf = confidence_symbol(self.entry)
-        if conf is None:
-            return None
-        total = sum(costs.values())
-        eff = self.scalars[conf] * math.exp(-total)
-        if eff <= 0.0:
-            raise DomainError(f"entry '{self.entry.id}': δ·e^(−{total:.4g}) underflows to 0 "
-                              f"(δ = {self.scalars[conf]:g}, union-bound cost {total:.4g}); "
-                              f"use a larger δ or smaller grids")
-        return eff
-
-    def context(self, params: Mapping[str, float] | None = None,
-                delta_eff: float | None = None) -> Context:
-        """The evaluation context: the values, ``params`` and δ replaced by ``delta_eff``."""
-        scalars = dict(self._ctx_scalars)
-        for k, v in (params or {}).items():
-            scalars[k] = ls.from_float(v)
-        conf = confidence_symbol(self.entry)
-        if delta_eff is not None and conf is not None:
-            scalars[conf] = ls.from_float(delta_eff)
-        return Context(scalars=scalars, arrays=self._ctx_arrays, sizes=self.sizes,
-                       grids=self.grids)
-
-    def eval_array(self, expr: Node | Any, ctx: Context) -> np.ndarray:
-        """``expr`` (free indices allowed) as a float array."""
-        return self.compiled.compile(expr)(ctx).to_float()
-
-    def eval_scalar(self, expr: Node | Any, ctx: Context | None = None) -> float:
-        """``expr`` as one float; free indices left are an error."""
-        ctx = ctx or self.context()
-        lv = self.run_expression(expr, ctx)
-        arr = np.broadcast_to(lv.to_float(), lv.shape)
-        if arr.size != 1:
-            raise DomainError(f"entry '{self.entry.id}': '{str(expr)[:60]}' is not a scalar "
-                              f"(free indices remain)")
-        return float(arr.reshape(-1)[0])
-
-    def run_expression(self, expr: Node | Any, ctx: Context):
-        """Evaluate ``expr`` in signed-log form; engine errors are prefixed with the entry id."""
-        try:
-            return self.compiled.compile(expr)(ctx)
-        except DomainError as exc:
-            if f"entry '{self.entry.id}'" in str(exc):
-                raise
-            raise DomainError(f"entry '{self.entry.id}': {exc}") from None
-
-    def value(self, params: Mapping[str, float], costs: Mapping[str, float] | None = None) -> float:
-        """The entry's value for fully resolved parameters (fast path for optimizers)."""
-        costs = self.gridmin_cost if costs is None else costs
-        ctx = self.context(params, self.delta_effective(costs))
-        return self.point_value(ctx)[0]
-
-    def point_value(self, ctx: Context) -> tuple[float, float, float]:
-        """(value, sign, ln|value|) of the entry's expression in ``ctx``; an undefined value
-        is a :class:`DomainError` naming the smallest undefined sub-expression."""
-        lv = self.run_expression(self.entry.expression, ctx)
-        s = np.broadcast_to(lv.s, lv.shape).reshape(-1)
-        a = np.broadcast_to(lv.a, lv.shape).reshape(-1)
-        if s.size != 1:
-            raise DomainError(f"entry '{self.entry.id}': expression has free indices; wrap them "
-                              f"in Sum/Product")
-        if np.isnan(s[0]) or np.isnan(a[0]):
-            raise DomainError(f"entry '{self.entry.id}': evaluation is undefined for these "
-                              f"values ({self._name_undefined(ctx)})")
-        value = float(np.broadcast_to(lv.to_float(), lv.shape).reshape(-1)[0])
-        return value, float(s[0]), float(a[0])
-
-    def _name_undefined(self, ctx: Context) -> str:
-        """Name the smallest sub-expression whose value is undefined."""
-        def visit(e: Node) -> str | None:
-            for arg in e.args:
-                if arg.op not in _NOT_VALUES:
-                    found = visit(arg)
-                    if found:
-                        return found
-            if e.op in ("Sum", "Product"):
-                return None
-            try:
-                lv = self.compiled.compile(e)(Context(ctx.scalars, ctx.arrays, ctx.sizes,
-                                                      ctx.grids))
-            except Exception:  # noqa: BLE001 - diagnostics only
-                return None
-            if np.any(np.isnan(lv.s)) and e.op not in ("Symbol", "Indexed"):
-                return f"undefined at '{str(e)[:70]}'"
-            return None
-        return visit(as_tree(self.entry.expression)) or "check the inputs"

@@ -32,7 +32,7 @@ API_MODULES = [
     ("boundcalc/registry/registry.py", "Registry and formula folders"),
     ("boundcalc/api.py", "Evaluation"),
     ("boundcalc/evaluation.py", "Results"),
-    ("boundcalc/bind.py", "Binding values to symbols"),
+    ("boundcalc/binding.py", "Binding values to symbols"),
     ("boundcalc/stats.py", "Stats files"),
     ("boundcalc/optimize/entry_points.py", "Optimisation"),
     ("boundcalc/measure/pipeline.py", "Measurement"),

@@ -195,7 +195,7 @@ def test_per_group_gibbs_entry_is_judged_against_the_trivial_predictor(registry)
     """pac_bayes_kl_gaussian_groups_mc bounds the 0-1 Gibbs risk like its isotropic sibling,
     so its vacuity level is the trivial predictor's error (certify printed 'vacuity level 1'
     for it on a 3-class task whose majority class errs 0.653)."""
-    from boundcalc.floor import bounds_zero_one
+    from boundcalc.task_facts import bounds_zero_one
 
     assert bounds_zero_one(registry.get("pac_bayes_kl_gaussian_mc"))
     assert bounds_zero_one(registry.get("pac_bayes_kl_gaussian_groups_mc"))

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import boundcalc as bc
-from boundcalc.bind import lookup
+from boundcalc.binding import lookup
 from boundcalc.errors import BoundcalcError
 from boundcalc.cli import app
 from test_optimize_sensitivity import spectrum_stats

@@ -14,7 +14,7 @@ import pytest
 import typer
 
 import boundcalc
-from boundcalc.bind import how_to_give
+from boundcalc.binding import how_to_give
 from boundcalc.cli import app
 from boundcalc.cli.words import CLI_WORDS
 from boundcalc.hints import NO_COMMAND, source_of

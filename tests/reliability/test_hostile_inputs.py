@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import boundcalc as bc
-from boundcalc.bind import bind
+from boundcalc.binding import bind
 from boundcalc.cli import app
 from boundcalc.errors import (BoundcalcError, CheckpointError, DomainError, FormulaError,
                               MissingValueError, StatsError)

@@ -151,7 +151,7 @@ def test_the_per_group_gibbs_row_is_read_against_the_trivial_predictor(registry)
     """The digits headline said 'not vacuous (< 1)' for pac_bayes_kl_gaussian_groups_mc while
     the table's caption used the majority class's 0.889: its Gibbs risk per group is a 0-1
     risk like the isotropic one's."""
-    from boundcalc.floor import bounds_zero_one
+    from boundcalc.task_facts import bounds_zero_one
 
     assert bounds_zero_one(registry.get("pac_bayes_kl_gaussian_groups_mc"))
     assert bounds_zero_one(registry.get("pac_bayes_kl_gaussian_mc"))
