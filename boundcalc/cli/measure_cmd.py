@@ -70,12 +70,14 @@ def measure_cmd(
         help="samples per batch (default: 32 on a CPU, sized to the card's memory on CUDA)"),
     sigma: Optional[list[float]] = typer.Option(None, "--sigma", help="posterior σ for the "
                                                 "Monte Carlo Gibbs risk (repeatable; snapped to "
-                                                "the Dziugaite–Roy grid); default: seven σ, "
-                                                "0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, "
-                                                "each --draws passes over DATA"),
-    draws: int = typer.Option(20, "--draws", min=0, help="Monte Carlo passes per σ (0: skip): "
-                              "posterior draws in whole mode, passes with a fresh draw per "
-                              "sample in sample mode"),
+                                                "the Dziugaite–Roy grid); default: with "
+                                                "--tune-data one σ chosen there (free), "
+                                                "else up to seven σ, 0.001 … 0.1, as many "
+                                                "as fit the time target here"),
+    draws: Optional[int] = typer.Option(None, "--draws", min=0, help="Monte Carlo passes per σ "
+                                        "(0: skip): posterior draws in whole mode, passes with "
+                                        "a fresh draw per sample in sample mode (default: up "
+                                        "to 20, as many as fit the time target here)"),
     gibbs_mode: str = typer.Option("auto", "--gibbs-mode", help="auto | sample | whole: a fresh "
                                    "posterior draw per sample (N = draws·n losses in the kl "
                                    "term; auto where exact) or one draw per pass (N = draws)"),
@@ -88,9 +90,11 @@ def measure_cmd(
                                                 "replacement from DATA"),
     delta_mc: float = typer.Option(0.01, "--delta-mc", help="confidence δ′ of the Monte Carlo "
                                    "step, split over the σ points"),
-    hessian_probes: int = typer.Option(20, "--hessian-probes", min=0, help="Hutchinson probes, "
-                                       "each a Hessian-vector product on --hessian-samples "
-                                       "samples (0: skip the Hessian trace)"),
+    hessian_probes: Optional[int] = typer.Option(None, "--hessian-probes", min=0, help="Hutchinson "
+                                                 "probes, each a Hessian-vector product on "
+                                                 "--hessian-samples samples (0: skip the "
+                                                 "Hessian trace; default: up to 20, as many as "
+                                                 "fit the time target here)"),
     hessian_samples: int = typer.Option(256, "--hessian-samples", min=1, help="samples in the "
                                         "loss whose Hessian trace is estimated"),
     perturbation_draws: int = typer.Option(0, "--perturbation-draws", min=0, help="noise draws "
@@ -103,8 +107,9 @@ def measure_cmd(
     sigma_groups: bool = typer.Option(False, "--sigma-groups", help="per-group σ_g (implied by "
                                       "--tune-data); without --tune-data searched on DATA and "
                                       "charged per group"),
-    tune_draws: int = typer.Option(4, "--tune-draws", min=1, help="Monte Carlo draws per σ "
-                                   "vector tried by the search"),
+    tune_draws: Optional[int] = typer.Option(None, "--tune-draws", min=1, help="Monte Carlo "
+                                             "draws per σ vector tried by the search (default: "
+                                             "up to 4, as many as fit the time target here)"),
     group_draws: Optional[int] = typer.Option(None, "--group-draws", min=1, help="Monte Carlo "
                                               "passes over DATA at the chosen per-group σ "
                                               "vector, drawn as --gibbs-mode says (default: "
@@ -156,8 +161,9 @@ def measure_cmd(
     certified numbers.
 
     Where the minutes go with --data: one pass over DATA, then --draws passes per σ for the
-    Gibbs risk (by default 7 σ × 20 draws = 140 passes) and --hessian-probes Hessian-vector
-    products. For a first look: one or two --sigma, --draws 5, --hessian-probes 0.
+    Gibbs risk and --hessian-probes Hessian-vector products. Left at their defaults, σ and the
+    draws are sized to a time target from a one-batch calibration (with --tune-data: one σ
+    chosen there, measured once on DATA); the plan is printed before the first pass.
     """
 
     def run() -> None:
@@ -207,13 +213,12 @@ def measure_cmd(
         task = data is not None and (is_table or task_of(cfg) is not None)
         if task:
             from ..measure.data.options import MeasureOptions
-            from ..measure.data.sigma_grid import DEFAULT_SIGMAS
             from ..measure.data.task_measure import measure_task
 
             options = MeasureOptions(
                 device=device, text_column=text_column, label_column=label_column,
                 max_length=max_length, batch_size=batch_size, head_init=head_init,
-                sigmas=tuple(sigma or DEFAULT_SIGMAS), draws=draws, delta_mc=delta_mc,
+                sigmas=tuple(sigma) if sigma else None, draws=draws, delta_mc=delta_mc,
                 gibbs_mode=gibbs_mode, gibbs_samples=gibbs_samples, smoothing=smoothing,
                 hessian_probes=hessian_probes, hessian_samples=hessian_samples,
                 perturbation_draws=perturbation_draws, sigma_groups=sigma_groups,

@@ -27,6 +27,11 @@ ALIASES = {"alpha": "smoothing"}
 class MeasureOptions:
     """The data side's options (defaults: the CLI's); checked when built.
 
+    Left to the data side (None, the defaults; :mod:`.sizing`, issue 44 item 4): ``sigmas``
+    (with ``tune_data``: one σ chosen on the tune split; without: the default grid),
+    ``draws``, ``tune_draws`` and ``hessian_probes`` (sized so that the plan fits the time
+    target here).
+
     Reading DATA: ``device`` (auto | cpu | cuda[:i]), ``text_column``, ``label_column``,
     ``max_length`` (tokens per text), ``batch_size`` (rows per batch of every data-side pass;
     None: 32 on a CPU, sized to the card's memory on CUDA, :mod:`.batch_rows`), ``head_init``
@@ -52,19 +57,19 @@ class MeasureOptions:
     max_length: int = 128
     batch_size: int | None = None
     head_init: Any = None
-    sigmas: tuple[float, ...] = DEFAULT_SIGMAS
-    draws: int = 20
+    sigmas: tuple[float, ...] | None = None  # None: sized (.sizing); DEFAULT_SIGMAS at most
+    draws: int | None = None  # None: sized (.sizing), 20 at most
     delta_mc: float = 0.01
     gibbs_mode: str = "auto"
     gibbs_samples: int | None = None
     smoothing: float = 0.01
     seed: int = 0
-    hessian_probes: int = 20
+    hessian_probes: int | None = None  # None: sized (.sizing), 20 at most
     hessian_samples: int = 256
     perturbation_draws: int = 0
     sigma_groups: bool = False
     tune_data: str | None = None
-    tune_draws: int = 4
+    tune_draws: int | None = None  # None: sized (.sizing), 4 at most
     tune_slack: float = 0.05
     group_draws: int | None = None
     allow_overlap: bool = False
@@ -73,7 +78,8 @@ class MeasureOptions:
     precision: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
+        if self.sigmas is not None:
+            object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
         if self.precision is not None:
             check_precision(self.precision)
         if self.batch_size is not None and (isinstance(self.batch_size, bool)
@@ -81,7 +87,9 @@ class MeasureOptions:
                                             or self.batch_size < 1):
             raise BoundcalcError(f"{option('batch_size', self.batch_size)}: expected a whole "
                                  "number of rows >= 1")
-        if self.draws < 0 or self.hessian_probes < 0 or self.hessian_probes == 1:
+        probes = self.hessian_probes
+        if (self.draws is not None and self.draws < 0) or (probes is not None
+                                                           and (probes < 0 or probes == 1)):
             raise BoundcalcError(f"{option('draws')} must be >= 0 and "
                                  f"{option('hessian_probes')} 0 or >= 2")
         if self.gibbs_mode not in MODES:
@@ -99,14 +107,15 @@ class MeasureOptions:
         if not 0 < self.smoothing < 1:
             raise BoundcalcError(f"{option('smoothing')} must lie in (0, 1), got "
                                  f"{self.smoothing}")
-        snapped_sigmas(self.sigmas)
-        if self.tune_draws < 1:
+        if self.sigmas is not None:
+            snapped_sigmas(self.sigmas)
+        if self.tune_draws is not None and self.tune_draws < 1:
             raise BoundcalcError(f"per-group σ: {option('tune_draws')} must be >= 1, got "
                                  f"{self.tune_draws}")
         if not 0 <= self.tune_slack < 1:
             raise BoundcalcError(f"{option('tune_slack')} must lie in [0, 1), got "
                                  f"{self.tune_slack}")
-        if self.groups and self.group_passes < 1:
+        if self.groups and self.group_passes is not None and self.group_passes < 1:
             raise BoundcalcError(
                 f"{option('tune_data')} / {option('sigma_groups')} need "
                 f"{option('group_draws')} (default {option('draws')}) >= 1: the Gibbs risk on "
@@ -118,8 +127,9 @@ class MeasureOptions:
         return self.sigma_groups or self.tune_data is not None
 
     @property
-    def group_passes(self) -> int:
-        """Passes over DATA at the chosen σ vector: ``group_draws``, else ``draws``."""
+    def group_passes(self) -> int | None:
+        """Passes over DATA at the chosen σ vector: ``group_draws``, else ``draws`` (None
+        while ``draws`` is left to the data side)."""
         return self.draws if self.group_draws is None else self.group_draws
 
     @classmethod
