@@ -137,6 +137,9 @@ def main() -> int:
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--cores", type=int, default=2, help="cores of the machine, for the "
                     "quiet-machine estimate CPU time / cores")
+    ap.add_argument("--time-budget", help="boundcalc's --time-budget (the limit above which a "
+                    "plan is refused; the defaults are sized to 8 min whatever it is, so on a "
+                    "loaded machine a larger one lets the run go on to be measured)")
     ap.add_argument("extra", nargs="*", help="more measure flags (after --)")
     args = ap.parse_args()
     out = args.out
@@ -147,7 +150,8 @@ def main() -> int:
         return 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     stats = out / "stats.json"
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "boundcalc", "measure",
+    budget = ["--time-budget", args.time_budget] if args.time_budget else []
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "boundcalc", *budget, "measure",
            str(out / "model"), "--init", str(_minilm()), "--data", str(out / "train.csv"),
            "--tune-data", str(out / "heldout.csv"), "--max-length", "64", "-o", str(stats),
            *args.extra]

@@ -8,7 +8,6 @@ import json
 import math
 
 import mpmath as mp
-import pandas as pd
 import pytest
 import torch
 
@@ -17,12 +16,9 @@ from boundcalc.measure.data import sizing
 from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.measure.data.sigma_grid import DEFAULT_SIGMAS, dr_sigma
 from boundcalc.measure.data.tune import ISOTROPIC_EVALUATIONS, search_evaluations
-from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints
+from tests._measure_helpers import (TEXTS, single_thread, tiny_text_checkpoints,
+                                    write_text_splits)
 from tests._reference import kl_inv_exact
-
-TUNE_TEXTS = ["red blue", "green tree", "a b c", "more words here", "the end", "final row"]
-TUNE_LABELS = [0, 1, 2, 0, 1, 2]
-
 
 @pytest.fixture(scope="module")
 def route(tmp_path_factory):
@@ -46,9 +42,7 @@ def route(tmp_path_factory):
                               if k.startswith("bert.")})
         base.save_pretrained(out / "base")
         tok.save_pretrained(out / "base")
-    pd.DataFrame({"text": TEXTS, "label": TEXT_LABELS}).to_csv(out / "S.csv", index=False)
-    pd.DataFrame({"text": TUNE_TEXTS, "label": TUNE_LABELS}).to_csv(out / "tune.csv",
-                                                                     index=False)
+    write_text_splits(out)
     return out
 
 
