@@ -195,6 +195,31 @@ def tuned_inputs(entry: Entry, stats: Stats | None, values: Mapping[str, Any]
     return variant, extra, f"chosen on {where}, disjoint from S: no union-bound cost"
 
 
+SIGMA_RECORD = "gibbs_sigma"  # provenance of an isotropic σ chosen on the tune split
+
+
+def chosen_off_sample(entry: Entry, p: ParameterSpec, stats: Stats | None,
+                      curves: Mapping[str, Curve]) -> tuple[Entry, str] | None:
+    """For an entry whose ``prior`` parameter σ is measured on ``curves.gibbs_risk_mean``: when
+    ``provenance.gibbs_sigma`` says that σ was chosen on a split disjoint from S with the prior
+    weights only (``measure --tune-data``; :mod:`boundcalc.measure.data.sizing`), the entry
+    with σ ``fixed`` (nothing depends on S, so no Dziugaite–Roy weight is charged) and the line
+    that says so. The file's checks (:mod:`boundcalc.stats_checks`) hold the curve to that one
+    point. None otherwise: σ stays on its grid and pays 2 ln j + ln(π²/6)."""
+    import dataclasses
+
+    names = {curve_symbols(entry)[s] for s in curves}
+    if stats is None or p.choice != "prior" or "gibbs_risk_mean" not in names:
+        return None
+    rec = stats.provenance.get(SIGMA_RECORD)
+    if not isinstance(rec, dict) or rec.get("disjoint_from_S") is not True:
+        return None
+    spec = dataclasses.replace(p, choice="fixed", prior=None)
+    variant = dataclasses.replace(entry, parameters={**entry.parameters, p.name: spec})
+    where = str(rec.get("chosen_on", "?"))[:200]
+    return variant, f"chosen on {where}, disjoint from S: fixed before S was read, not charged"
+
+
 def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
                 params: Mapping[str, Any] | None, estimated: Mapping[str, str] | None,
                 run: Runner) -> Result | None:
@@ -216,6 +241,9 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
     if tuned is not None:
         variant, extra, shape_note = tuned
         values = {**extra, **values}
+    off_sample = chosen_off_sample(entry, p, stats, curves)
+    if off_sample is not None:
+        variant = off_sample[0]
     at = _common_points(entry, p, curves)
     given = values.pop(p.name, params.pop(p.name, None))
     if given is not None:
@@ -267,6 +295,7 @@ def over_points(entry: Entry, stats: Stats | None, values: Mapping[str, Any],
     if best is None:
         raise DomainError(errors[0] if errors else f"entry '{entry.id}': no measured point")
     cost_rule = (f"ln {len(declared)} (uniform over the declared grid)" if p.choice == "grid"
+                 else f"none ({off_sample[1]})" if off_sample is not None
                  else "the Dziugaite–Roy weight of the chosen point")
     best.parameter_choice[p.name] = (
         f"best of {len(targets)} of the {n_points} points where {', '.join(curves)} was "

@@ -15,6 +15,9 @@ naming the fields, a file in which
   record says it was chosen on S (no ``tune_data``, ``shape_chosen_on`` S itself, or rows of S
   in the tune data);
 * the recorded σ_g are not ``scale · ρ_g``, or the scale is not the curve's point;
+* ``provenance.gibbs_sigma`` says the isotropic σ was chosen off S (``disjoint_from_S``) while
+  ``curves.gibbs_risk_mean`` holds another point or several, or the record names no tune split
+  free of S's rows;
 * ``curves.disagreement_groups`` (docs/sources/disagreement.md) is not a whole count of its
   ``n_samples`` rows, disagrees with ``scalars.disagreement_rows`` or
   ``provenance.disagreement_groups``, or was measured at another scale or σ vector than the
@@ -77,6 +80,7 @@ def check_whole(stats: Any) -> None:
     _check_groups(stats)
     _check_groups(stats, "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units")
     _check_disagreement(stats)
+    _check_sigma_off_sample(stats)
 
 
 def _check_gibbs_mean(stats: Any) -> None:
@@ -95,6 +99,28 @@ def _check_gibbs_mean(stats: Any) -> None:
     if p is None or p < 1 or N % p or (mode == "whole" and N != p):
         raise StatsError(f"scalars.gibbs_passes = {passes:g} does not divide into the N = {N} "
                          f"losses of curves.gibbs_risk_mean ({mode or '?'} mode)")
+
+
+def _check_sigma_off_sample(stats: Any) -> None:
+    """An isotropic σ said to be chosen off S (``provenance.gibbs_sigma.disjoint_from_S``) is
+    free only as the one point of ``curves.gibbs_risk_mean``, chosen on a tune split that
+    shares no row with S."""
+    rec = stats.provenance.get("gibbs_sigma")
+    if not isinstance(rec, dict) or rec.get("disjoint_from_S") is not True:
+        return
+    curve = stats.curves.get("gibbs_risk_mean")
+    sigma = as_finite_float(rec.get("sigma"))
+    tune, shared = rec.get("tune_data"), rec.get("tune_shared_rows")
+    if not isinstance(tune, str) or not tune or shared != 0:
+        raise StatsError(f"provenance.gibbs_sigma: disjoint_from_S is true, but the same record "
+                         f"names no tune split shared by no row of S (tune_data {tune!r:.60}, "
+                         f"tune_shared_rows {shared!r:.20})")
+    if curve is None or len(curve.at) != 1 or sigma is None or \
+            not math.isclose(float(curve.at[0]), sigma, rel_tol=REL):
+        at = [] if curve is None else [float(x) for x in curve.at][:4]
+        raise StatsError(f"provenance.gibbs_sigma: σ = {rec.get('sigma')!r:.20} chosen off S is "
+                         f"free only as the one point of curves.gibbs_risk_mean, which holds "
+                         f"{at}")
 
 
 def _check_groups(stats: Any, name: str = "gibbs_groups", curve_name: str = "gibbs_risk_groups",

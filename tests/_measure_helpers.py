@@ -56,6 +56,19 @@ TEXTS = ["the cat sat on the mat", "a dog", "boundcalc measures bounds", "hello 
 TEXT_LABELS = [0, 1, 2, 1, 0, 2]
 
 
+TUNE_TEXTS = ["red blue", "green tree", "a b c", "more words here", "the end", "final row"]
+TUNE_LABELS = [0, 1, 2, 0, 1, 2]
+
+
+def write_text_splits(out: Path) -> None:
+    """``out/S.csv`` (:data:`TEXTS`) and ``out/tune.csv`` (:data:`TUNE_TEXTS`, no row of S)."""
+    import pandas as pd
+
+    pd.DataFrame({"text": TEXTS, "label": TEXT_LABELS}).to_csv(out / "S.csv", index=False)
+    pd.DataFrame({"text": TUNE_TEXTS, "label": TUNE_LABELS}).to_csv(out / "tune.csv",
+                                                                     index=False)
+
+
 def tiny_text_checkpoints(out: Path):
     """A 3-class BERT classifier (``out/cls``) and a GPT-2 LM (``out/lm``), both with the
     bundled MiniLM tokenizer saved beside them; returns (tokenizer, the BERT config)."""

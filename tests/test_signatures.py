@@ -43,6 +43,8 @@ ALLOWED = {
     "the record yet",
     "measure/data/tune.py:measure_groups": "the per-group σ search does not read the record "
     "yet",
+    "measure/data/tune.py:search_groups": "the per-group σ search does not read the record "
+                                           "yet (measure_groups' search, split off for issue 44)",
     "measure/data/tune.py:final_risk": "the per-group σ search does not read the record yet",
     "measure/data/bound_posterior.py:add_bound_posterior": "the bound-trained posterior's "
     "knobs (BoundTraining holds the training ones)",

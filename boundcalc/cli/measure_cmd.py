@@ -94,8 +94,9 @@ def measure_cmd(
     certified numbers.
 
     Where the minutes go with --data: one pass over DATA, then --draws passes per σ for the
-    Gibbs risk (by default 7 σ × 20 draws = 140 passes) and --hessian-probes Hessian-vector
-    products. For a first look: one or two --sigma, --draws 5, --hessian-probes 0.
+    Gibbs risk and --hessian-probes Hessian-vector products. Left at their defaults, σ and the
+    draws are sized to a time target from a one-batch calibration (with --tune-data: one σ
+    chosen there, measured once on DATA); the plan is printed before the first pass.
     """
 
     def run() -> None:

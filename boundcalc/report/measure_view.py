@@ -121,6 +121,8 @@ def print_data(stats: Any, output: Path, console: Console, sigma_given: bool = T
     _print_gibbs(stats, console, sigma_given)
     _print_groups(stats, console)
     _print_compression(stats, console)
+    for line in (pv.get("more_draws") or {}).get("lines", []):
+        console.print(escape(f"more draws: {line}"), highlight=False)
     console.print(f"wrote {escape(str(output))}", highlight=False)
 
 
@@ -143,6 +145,10 @@ def _print_gibbs(stats: Any, console: Console, sigma_given: bool) -> None:
     console.print(t)
     for line in snap_notes(pv.get("sigma_snapped", [])) if sigma_given else []:
         console.print(f"  note: {line}", highlight=False)
+    chosen = pv.get("gibbs_sigma")
+    if isinstance(chosen, dict):
+        console.print(escape(f"  σ = {chosen.get('sigma', 0):.4g} chosen on "
+                             f"{chosen.get('chosen_on')}: {chosen.get('note')}"), highlight=False)
 
 
 def _print_groups(stats: Any, console: Console) -> None:

@@ -227,8 +227,12 @@ def test_measure_help_has_a_readable_description_column_and_its_defaults():
             starts.append(ln.index(m.group(4), m.end(3) if m.group(3) else m.end(1)))
     assert starts and max(starts) <= 45, starts  # description column ≥ 33 of 80 columns
     flat = " ".join(BOX.sub(" ", out).split())
-    assert "default: seven σ, " + ", ".join(f"{s:g}" for s in DEFAULT_SIGMAS) in flat
-    assert "7 σ × 20 draws = 140 passes" in flat and len(DEFAULT_SIGMAS) == 7
+    # issue 44 item 4: the defaults scale with n (measure/data/sizing.py)
+    assert ("default: with --tune-data one σ chosen there (free), else up to seven σ, "
+            f"{DEFAULT_SIGMAS[0]:g} … {DEFAULT_SIGMAS[-1]:g}, as many as fit the time target "
+            "here") in flat and len(DEFAULT_SIGMAS) == 7
+    assert "default: up to 20, as many as fit the time target here" in flat
+    assert "the plan is printed before the first pass" in flat
 
 
 # ---- promises kept ---------------------------------------------------------------------------

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import json
 
-import pandas as pd
 import pytest
 import torch
 
 from tests._cli_helpers import invoke
-from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints
-
-TUNE_TEXTS = ["red blue", "green tree", "a b c", "more words here", "the end", "final row"]
-TUNE_LABELS = [0, 1, 2, 0, 1, 2]
+from tests._measure_helpers import single_thread, tiny_text_checkpoints, write_text_splits
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +31,7 @@ def user_route(tmp_path_factory):
         base.load_state_dict(sd)
         base.save_pretrained(out / "base")
         tok.save_pretrained(out / "base")
-    pd.DataFrame({"text": TEXTS, "label": TEXT_LABELS}).to_csv(out / "S.csv", index=False)
-    pd.DataFrame({"text": TUNE_TEXTS, "label": TUNE_LABELS}).to_csv(out / "tune.csv",
-                                                                     index=False)
+    write_text_splits(out)
     return out
 
 
@@ -91,7 +85,7 @@ def test_measure_with_a_headless_base_gives_certified_rows(user_route, tmp_path)
         pred = stats["provenance"]["prior_predictor"]
         assert pred["kind"] == "the model's architecture at the prior centre"
         assert pred["head_tensors"] == ["classifier.bias", "classifier.weight"]
-        res = invoke("compare", "--stats", out, "--json")
+        res = invoke("-q", "compare", "--stats", out, "--json")  # no progress lines in it
     assert res.exit_code == 0, res.output[-2000:]
     rows = json.loads(res.output)
     # computed (on 6 rows the value is the trivial 1: the point is that the route runs)

@@ -20,11 +20,12 @@ def test_stages_by_hand():
     plan = work_plan.stages(opts, n=1000, sigma_points=3, tune_rows=200, n_groups=5)
     got = [(s.passes, s.rows, s.kind) for s in plan]
     assert got == [(1, 1000, "plain"), (12, 1000, "noisy"),
-                   (search_evaluations(5) * 2, 200, "noisy"), (3, 1000, "noisy"),
+                   (search_evaluations(5) * 2, 200, "plain"), (3, 1000, "noisy"),
                    (6, 100, "hvp")]
     speed = {"rows": 32, "plain": 0.01, "noisy": 0.03}
-    expect = (1000 * 0.01 + (12 * 1000 + search_evaluations(5) * 2 * 200 + 3 * 1000) * 0.03
-              + 6 * 100 * work_plan.HVP_FORWARDS * 0.01)
+    # the σ search draws once per evaluation and runs plain forwards (tune.risk_draws)
+    expect = (1000 * 0.01 + search_evaluations(5) * 2 * 200 * 0.01
+              + (12 * 1000 + 3 * 1000) * 0.03 + 6 * 100 * work_plan.HVP_FORWARDS * 0.01)
     assert work_plan.estimate(plan, speed) == pytest.approx(expect)
     text = work_plan.plan_text(plan, speed, expect)
     assert text.startswith("plan: data pass: 1 × 1000 rows; Monte Carlo, 3 σ × 4 draws: "

@@ -16,7 +16,7 @@ from typing import Any
 from ...errors import BoundcalcError, DomainError
 from ...options import Record, Spec, spec
 from ...words import option
-from .sigma_grid import DEFAULT_SIGMAS, snapped_sigmas
+from .sigma_grid import snapped_sigmas
 
 # the Gibbs risk's ways of drawing (gibbs.py) and the data side's arithmetic (device.py):
 # declared here, with the options that choose them, so that reading them loads no torch
@@ -30,6 +30,11 @@ ALIASES = {"alpha": "smoothing"}
 @dataclass(frozen=True)
 class MeasureOptions(Record):
     """The data side's options (defaults: the CLI's); checked when built.
+
+    Left to the data side (None, the defaults; :mod:`.sizing`, issue 44 item 4): ``sigmas``
+    (with ``tune_data``: one σ chosen on the tune split; without: the default grid),
+    ``draws``, ``tune_draws`` and ``hessian_probes`` (sized so that the plan fits the time
+    target here).
 
     Reading DATA: ``device`` (auto | cpu | cuda[:i]), ``text_column``, ``label_column``,
     ``max_length`` (tokens per text), ``batch_size`` (rows per batch of every data-side pass;
@@ -61,14 +66,15 @@ class MeasureOptions(Record):
         int, low=1, none=True, unit="rows",
         help="samples per batch (default: 32 on a CPU, sized to the card's memory on CUDA)"))
     head_init: Any = None  # checked where it is parsed (prior_spec.parse_head_init)
-    sigmas: tuple[float, ...] = spec(DEFAULT_SIGMAS, Spec(
-        float, low=0, open_low=True, many=True, error=DomainError,
+    sigmas: tuple[float, ...] | None = spec(None, Spec(
+        float, low=0, open_low=True, many=True, none=True, error=DomainError,
         help="posterior σ for the Monte Carlo Gibbs risk (repeatable; snapped to the "
-             "Dziugaite–Roy grid); default: seven σ, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, "
-             "0.1, each {draws} passes over DATA"))
-    draws: int = spec(20, Spec(int, low=0, unit="passes", help=(
+             "Dziugaite–Roy grid); default: with {tune_data}, one σ chosen there; without, "
+             "up to seven σ (0.001 … 0.1) sized so that the plan fits the time target here"))
+    draws: int | None = spec(None, Spec(int, low=0, none=True, unit="passes", help=(
         "Monte Carlo passes per σ (0: skip): posterior draws in whole mode, passes with a "
-        "fresh draw per sample in sample mode")))
+        "fresh draw per sample in sample mode; default: sized to the time target, 20 at "
+        "most")))
     delta_mc: float = spec(0.01, Spec(float, low=0, high=1, open_low=True, open_high=True,
                                       help="confidence δ′ of the Monte Carlo step, split over "
                                            "the σ points"))
@@ -81,9 +87,9 @@ class MeasureOptions(Record):
                                        help="α of prediction smoothing for language models "
                                             "(bounded per-token loss)"))
     seed: int = spec(0, Spec(int, low=0, high=2**32 - 2, help="seed of every random draw"))
-    hessian_probes: int = spec(20, Spec(int, low=0, but_not=(1,), help=(
+    hessian_probes: int | None = spec(None, Spec(int, low=0, but_not=(1,), none=True, help=(
         "Hutchinson probes, each a Hessian-vector product on {hessian_samples} samples (0: "
-        "skip the Hessian trace)")))
+        "skip the Hessian trace); default: sized to the time target, 20 at most")))
     hessian_samples: int = spec(256, Spec(int, low=1, unit="rows", help=(
         "samples in the loss whose Hessian trace is estimated")))
     perturbation_draws: int = spec(0, Spec(int, low=0, help=(
@@ -96,8 +102,9 @@ class MeasureOptions(Record):
         "a split disjoint from DATA (e.g. the one {init} was trained on): search per-group "
         "σ_g there with the {init} weights, at no union-bound cost; then the Gibbs risk on "
         "DATA once")))
-    tune_draws: int = spec(4, Spec(int, low=1, help="Monte Carlo draws per σ vector tried by "
-                                                     "the search"))
+    tune_draws: int | None = spec(None, Spec(int, low=1, none=True, help=(
+        "Monte Carlo draws per σ vector tried by the search; default: sized to the time "
+        "target, 4 at most")))
     tune_slack: float = spec(0.05, Spec(float, low=0, high=1, open_high=True, help=(
         "the search keeps the searched weights' Gibbs risk ≤ their error + this")))
     group_draws: int | None = spec(None, Spec(int, low=0, none=True, help=(
@@ -122,13 +129,15 @@ class MeasureOptions(Record):
 
     def check(self) -> None:
         """The rules between fields (each field's own rule is its declaration)."""
-        object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
+        if self.sigmas is not None:
+            object.__setattr__(self, "sigmas", tuple(float(s) for s in self.sigmas))
         if 1.0 - self.delta_mc == 1.0:  # the confidence 1 − δ′ would be written as 1
             raise BoundcalcError(f"{option('delta_mc', f'{self.delta_mc:g}')}: too small; its "
                                  "confidence 1 − δ′ rounds to 1 in double precision (use "
                                  "δ′ ≥ 1e-15)")
-        snapped_sigmas(self.sigmas)
-        if self.groups and self.group_passes < 1:
+        if self.sigmas is not None:
+            snapped_sigmas(self.sigmas)
+        if self.groups and self.group_passes is not None and self.group_passes < 1:
             raise BoundcalcError(
                 f"{option('tune_data')} / {option('sigma_groups')} need "
                 f"{option('group_draws')} (default {option('draws')}) >= 1: the Gibbs risk on "
@@ -140,6 +149,7 @@ class MeasureOptions(Record):
         return self.sigma_groups or self.tune_data is not None
 
     @property
-    def group_passes(self) -> int:
-        """Passes over DATA at the chosen σ vector: ``group_draws``, else ``draws``."""
+    def group_passes(self) -> int | None:
+        """Passes over DATA at the chosen σ vector: ``group_draws``, else ``draws`` (None
+        while ``draws`` is left to the data side)."""
         return self.draws if self.group_draws is None else self.group_draws

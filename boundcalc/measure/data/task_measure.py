@@ -79,16 +79,19 @@ def measure_task(model: str, data: str, init: str | None = None,
     """
     from ..weights.pipeline import measure
 
+    from . import sizing
+
     opts = MeasureOptions.of(options, **keywords)
-    snaps = snapped_sigmas(opts.sigmas)
-    counts = dict(sigmas=len({p["j"] for p in snaps}), draws=opts.draws,
-                  hessian_probes=opts.hessian_probes, hessian_samples=opts.hessian_samples,
+    first = sizing.provisional(opts)  # automatic choices at their cheapest: lower bounds
+    counts = dict(sigmas=len({p["j"] for p in snapped_sigmas(first.sigmas)}),
+                  draws=first.draws, hessian_probes=first.hessian_probes,
+                  hessian_samples=opts.hessian_samples,
                   perturbation_draws=opts.perturbation_draws, gibbs_samples=opts.gibbs_samples,
                   batch_size=opts.batch_size or DEFAULT_ROWS)
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
     if opts.groups:
-        counts.update(group_draws=opts.group_passes, tune_draws=opts.tune_draws)
+        counts.update(group_draws=first.group_passes, tune_draws=first.tune_draws)
     plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
     if opts.groups:
         _check_tune(data, init, opts.tune_data)
@@ -143,60 +146,88 @@ def measure_task(model: str, data: str, init: str | None = None,
         with blas_threads(n_threads), data_precision(prec, dev):
             rows, stats.provenance["batch_size"] = batch_rows(
                 tm, batched, dev, opts.batch_size,
-                per_sample=opts.draws > 0 and resolve_mode(tm, opts.gibbs_mode)[1] == "hooks")
+                per_sample=opts.draws != 0 and resolve_mode(tm, opts.gibbs_mode)[1] == "hooks")
             if rows != (opts.batch_size or DEFAULT_ROWS):  # sized to the card: read again
                 batched = read(data, rows)
                 tune = read(opts.tune_data, rows) if tune is not None else None
-            _say_plan(stats, tm, batched, dev, opts, counts["sigmas"], tune, say)
+            on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
+            opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record)
+            found = None
+            if opts.groups:  # σ chosen before S is read for a Monte Carlo pass
+                from .tune import search_groups
+
+                found = search_groups(tm, batched, dev, prior, opts, tune=tune,
+                                      prior_source=init, progress=report, shared_rows=shared)
+                if on_tune and opts.draws > 0:
+                    sigma, stats.provenance["gibbs_sigma"] = sizing.isotropic_sigma(
+                        tm, tune, dev, opts, found, prior_record, shared, report)
+                    opts = MeasureOptions.of(opts, sigmas=(sigma,))
             _data_side(stats, tm, batched, dev, data, init, opts, report)
-            if opts.groups:
-                from .tune import measure_groups
+            if found is not None:
+                from .tune import finish_groups
 
                 stats.provenance["prior_predictor"] = prior_record
-                measure_groups(stats, tm, batched, dev, prior, opts, tune=tune,
-                               prior_source=init, progress=report, shared_rows=shared)
+                finish_groups(stats, tm, batched, dev, opts, found, prior_source=init,
+                              progress=report, shared_rows=shared)
+            sizing.say_more_draws(stats, opts, batched.n, say)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
             if opts.perturbation_draws > 0:
                 _perturbation(stats, tm, batched, dev, opts, report)
     finally:
         stop()
-    stats.provenance["sigma_snapped"] = snaps
+    stats.provenance["sigma_snapped"] = snapped_sigmas(opts.sigmas) if opts.sigmas else []
     if init_rows is not None:
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
     return stats
 
 
-def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, sigma_points: int,
-              tune, say) -> None:
+def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
+              prior_record: dict[str, Any] | None) -> MeasureOptions:
     """The data side's passes and, where more than the data pass runs, their time here from
     a one-batch calibration (:mod:`.work_plan`): said, recorded in ``provenance.plan``, and
-    refused above the time budget, before any pass over the data."""
-    from . import work_plan
+    refused above the time budget, before any pass over the data. Choices left to the data
+    side (:mod:`.sizing`) are made here, from the same calibration; returns the options with
+    every count concrete."""
+    from . import sizing, work_plan
+    from .gibbs import resolve_mode
     from .tune import sigma_groups
 
     n_groups = len(set(sigma_groups(tm.model).values())) if opts.groups else 0
-    plan_ = work_plan.stages(opts, batched.n, sigma_points, tune.n if tune is not None else None,
-                             n_groups)
-    record: dict[str, Any] = {"stages": [vars(st) for st in plan_]}
+    tune_rows = tune.n if tune is not None else None
+    left = any(sizing.auto(opts).values())
+    posterior_search = (sizing.on_tune(opts) and opts.groups
+                        and (prior_record or {}).get("kind") != "checkpoint with a task head")
+    plan_ = sizing.plan_of(sizing.provisional(opts), batched.n, tune_rows, n_groups,
+                           posterior_search)
+    record: dict[str, Any] = {}
+    text = f"plan: {plan_[0].what}: 1 × {plan_[0].rows} rows"
+    mode, engine = resolve_mode(tm, opts.gibbs_mode)
     if len(plan_) > 1:
-        from .gibbs import resolve_mode
-
         # the row-wise hooks are timed; a whole-model draw per pass (tied weights) costs a
         # plain forward per row
-        hooks = resolve_mode(tm, opts.gibbs_mode)[1] == "hooks"
-        speed = work_plan.calibrate(tm, batched, dev,
-                                    noisy=hooks and any(st.kind == "noisy" for st in plan_))
-        seconds = work_plan.estimate(plan_, speed)
+        speed = work_plan.calibrate(tm, batched, dev, noisy=engine == "hooks" and any(
+            st.kind == "noisy" for st in plan_))
+        if left:
+            sized = sizing.size(opts, batched.n, tune_rows, n_groups, speed, mode == "sample",
+                                posterior_search)
+            opts, plan_, seconds = sized.options, sized.plan, sized.seconds
+            stats.provenance["sizing"] = sized.record
+            if say is not None:
+                say(sizing.sizing_text(sized))
+        else:
+            seconds = work_plan.estimate(plan_, speed)
         record.update(calibration=speed, seconds=seconds)
         text = work_plan.plan_text(plan_, speed, seconds)
-    else:
-        text = f"plan: {plan_[0].what}: 1 × {plan_[0].rows} rows"
+    elif left:
+        opts = sizing.provisional(opts)
+    record["stages"] = [vars(st) for st in plan_]
     stats.provenance["plan"] = record
     if say is not None:
         say(text)
     if "seconds" in record:
         work_plan.check(plan_, record["seconds"])
+    return opts
 
 
 def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) -> None:

@@ -206,9 +206,38 @@ def _mapping(groups: Mapping[str, str], sig: Mapping[str, float]) -> dict[str, f
 def search_evaluations(n_groups: int) -> int:
     """An upper bound on the risk evaluations of :func:`choose_shape` (its three bisections)
     plus :func:`choose_scale` (one per point of :data:`SCALE_GRID`) for ``n_groups`` groups."""
-    bisect = lambda span, tol: 1 + max(0, math.ceil(math.log2(max(span / tol, 1))))  # noqa: E731
-    return (1 + bisect(J_MAX, 5) + n_groups * bisect(400, 25) + bisect(J_MAX, 10)
+    return (ISOTROPIC_EVALUATIONS + n_groups * _bisections(400, 25) + _bisections(J_MAX, 10)
             + len(SCALE_GRID))
+
+
+def bisect_ok(ok: Callable[[dict[str, int]], bool], lo: int, hi: int,
+              at: Callable[[int], dict[str, int]], tol: int) -> int:
+    """The smallest j in [lo, hi] (largest σ) with ok(at(j)), by bisection (the risk is taken
+    to fall with j); ``hi`` is assumed ok and returned if nothing smaller is."""
+    if ok(at(lo)):
+        return lo
+    while hi - lo > tol:
+        mid = (lo + hi) // 2
+        if ok(at(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def isotropic_j(ok: Callable[[dict[str, int]], bool], names: list[str]) -> int:
+    """The isotropic step of :func:`choose_shape`: the smallest Dziugaite–Roy index j (the
+    largest σ) with ``ok`` at σ_j on every group of ``names``, by bisection to within 5;
+    :data:`J_MAX` when even that σ is not ok. At most :data:`ISOTROPIC_EVALUATIONS` calls."""
+    every = lambda j: dict.fromkeys(names, j)  # noqa: E731
+    return J_MAX if not ok(every(J_MAX)) else bisect_ok(ok, 1, J_MAX, every, 5)
+
+
+def _bisections(span: int, tol: int) -> int:
+    return 1 + max(0, math.ceil(math.log2(max(span / tol, 1))))
+
+
+ISOTROPIC_EVALUATIONS = 1 + _bisections(J_MAX, 5)
 
 
 def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int], base: float,
@@ -235,20 +264,9 @@ def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int]
         return r <= target
 
     def largest_ok(lo: int, hi: int, at: Callable[[int], dict[str, int]], tol: int) -> int:
-        """The smallest j in [lo, hi] (largest σ) with ok(at(j)), by bisection (the risk is
-        taken to fall with j); ``hi`` is assumed ok and returned if nothing smaller is."""
-        if ok(at(lo)):
-            return lo
-        while hi - lo > tol:
-            mid = (lo + hi) // 2
-            if ok(at(mid)):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return bisect_ok(ok, lo, hi, at, tol)
 
-    every = lambda j: dict.fromkeys(names, j)  # noqa: E731
-    j_iso = J_MAX if not ok(every(J_MAX)) else largest_ok(1, J_MAX, every, 5)
+    j_iso = isotropic_j(ok, names)
     tol: dict[str, int] = {}
     reach = 400  # a group alone may take σ up to e^{2} ≈ 7.4 times the isotropic σ
     for g in names:
@@ -295,23 +313,55 @@ def choose_scale(risk: Risk, groups: Mapping[str, str], shape: Shape,
     return best_c, rows
 
 
+@dataclass
+class Search:
+    """What :func:`search_groups` chose before S is read for the Gibbs risk: the groups, their
+    sizes and distances, the shape, the scale on :data:`SCALE_GRID` and where they were chosen
+    (``free``: the shape was searched on a split disjoint from S with the prior weights)."""
+
+    groups: dict[str, str]
+    sizes: dict[str, int]
+    dist_sq: dict[str, float]
+    shape: Shape
+    scale: float
+    scale_rows: list[dict[str, float]]
+    searched: bool  # on the tune split (else on S)
+    free: bool
+    where: str
+
+    @property
+    def sigma(self) -> dict[str, float]:
+        """σ_g = scale·ρ_g by group."""
+        return {g: self.scale * r for g, r in zip(self.shape.groups, self.shape.rho)}
+
+
 def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.device,
                    prior: TaskModel, options: MeasureOptions, *, tune: Batched | None = None,
                    prior_source: str | None = None, delta: float = 0.05,
                    progress: Any = None, shared_rows: int = 0) -> None:
-    """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``
-    (:func:`final_risk` with ``options.gibbs_mode`` and ``options.gibbs_samples``: per-sample
-    draws where exact, ``options.group_passes`` passes).
+    """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``:
+    :func:`search_groups`, then :func:`finish_groups` (see both)."""
+    found = search_groups(tm, data, device, prior, options, tune=tune,
+                          prior_source=prior_source, delta=delta, progress=progress,
+                          shared_rows=shared_rows)
+    finish_groups(stats, tm, data, device, options, found, prior_source=prior_source,
+                  progress=progress, shared_rows=shared_rows)
+
+
+def search_groups(tm: TaskModel, data: Batched, device: torch.device, prior: TaskModel,
+                  options: MeasureOptions, *, tune: Batched | None = None,
+                  prior_source: str | None = None, delta: float = 0.05,
+                  progress: Any = None, shared_rows: int = 0) -> Search:
+    """Choose σ_g = c·ρ_g (nothing is measured on S here; ``data`` is read for its size only
+    when ``tune`` is given).
 
     With ``tune`` (the split ``options.tune_data``, disjoint from S) the shape ρ is searched
-    with the **prior** weights on ``tune`` only, and S is read for the first time by the final
-    measurement. Without it the shape is searched on S with the posterior weights and charged
-    (see the module docstring). The search uses ``options.tune_draws`` draws per σ vector and
-    keeps the Gibbs risk within ``options.tune_slack`` of the weights' own; ``delta`` is the
-    bound's δ with which the scale is chosen.
+    with the **prior** weights on ``tune`` only, and S is read for the first time by
+    :func:`finish_groups`. Without it the shape is searched on S with the posterior weights
+    and charged (see the module docstring). The search uses ``options.tune_draws`` draws per
+    σ vector and keeps the Gibbs risk within ``options.tune_slack`` of the weights' own;
+    ``delta`` is the bound's δ with which the scale is chosen.
     """
-    from ...engine.functions import kl_inv_upper
-    from ...stats import Curve, Quantity
     from .data_pass import run_pass
 
     tune_source = options.tune_data
@@ -365,16 +415,34 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         units_guess = draws if samples is not None else draws * max(1, data.n // 64)
     c, scale_rows = choose_scale(scale_risk, groups, shape, dist_sq, data.n, units_guess,
                                  delta, delta_mc)
-    sigma = {g: c * r for g, r in zip(shape.groups, shape.rho)}
-    fin = final_risk(tm, data, device, _mapping(groups, sigma), draws, seed, alpha, progress,
-                     mode=gibbs_mode, samples=samples)
-    units, mean = fin.n_losses, fin.mean
-    upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     where = (f"{tune_source} ({tune.n} samples) with the prior weights {prior_source} only"
              if free else
              f"{tune_source} ({tune.n} samples, {shared_rows} of them rows of S) with the prior "
              f"weights {prior_source}: not disjoint from S, charged as if chosen on S"
              if searched else "S itself with the posterior weights")
+    return Search(groups, sizes, dist_sq, shape, c, scale_rows, searched, free, where)
+
+
+def finish_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.device,
+                  options: MeasureOptions, found: Search, *, prior_source: str | None = None,
+                  progress: Any = None, shared_rows: int = 0) -> None:
+    """The Gibbs risk on ``data`` (S) at the σ vector ``found`` chose, measured once into
+    ``stats`` (:func:`final_risk` with ``options.gibbs_mode`` and ``options.gibbs_samples``:
+    per-sample draws where exact, ``options.group_passes`` passes), with the record
+    ``provenance.gibbs_groups``."""
+    from ...engine.functions import kl_inv_upper
+    from ...stats import Curve, Quantity
+
+    tune_source, searched, free = options.tune_data, found.searched, found.free
+    draws, tune_draws, slack = options.group_passes, options.tune_draws, options.tune_slack
+    delta_mc, alpha, seed = options.delta_mc, options.smoothing, options.seed
+    shape, c, groups = found.shape, found.scale, found.groups
+    sizes, dist_sq, sigma = found.sizes, found.dist_sq, found.sigma
+    samples = options.gibbs_samples
+    fin = final_risk(tm, data, device, _mapping(groups, sigma), draws, seed, alpha, progress,
+                     mode=options.gibbs_mode, samples=samples)
+    units, mean = fin.n_losses, fin.mean
+    upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     stats.curves["gibbs_risk_groups"] = Curve(
         "scale", np.array([c]), np.array([mean]), ci=np.array([[mean, upper]]),
         confidence=1 - delta_mc, estimated=True, n_samples=units,
@@ -389,7 +457,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         "dist_sq": [dist_sq[g] for g in shape.groups],
         "shape_j": shape.j, "shape": shape.rho, "shape_kind": shape.kind,
         "isotropic_j": shape.j_isotropic,
-        "shape_chosen_on": where, "shape_disjoint_from_S": free,
+        "shape_chosen_on": found.where, "shape_disjoint_from_S": free,
         "shape_note": FREE if free else CHARGED,
         "shape_target": {"base_risk": shape.base, "slack": slack, "target": shape.target,
                          "draws": tune_draws, "evaluations": len(shape.trace)},
@@ -397,7 +465,7 @@ def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.devic
         "scale_chosen_on": (f"{tune_source if searched else 'S'} with the posterior weights and "
                             f"the distances ‖w_g − w₀,g‖² (they depend on S): charged "
                             f"ln {len(SCALE_GRID)}"),
-        "scale_search": scale_rows,
+        "scale_search": found.scale_rows,
         "sigma": [sigma[g] for g in shape.groups],
         "prior_centre": prior_source, "tune_data": tune_source if searched else None,
         "tune_shared_rows": shared_rows if searched else None,

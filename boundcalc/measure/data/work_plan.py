@@ -62,8 +62,9 @@ def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
                          * opts.draws, mc_rows, "noisy"))
     if opts.groups:
         evals = search_evaluations(n_groups) * opts.tune_draws
+        # a whole-model draw per evaluation (tune.risk_draws), then plain forwards
         out.append(Stage(f"σ search, ≤ {evals} evaluations", evals,
-                         tune_rows if tune_rows is not None else n, "noisy"))
+                         tune_rows if tune_rows is not None else n, "plain"))
         out.append(Stage(f"per-group σ, {opts.group_passes} pass(es)", opts.group_passes,
                          mc_rows, "noisy"))
     if opts.hessian_probes > 0:

@@ -1,0 +1,222 @@
+"""Defaults that scale with n (issue 44 item 4): with tune data the isotropic σ is chosen there
+and measured once on S, free where the prior weights chose it; without, the default grid and
+draws are cut to the time target at the calibrated speed; the output says what more draws buy."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import mpmath as mp
+import pytest
+import torch
+
+from boundcalc.errors import StatsError
+from boundcalc.measure.data import sizing
+from boundcalc.measure.data.options import MeasureOptions
+from boundcalc.measure.data.sigma_grid import DEFAULT_SIGMAS, dr_sigma
+from boundcalc.measure.data.tune import ISOTROPIC_EVALUATIONS, search_evaluations
+from tests._measure_helpers import (TEXTS, single_thread, tiny_text_checkpoints,
+                                    write_text_splits)
+from tests._reference import kl_inv_exact
+
+@pytest.fixture(scope="module")
+def route(tmp_path_factory):
+    """``cls``: the fine-tuned 3-class model; ``prior``: a classifier with its own head (cls
+    plus small noise, as certify's prior); ``base``: the same body without a head."""
+    from transformers import BertForSequenceClassification, BertModel
+
+    out = tmp_path_factory.mktemp("sizing")
+    with single_thread():
+        tok, cfg = tiny_text_checkpoints(out)
+        cls = BertForSequenceClassification.from_pretrained(out / "cls")
+        gen = torch.Generator().manual_seed(3)
+        noisy = {k: v + 0.01 * torch.randn(v.shape, generator=gen)
+                 for k, v in cls.state_dict().items()}
+        prior = BertForSequenceClassification(cls.config)
+        prior.load_state_dict(noisy)
+        prior.save_pretrained(out / "prior")
+        tok.save_pretrained(out / "prior")
+        base = BertModel(cfg, add_pooling_layer=True)
+        base.load_state_dict({k[len("bert."):]: v for k, v in noisy.items()
+                              if k.startswith("bert.")})
+        base.save_pretrained(out / "base")
+        tok.save_pretrained(out / "base")
+    write_text_splits(out)
+    return out
+
+
+def _measure(route, init: str, **kw):
+    from boundcalc.measure.data.task_measure import measure_task
+
+    said: list[str] = []
+    with single_thread():
+        stats = measure_task(str(route / "cls"), str(route / "S.csv"), str(route / init),
+                             tune_data=str(route / "tune.csv"), hessian_probes=0,
+                             say=said.append, **kw)
+    return stats, said
+
+
+@pytest.fixture(scope="module")
+def free(route):
+    return _measure(route, "prior")
+
+
+def _hand_value(stats, delta: float) -> float:
+    """pac_bayes_kl_gaussian_mc by hand: kl⁻¹(kl⁻¹(Ê, ln(2/δ′)/N), (d²/(2σ²) + ln(2√n/δ))/n)
+    at one σ (δ′ = 0.01 not split)."""
+    c = stats.curves["gibbs_risk_mean"]
+    sigma, e, N = float(c.at[0]), float(c.value[0]), int(c.n_samples)
+    n, d = stats.scalars["n"].value, stats.scalars["dist_init_total"].value
+    up = kl_inv_exact(e, mp.log(2 / mp.mpf("0.01")) / N)
+    budget = (mp.mpf(d) ** 2 / (2 * mp.mpf(sigma) ** 2) + mp.log(2 * mp.sqrt(n) / delta)) / n
+    return float(kl_inv_exact(up, budget))
+
+
+def test_with_tune_data_one_sigma_is_measured_on_S_and_it_is_free(free):
+    from boundcalc.api import compute
+
+    stats, said = free
+    rec, groups = stats.provenance["gibbs_sigma"], stats.provenance["gibbs_groups"]
+    # the σ is the isotropic step of the per-group search, with the prior weights, on tune
+    assert rec["disjoint_from_S"] is True and rec["j"] == groups["isotropic_j"]
+    assert rec["sigma"] == pytest.approx(dr_sigma(groups["isotropic_j"]), rel=1e-12)
+    c = stats.curves["gibbs_risk_mean"]
+    assert list(c.at) == [pytest.approx(rec["sigma"], rel=1e-12)]
+    # the passes over S, from the plan: one σ × draws for the isotropic row, then the groups
+    stages = {s["what"].split(",")[0]: s for s in stats.provenance["plan"]["stages"]}
+    mc, draws = stages["Monte Carlo"], stats.provenance["sizing"]["draws"]
+    assert mc["what"].startswith("Monte Carlo, 1 σ × ") and mc["passes"] == draws
+    assert mc["rows"] == stats.scalars["n"].value == len(TEXTS)
+    assert stats.scalars["gibbs_passes"].value == draws
+    assert "isotropic σ search" not in stages  # the prior predicts: its own search serves
+    assert said[0].startswith("defaults sized to this machine: 1 σ chosen on the tune data")
+    assert any(line.startswith("plan: data pass: 1 × 6 rows") for line in said)
+    r = compute("pac_bayes_kl_gaussian_mc", stats)
+    # no grid cost: the bound at δ = 0.05 itself, not at δ·6/(π² j²)
+    assert r.value == pytest.approx(_hand_value(stats, 0.05), rel=1e-9)
+    assert math.isclose(float(r.delta), 0.06, rel_tol=1e-12)
+    assert "not charged" in r.parameter_choice["sigma"]
+
+
+def test_a_sigma_not_chosen_off_S_pays_its_grid_weight(free):
+    """The same file with the record saying charged: the Dziugaite–Roy weight of j is paid."""
+    from boundcalc.api import compute
+
+    stats, _ = free
+    stats.provenance["gibbs_sigma"] = {**stats.provenance["gibbs_sigma"],
+                                       "disjoint_from_S": False}
+    try:
+        j = stats.provenance["gibbs_sigma"]["j"]
+        r = compute("pac_bayes_kl_gaussian_mc", stats)
+        want = _hand_value(stats, 0.05 * 6 / (math.pi ** 2 * j ** 2))
+        assert r.value == pytest.approx(want, rel=1e-9)
+    finally:
+        stats.provenance["gibbs_sigma"]["disjoint_from_S"] = True
+
+
+def test_a_headless_base_chooses_with_the_model_weights_and_is_charged(route):
+    stats, said = _measure(route, "base")
+    rec = stats.provenance["gibbs_sigma"]
+    assert rec["disjoint_from_S"] is False and "model's weights" in rec["chosen_on"]
+    assert 1 <= rec["evaluations"] <= ISOTROPIC_EVALUATIONS
+    stages = [s["what"] for s in stats.provenance["plan"]["stages"]]
+    assert any(w.startswith("isotropic σ search") for w in stages)
+    assert len(stats.curves["gibbs_risk_mean"].at) == 1
+
+
+def test_a_free_record_with_other_points_is_refused(free, tmp_path):
+    from boundcalc.stats import load_stats
+
+    stats, _ = free
+    path = stats.save(tmp_path / "s.json")
+    data = json.loads(path.read_text())
+    data["provenance"]["gibbs_sigma"]["sigma"] = 0.5 * data["provenance"]["gibbs_sigma"]["sigma"]
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(StatsError, match="free only as the one point"):
+        load_stats(tmp_path / "bad.json")
+    data["provenance"]["gibbs_sigma"] = {**stats.provenance["gibbs_sigma"],
+                                         "tune_shared_rows": 2}
+    (tmp_path / "bad2.json").write_text(json.dumps(data))
+    with pytest.raises(StatsError, match="shared by no row of S"):
+        load_stats(tmp_path / "bad2.json")
+
+
+def test_the_output_says_what_more_draws_would_buy(free):
+    stats, said = free
+    more = stats.provenance["more_draws"]["gibbs_risk_mean"]
+    c = stats.curves["gibbs_risk_mean"]
+    e, N = float(c.value[0]), int(c.n_samples)
+    now = float(kl_inv_exact(e, mp.log(2 / mp.mpf("0.01")) / N)) - e
+    later = float(kl_inv_exact(e, mp.log(2 / mp.mpf("0.01")) / (4 * N))) - e
+    assert more["N"] == N and more["N_more"] == 4 * N
+    assert more["best"]["term"] == pytest.approx(now, rel=1e-6)
+    assert more["best"]["term_more"] == pytest.approx(later, rel=1e-6) and later < now
+    assert any(line.startswith("gibbs_risk_mean: the Monte Carlo term adds") and
+               f"4× the draws (N = {4 * N:,}" in line for line in said)
+    assert "gibbs_risk_groups" in stats.provenance["more_draws"]
+
+
+# ---- without tune data: the default plan fits the time target at a calibrated speed ----------
+
+def _estimate_by_hand(points: int, draws: int, probes: int, n: int, samples: int,
+                      plain: float, noisy: float) -> float:
+    return n * plain + points * draws * n * noisy + probes * min(samples, n) * 4 * plain
+
+
+@pytest.mark.parametrize("plain, noisy, points, draws, probes", [
+    (1e-5, 3e-5, 7, 20, 20),    # a fast model: the old default, 7 σ × 20 draws, 20 probes
+    (0.004, 0.012, 7, 5, 8),    # MiniLM-like on 2 cores: Hessian probes cut, then draws
+    (0.01, 0.03, 7, 2, 2),      # slower: draws at their least, 2 probes left
+    (0.02, 0.06, 2, 3, 2),      # slower still: fewer σ points
+])
+def test_default_plan_respects_the_time_target(monkeypatch, plain, noisy, points, draws,
+                                              probes):
+    monkeypatch.setattr(sizing, "time_budget", lambda: 3600.0)
+    opts = MeasureOptions()
+    speed = {"rows": 32, "plain": plain, "noisy": noisy}
+    got = sizing.size(opts, 1000, None, 0, speed, per_row_draw=True, posterior_search=False)
+    o = got.options
+    assert (len(o.sigmas), o.draws, o.hessian_probes) == (points, draws, probes)
+    assert o.sigmas == {7: DEFAULT_SIGMAS, 2: sizing.GRIDS[2]}[points]
+    want = _estimate_by_hand(points, draws, probes, 1000, 256, plain, noisy)
+    assert got.seconds == pytest.approx(want, rel=1e-12)
+    assert got.seconds <= sizing.TARGET_SECONDS and got.record["fits"] is True
+    # the richer choice just before it in the ladder would not have fitted
+    ladder = [(len(c.sigmas), c.draws, c.hessian_probes) for c in sizing.candidates(opts, True)]
+    at = ladder.index((points, draws, probes))
+    if at:
+        richer = _estimate_by_hand(*ladder[at - 1], 1000, 256, plain, noisy)
+        assert richer > sizing.TARGET_SECONDS
+
+
+def test_a_smaller_time_budget_lowers_the_target_and_nothing_fitting_is_said(monkeypatch):
+    monkeypatch.setattr(sizing, "time_budget", lambda: 60.0)
+    assert sizing.target_seconds() == 48.0
+    speed = {"rows": 32, "plain": 0.05, "noisy": 0.15}
+    got = sizing.size(MeasureOptions(), 1000, None, 0, speed, True, False)
+    assert (got.options.sigmas, got.options.draws, got.options.hessian_probes) == \
+        ((0.01,), 2, 0)  # the cheapest
+    assert got.record["fits"] is False
+    assert "the cheapest choice, still over the target of 48 s" in sizing.sizing_text(got)
+
+
+def test_with_tune_data_the_budget_sizes_draws_and_tune_draws(monkeypatch):
+    monkeypatch.setattr(sizing, "time_budget", lambda: 3600.0)
+    opts = MeasureOptions(tune_data="t.csv", hessian_probes=0)
+    speed = {"rows": 32, "plain": 0.004, "noisy": 0.012}
+    got = sizing.size(opts, 1000, 200, 16, speed, True, posterior_search=True)
+    o = got.options
+    assert len(o.sigmas) == 1
+    evals = search_evaluations(16) * o.tune_draws
+    want = (1000 * 0.004 + ISOTROPIC_EVALUATIONS * o.tune_draws * 200 * 0.004
+            + o.draws * 1000 * 0.012 + evals * 200 * 0.004 + o.draws * 1000 * 0.012)
+    assert got.seconds == pytest.approx(want, rel=1e-12) and got.seconds <= 480
+    assert (o.draws, o.tune_draws) == (10, 2)  # 20 draws do not fit; 10 with 4 tune draws neither
+
+
+def test_given_counts_are_kept():
+    opts = MeasureOptions(sigmas=(0.01, 0.02), draws=7, tune_draws=3, hessian_probes=4)
+    assert not any(sizing.auto(opts).values())
+    assert [(c.sigmas, c.draws, c.tune_draws, c.hessian_probes)
+            for c in sizing.candidates(opts, True)] == [((0.01, 0.02), 7, 3, 4)]
