@@ -69,12 +69,12 @@ class MeasureOptions(Record):
     sigmas: tuple[float, ...] | None = spec(None, Spec(
         float, low=0, open_low=True, many=True, none=True, error=DomainError,
         help="posterior σ for the Monte Carlo Gibbs risk (repeatable; snapped to the "
-             "Dziugaite–Roy grid); default: with {tune_data}, one σ chosen there; without, "
-             "up to seven σ (0.001 … 0.1) sized so that the plan fits the time target here"))
+             "Dziugaite–Roy grid); default: with {tune_data} one σ chosen there (free), else up to "
+             "seven σ, 0.001 … 0.1, as many as fit the time target here"))
     draws: int | None = spec(None, Spec(int, low=0, none=True, unit="passes", help=(
         "Monte Carlo passes per σ (0: skip): posterior draws in whole mode, passes with a "
-        "fresh draw per sample in sample mode; default: sized to the time target, 20 at "
-        "most")))
+        "fresh draw per sample in sample mode (default: up to 20, as many as fit the time "
+        "target here)")))
     delta_mc: float = spec(0.01, Spec(float, low=0, high=1, open_low=True, open_high=True,
                                       help="confidence δ′ of the Monte Carlo step, split over "
                                            "the σ points"))
@@ -89,7 +89,7 @@ class MeasureOptions(Record):
     seed: int = spec(0, Spec(int, low=0, high=2**32 - 2, help="seed of every random draw"))
     hessian_probes: int | None = spec(None, Spec(int, low=0, but_not=(1,), none=True, help=(
         "Hutchinson probes, each a Hessian-vector product on {hessian_samples} samples (0: "
-        "skip the Hessian trace); default: sized to the time target, 20 at most")))
+        "skip the Hessian trace; default: up to 20, as many as fit the time target here)")))
     hessian_samples: int = spec(256, Spec(int, low=1, unit="rows", help=(
         "samples in the loss whose Hessian trace is estimated")))
     perturbation_draws: int = spec(0, Spec(int, low=0, help=(
@@ -103,8 +103,8 @@ class MeasureOptions(Record):
         "σ_g there with the {init} weights, at no union-bound cost; then the Gibbs risk on "
         "DATA once")))
     tune_draws: int | None = spec(None, Spec(int, low=1, none=True, help=(
-        "Monte Carlo draws per σ vector tried by the search; default: sized to the time "
-        "target, 4 at most")))
+        "Monte Carlo draws per σ vector tried by the search (default: up to 4, as many as fit "
+        "the time target here)")))
     tune_slack: float = spec(0.05, Spec(float, low=0, high=1, open_high=True, help=(
         "the search keeps the searched weights' Gibbs risk ≤ their error + this")))
     group_draws: int | None = spec(None, Spec(int, low=0, none=True, help=(
