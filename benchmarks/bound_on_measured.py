@@ -25,13 +25,16 @@ ap.add_argument('--model'); ap.add_argument('--prior'); ap.add_argument('--S'); 
 ap.add_argument('--stats'); ap.add_argument('--max-length', type=int, default=64); ap.add_argument('--batch', type=int, default=32)
 ap.add_argument('--lr', type=float, default=1e-3); ap.add_argument('--epochs', type=int, default=1); ap.add_argument('--draws', type=int, default=6)
 ap.add_argument('--save'); ap.add_argument('--objective', default='quad'); ap.add_argument('--name')
+ap.add_argument('--sigma', default='groups'); ap.add_argument('--init', default='model')
+ap.add_argument('--lr-sigma', type=float, default=0.05)
 a = ap.parse_args()
 dev = torch.device('cpu')
 stats = load_stats(a.stats)
 tm = load_task_model(a.model, dev); prior = load_task_model(a.prior, dev)
 S = read_batches(a.S, tm, max_length=a.max_length, batch_size=a.batch)
 T = read_batches(a.test, tm, max_length=a.max_length, batch_size=a.batch)
-spec = BoundTraining(epochs=a.epochs, lr_mu=a.lr, objective=a.objective)
+spec = BoundTraining(epochs=a.epochs, lr_mu=a.lr, objective=a.objective, sigma=a.sigma,
+                    init=a.init, lr_sigma=a.lr_sigma)
 t = time.time()
 with blas_threads(data_threads(tm.model, dev)):
     l = add_bound_posterior(stats, tm, prior, S, dev, spec, draws=a.draws, seed=40000)
@@ -42,7 +45,7 @@ for e in ('pac_bayes_kl_gaussian_learned_mc', 'pac_bayes_kl_gaussian_groups_mc')
     print(e, r.value, r.delta)
 rec = stats.provenance['gibbs_learned']; c = stats.curves['gibbs_risk_learned']; g = stats.curves['gibbs_risk_groups']
 print('E learned', c.value[0], 'E groups', g.value[0], 'N', c.n_samples, 'scale', rec['scale'], 'KL', min(x['KL'] for x in rec['scale_search']),
-      'train_s', round(l.seconds,1), 'hist', l.history, 'heldout', ho, 'total_s', round(time.time()-t,1), flush=True)
+      'train_s', round(l.seconds,1), 'scale_learned', rec.get('scale_learned'), 'hist', l.history, 'heldout', ho, 'total_s', round(time.time()-t,1), flush=True)
 if a.save: stats.save(a.save)
 if a.name:
     path = Path(__file__).resolve().parent / 'results' / 'bound_posterior_cpu.json'

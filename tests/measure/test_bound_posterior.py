@@ -219,3 +219,47 @@ def test_training_lowers_the_objective_and_refuses_language_models():
     lm = TaskModel(tm.model, "causal_lm", "x", 30)
     with pytest.raises(BoundcalcError, match="for classifiers"):
         train_bound_posterior(lm, tp, data, CPU, groups, sig, BoundTraining())
+
+
+def test_learned_scale_moves_prior_and_posterior_together_from_the_prior():
+    """sigma="scale": σ_Q,g = σ_P,g = t·σ_g (KL without a variance term, by hand); its gradient
+    in ln t is the finite difference; init="prior" starts μ at the prior (distance 0)."""
+    tm, tp, data = _tiny(4, dtype=torch.float64)
+    groups, sig = _sigmas(tm, 0.05)
+    spec = BoundTraining(sigma="scale", init="prior")
+    f = BoundObjective(tm, tp, CPU, groups, sig, spec, 1000, torch.Generator().manual_seed(0))
+    ref = dict(tp.model.named_parameters())
+    assert all(torch.equal(p, ref[n]) for n, p in tm.model.named_parameters())
+    assert f.learned() is f.log_scale
+    with torch.no_grad():
+        f.log_scale += math.log(1.3)
+        for p in tm.model.parameters():
+            p.add_(0.01)
+    kl = float(f.kl().detach())
+    by_hand = sum(sum(p.numel() for n, p in tm.model.named_parameters() if groups[n] == g)
+                  * 0.01 ** 2 / (2 * (1.3 * s) ** 2) for g, s in sig.items())
+    assert kl == pytest.approx(by_hand, rel=1e-9)
+    x, y = data.batches[0]
+
+    def value() -> torch.Tensor:
+        f.hooks.gen.manual_seed(9)
+        return f(x, y)
+
+    with f.hooks:
+        f.backward(value())
+        g = float(f.log_scale.grad)
+        h = 1e-6
+        with torch.no_grad():
+            f.log_scale += h
+            up = float(value())
+            f.log_scale -= 2 * h
+            down = float(value())
+    assert (up - down) / (2 * h) == pytest.approx(g, rel=1e-4)
+    tm2, tp2, data2 = _tiny(5)
+    learned = train_bound_posterior(tm2, tp2, data2, CPU, groups, sig,
+                                    BoundTraining(sigma="scale", epochs=3, lr_sigma=0.2))
+    assert learned.scale_factor != 1.0
+    assert learned.sigma_post == pytest.approx([learned.scale_factor * s for s in
+                                                learned.sigma_prior], rel=1e-9)
+    with pytest.raises(BoundcalcError, match="sigma 'each'"):
+        BoundTraining(sigma="each").check()

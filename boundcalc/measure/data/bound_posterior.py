@@ -13,6 +13,10 @@ and per-group standard deviations are trained on S by gradient descent on a PAC-
   evaluates a bounded surrogate loss (cross-entropy with probabilities clipped at ``p_min``,
   divided by ln(1/p_min), in [0, 1]) and descends the PAC-Bayes objective ``quad`` or
   ``classic`` of :func:`objective` with the closed-form KL(Q‖P) (:func:`kl_groups`).
+* ``sigma="scale"``: instead of σ_Q,g, one factor t of the prior's scale is learned with
+  σ_Q,g = σ_P,g = t·c·ρ_g (the KL's variance part, which pins σ_Q,g to σ_P,g on a large group,
+  is then zero); c·t is snapped to the nearest point of ``SCALE_GRID`` afterwards (the grid the
+  formula already pays for). ``init="prior"`` starts μ at the prior's weights.
 * The certificate never uses the training draws: the Gibbs risk of the learned Q is measured
   afterwards on S with fresh draws (:func:`.tune.final_risk`), and the record
   ``provenance.gibbs_learned`` and the curve ``gibbs_risk_learned`` feed the formula.
@@ -40,6 +44,8 @@ from .inputs import Progress, to_device
 from .row_noise import RowNoise, refused
 
 OBJECTIVES = ("quad", "classic")
+SIGMAS = ("groups", "scale")  # what is learned of σ: one σ_Q,g per group, or the prior's scale
+INITS = ("model", "prior")  # where μ starts
 RECORD, CURVE, UNITS = "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units"
 JITTER = 1e-6  # relative jitter of the Gram in the training draws (training only, not the MC)
 
@@ -50,9 +56,14 @@ class BoundTraining:
 
     ``objective``: ``quad`` (f_quad) or ``classic`` (f_classic) of :func:`objective`;
     ``epochs`` passes over S; ``lr_mu`` the SGD step of the means (momentum ``momentum``);
-    ``lr_sigma`` the Adam step of ln σ_Q,g, divided by √d_g for a group of d_g parameters (the
-    KL's curvature in ln σ_Q,g grows like d_g); ``p_min`` the probability floor of the bounded
-    cross-entropy; ``delta`` the δ of the objective's confidence term; ``seed`` of the draws."""
+    ``sigma``: ``groups`` learns one σ_Q,g per group against the fixed prior σ_P,g (Adam steps
+    of ln σ_Q,g of ``lr_sigma``/√d_g: the KL's curvature in ln σ_Q,g grows like d_g, so on a
+    large group σ_Q,g stays near σ_P,g); ``scale`` learns one factor t of the prior's scale with
+    σ_Q,g = σ_P,g = t·c·ρ_g (no variance term in the KL; Adam steps of ln t of ``lr_sigma``),
+    snapped afterwards to the declared grid, whose cost the formula already charges;
+    ``init``: μ starts at the trained model (``model``) or at the prior's weights (``prior``);
+    ``p_min`` the probability floor of the bounded cross-entropy; ``delta`` the δ of the
+    objective's confidence term; ``seed`` of the draws."""
 
     objective: str = "quad"
     epochs: int = 1
@@ -62,12 +73,19 @@ class BoundTraining:
     p_min: float = 1e-4
     delta: float = 0.05
     seed: int = 0
+    sigma: str = "groups"
+    init: str = "model"
 
     def check(self) -> None:
         """Refuse settings outside their domains (one line naming the setting)."""
         if self.objective not in OBJECTIVES:
             raise BoundcalcError(f"bound-trained posterior: objective {self.objective!r}; "
                                  f"expected one of {', '.join(OBJECTIVES)}")
+        for name, allowed in (("sigma", SIGMAS), ("init", INITS)):
+            if getattr(self, name) not in allowed:
+                raise BoundcalcError(f"bound-trained posterior: {name} "
+                                     f"{getattr(self, name)!r}; expected one of "
+                                     f"{', '.join(allowed)}")
         if self.epochs < 1:
             raise BoundcalcError(f"bound-trained posterior: epochs must be >= 1, got "
                                  f"{self.epochs}")
@@ -207,7 +225,8 @@ class GradRowNoise(RowNoise):
 @dataclass
 class Learned:
     """What :func:`train_bound_posterior` learned (μ is the model's weights, trained in place):
-    σ_Q per group, the objective's mean per epoch, the steps and the seconds."""
+    σ_Q per group, the objective's mean per epoch, the steps and the seconds; ``scale_factor``
+    the learned factor t of the prior's scale (1 unless ``sigma`` is ``scale``)."""
 
     groups: list[str]
     sigma_post: list[float]
@@ -215,12 +234,16 @@ class Learned:
     history: list[float] = field(default_factory=list)
     steps: int = 0
     seconds: float = 0.0
+    scale_factor: float = 1.0
 
 
 class BoundObjective:
     """The differentiable PAC-Bayes objective of one batch for a model, its prior and a group
     map: μ is the model's weights, ``log_ratio`` (a float64 leaf tensor, one per group, 0 at
-    the start) is ln(σ_Q,g/σ_P,g), ``hooks`` the row-wise draws (a context to enter)."""
+    the start) is ln(σ_Q,g/σ_P,g), ``log_scale`` (a float64 scalar leaf, 0 at the start) is
+    ln t, the learned factor of the prior's scale (``spec.sigma == "scale"``: σ_P,g and σ_Q,g
+    are both t·``sigma_prior``; else t stays 1), ``hooks`` the row-wise draws (a context to
+    enter)."""
 
     def __init__(self, tm: TaskModel, prior: TaskModel, device: torch.device,
                  groups: Mapping[str, str], sigma_prior: Mapping[str, float],
@@ -245,15 +268,29 @@ class BoundObjective:
                                     device=device)
         self.log_ratio = torch.zeros(len(self.groups), dtype=dt, device=device,
                                      requires_grad=True)
+        self.log_scale = torch.zeros((), dtype=dt, device=device, requires_grad=True)
+        if spec.init == "prior":
+            with torch.no_grad():
+                for ps in self.pairs:
+                    for p, q in ps:
+                        p.copy_(q)
         for _, p in self.named:
             p.requires_grad_(True)
         self.spec, self.n, self.device = spec, n, device
         self.hooks = GradRowNoise(self.model, {name: index[groups[name]]
                                                for name, _ in self.named}, generator)
 
+    def sigma_prior(self) -> torch.Tensor:
+        """σ_P per group (float64): the fixed one, times t when the scale is learned."""
+        return self.s_prior * torch.exp(self.log_scale)
+
     def sigma_post(self) -> torch.Tensor:
         """σ_Q per group (float64)."""
-        return self.s_prior * torch.exp(self.log_ratio)
+        return self.sigma_prior() * torch.exp(self.log_ratio)
+
+    def learned(self) -> torch.Tensor:
+        """The σ parameters that ``spec.sigma`` trains (a leaf tensor)."""
+        return self.log_scale if self.spec.sigma == "scale" else self.log_ratio
 
     def kl(self) -> torch.Tensor:
         """KL(Q‖P) in float64, differentiable in ``log_ratio`` and in the distances
@@ -266,7 +303,7 @@ class BoundObjective:
             dist = torch.stack([sum(d.square().sum().double() for d in ds)
                                 for ds in self.diffs])
         self.dist = dist.requires_grad_(True)
-        return kl_groups(self.dist, self.sizes, self.log_ratio, self.s_prior)
+        return kl_groups(self.dist, self.sizes, self.log_ratio, self.sigma_prior())
 
     def __call__(self, inputs: Mapping[str, torch.Tensor], y: torch.Tensor) -> torch.Tensor:
         """The objective on one batch, every row with its own draw (inside ``hooks``)."""
@@ -313,8 +350,10 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
     f = BoundObjective(tm, prior, device, groups, sigma_prior, spec, data.n, gen)
     order = np.random.default_rng(spec.seed + 30_000)
     opt_mu = torch.optim.SGD([p for _, p in f.named], lr=spec.lr_mu, momentum=spec.momentum)
-    opt_s = torch.optim.Adam([f.log_ratio], lr=spec.lr_sigma)
-    step_scale = 1 / torch.sqrt(f.sizes)
+    leaf = f.learned()
+    opt_s = torch.optim.Adam([leaf], lr=spec.lr_sigma)
+    step_scale = (torch.ones((), dtype=leaf.dtype, device=device) if spec.sigma == "scale"
+                  else 1 / torch.sqrt(f.sizes))
     total = spec.epochs * len(data.batches)
     out = Learned(groups=f.groups, sigma_post=[], sigma_prior=f.s_prior.tolist())
     with f.hooks:
@@ -325,17 +364,18 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
                 opt_mu.zero_grad(set_to_none=True)
                 opt_s.zero_grad(set_to_none=True)
                 f.backward(obj)
-                before = f.log_ratio.detach().clone()
+                before = leaf.detach().clone()
                 opt_mu.step()
                 opt_s.step()
                 with torch.no_grad():  # the Adam step of group g, scaled by 1/√d_g
-                    f.log_ratio.copy_(before + (f.log_ratio - before) * step_scale)
+                    leaf.copy_(before + (leaf - before) * step_scale)
                 acc += obj.detach()
                 out.steps += 1
                 if progress:
                     progress(out.steps, total, "training the bound-trained posterior")
             out.history.append(float(acc) / len(data.batches))  # the epoch's one sync
     out.sigma_post = f.sigma_post().detach().tolist()
+    out.scale_factor = float(torch.exp(f.log_scale.detach()))
     out.seconds = time.monotonic() - t0
     return out
 
@@ -385,6 +425,9 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
     sizes = [dist[g][0] for g in names]
     dist_sq = [dist[g][1] for g in names]
     rho = [float(shape[g]) for g in names]
+    if spec.sigma == "scale":  # σ_Q,g = σ_P,g = c·ρ_g at the grid point nearest c0·t
+        snap = min(SCALE_GRID, key=lambda x: abs(math.log(x / (c0 * learned.scale_factor))))
+        learned.sigma_post = [snap * r for r in rho]
     c, scale_rows = best_scale(sizes, dist_sq, learned.sigma_post, rho, SCALE_GRID)
     sig_of = dict(zip(names, learned.sigma_post))
     fin = final_risk(tm, data, device, {n: sig_of[g] for n, g in groups.items()}, draws,
@@ -410,10 +453,12 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
         "tune_data": rec.get("tune_data"), "tune_shared_rows": rec.get("tune_shared_rows"),
         "sigma_post": learned.sigma_post, "sigma_prior_trained_with": learned.sigma_prior,
         "scale": c, "scale_grid": list(SCALE_GRID), "scale_trained_with": c0,
+        "scale_learned": c0 * learned.scale_factor if spec.sigma == "scale" else None,
         "scale_chosen_on": "the least KL over the declared grid with the learned posterior "
                            f"(it depends on S): charged ln {len(SCALE_GRID)}",
         "scale_search": scale_rows, "prior_centre": prior_source,
         "training": {"objective": spec.objective, "epochs": spec.epochs, "steps": learned.steps,
+                     "sigma": spec.sigma, "init": spec.init,
                      "lr_mu": spec.lr_mu, "momentum": spec.momentum,
                      "lr_sigma": spec.lr_sigma, "p_min": spec.p_min, "delta": spec.delta,
                      "seed": spec.seed, "objective_per_epoch": learned.history,
