@@ -56,12 +56,13 @@ class CertifyConfig(Record):
     device: str = like(MeasureOptions, "device", help="auto | cpu | cuda (training and "
                                                        "measuring)")
     # measure (fixed before S is read)
-    sigmas: tuple[float, ...] = like(MeasureOptions, "sigmas", (0.003, 0.01), help=(
+    sigmas: tuple[float, ...] = like(MeasureOptions, "sigmas", (0.003, 0.01), none=False, help=(
         "isotropic posterior σ (repeatable; default 0.003 and 0.01)"))
-    draws: int = like(MeasureOptions, "draws", 3, low=1, help="Monte Carlo passes over S per σ")
+    draws: int = like(MeasureOptions, "draws", 3, low=1, none=False,
+                      help="Monte Carlo passes over S per σ")
     tune_rows: int = spec(192, Spec(int, low=0, unit="rows", help=(
         "rows of the prior's data on which the per-group σ is searched (0: none)")))
-    tune_draws: int = like(MeasureOptions, "tune_draws", 1, help=(
+    tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, help=(
         "Monte Carlo passes per σ vector tried by the search (free: it never sees S)"))
     group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, help=(
         "Monte Carlo passes over S at the per-group σ"))

@@ -74,3 +74,12 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "proximal", "batch_size", "max_length", "text_column", "label_column", "device",
         "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
         "tokenizer", "posterior", "bound_epochs", "bound_lr"]
+
+
+@pytest.mark.parametrize("name", ["sigmas", "draws", "tune_draws", "group_draws"])
+def test_certify_leaves_no_measure_count_to_sizing(name):
+    """MeasureOptions leaves σ, draws and tune draws to the data side when None (issue 44);
+    certify's settings declare the same fields by reference but always fix them before S is
+    read, so None is refused there (it was accepted once the measure fields allowed None)."""
+    with pytest.raises(BoundcalcError, match=f"^{name}=None: expected"):
+        CertifyConfig(**{name: None})
