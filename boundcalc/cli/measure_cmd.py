@@ -21,7 +21,7 @@ from .words import flag
 # options that do nothing without another one: refused when given alone
 NEEDS = {"--compress": ("max_changed", "quantizer", "levels", "codebook_bits", "prefix"),
          "--tune-data or --sigma-groups": ("tune_draws", "group_draws", "tune_slack"),
-         "--tune-data": ("allow_overlap",),
+         "--tune-data": ("allow_overlap", "search_rows"),
          "--data": ("init_data",)}
 
 

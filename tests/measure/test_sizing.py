@@ -220,3 +220,62 @@ def test_given_counts_are_kept():
     assert not any(sizing.auto(opts).values())
     assert [(c.sigmas, c.draws, c.tune_draws, c.hessian_probes)
             for c in sizing.candidates(opts, True)] == [((0.01, 0.02), 7, 3, 4)]
+
+
+# ---- the σ searches' rows of the tune data (the acceptance run: 76 % of the work) ------------
+
+def test_when_the_search_dominates_its_tune_rows_are_cut_before_the_draws(monkeypatch):
+    """The acceptance run of issue 44 (MiniLM, 1,000 rows of S, 199 tune rows, 16 groups)
+    spent 76 % of its work in the per-group search, which nothing sized: its 117 evaluations
+    × 199 rows. Now the rows the searches read are cut (128, then 64) after the tune draws
+    and the Hessian probes and before the draws on S. Here a tune split of 2,000 rows at a
+    MiniLM-like speed: 20 draws on S kept, the searches on 128 rows."""
+    monkeypatch.setattr(sizing, "time_budget", lambda: 3600.0)
+    opts = MeasureOptions(tune_data="t.csv", hessian_probes=0)
+    speed = {"rows": 32, "plain": 0.004, "noisy": 0.010}
+    got = sizing.size(opts, 1000, 2000, 16, speed, True, posterior_search=True)
+    o = got.options
+    assert (o.draws, o.tune_draws, o.search_rows) == (20, 1, 128)
+    evals = search_evaluations(16)
+
+    def by_hand(rows, tune_draws):  # data, isotropic search, MC, per-group search, groups
+        return (1000 * 0.004 + ISOTROPIC_EVALUATIONS * tune_draws * rows * 0.004
+                + 20 * 1000 * 0.010 + evals * tune_draws * rows * 0.004 + 20 * 1000 * 0.010)
+
+    assert got.seconds == pytest.approx(by_hand(128, 1), rel=1e-12) and got.seconds <= 480
+    # the richer choices before it: every row of the split, or two tune draws, do not fit
+    assert by_hand(2000, 1) > 480 and by_hand(128, 2) > 480
+    assert got.record["search_rows"] == 128
+    assert "σ searches on 128 tune rows" in sizing.sizing_text(got)
+    # given rows are kept, and without tune data there is nothing to cut
+    kept = sizing.candidates(MeasureOptions(tune_data="t.csv", search_rows=500), True)
+    assert {c.search_rows for c in kept} == {500}
+    assert {c.search_rows for c in sizing.candidates(MeasureOptions(), True)} == {None}
+
+
+def test_the_search_split_is_the_first_rows_of_the_tune_data():
+    from boundcalc.measure.data.dataset_io import Batched
+
+    ids = torch.arange(40 * 3).reshape(40, 3)
+    y = torch.arange(40) % 2
+    tune = Batched([({"input_ids": ids[i:i + 16]}, y[i:i + 16]) for i in range(0, 40, 16)],
+                   40, 3, "t.csv", "40 rows")
+    cut = sizing.search_split(tune, MeasureOptions(tune_data="t.csv", search_rows=20))
+    assert cut.n == 20 and [b[0]["input_ids"].shape[0] for b in cut.batches] == [16, 4]
+    assert torch.equal(torch.cat([b[0]["input_ids"] for b in cut.batches]), ids[:20])
+    assert torch.equal(torch.cat([b[1] for b in cut.batches]), y[:20])
+    assert "its first 20 rows" in cut.description
+    for same in (MeasureOptions(tune_data="t.csv"),
+                 MeasureOptions(tune_data="t.csv", search_rows=40)):
+        assert sizing.search_split(tune, same) is tune
+
+
+def test_measure_searches_on_the_rows_it_says(route):
+    """End to end: with ``search_rows`` the per-group search reads that many tune rows (its
+    record names them) and the plan's search stage counts them; S is read whole."""
+    stats, _ = _measure(route, "prior", search_rows=2)
+    where = stats.provenance["gibbs_groups"]["shape_chosen_on"]
+    assert "(2 samples)" in where
+    stages = {s["what"].split(",")[0]: s for s in stats.provenance["plan"]["stages"]}
+    assert stages["σ search"]["rows"] == 2
+    assert stats.scalars["n"].value == len(TEXTS)

@@ -105,6 +105,10 @@ class MeasureOptions(Record):
     tune_draws: int | None = spec(None, Spec(int, low=1, none=True, help=(
         "Monte Carlo draws per σ vector tried by the search (default: up to 4, as many as fit "
         "the time target here)")))
+    search_rows: int | None = spec(None, Spec(int, low=1, none=True, unit="rows", help=(
+        "rows of {tune_data} the σ searches read (default: every row, fewer when the plan "
+        "needs it to fit the time target here; the search never sees S, so fewer rows make "
+        "the choice noisier, never less honest)")))
     tune_slack: float = spec(0.05, Spec(float, low=0, high=1, open_high=True, help=(
         "the search keeps the searched weights' Gibbs risk ≤ their error + this")))
     group_draws: int | None = spec(None, Spec(int, low=0, none=True, help=(

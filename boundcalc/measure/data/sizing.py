@@ -44,6 +44,7 @@ from .sigma_grid import DEFAULT_SIGMAS, dr_sigma, snapped_sigmas
 TARGET_SECONDS = 480.0  # the data side's passes; loading the model and the weights side beside
 DRAW_STEPS = (20, 10, 5, 3, 2)
 TUNE_DRAW_STEPS = (4, 2, 1)
+SEARCH_ROW_STEPS = (None, 128, 64)  # rows of the tune data the σ searches read (None: all)
 HESSIAN_STEPS = (20, 8, 2, 0)  # Hutchinson probes (0: no Hessian trace; no certified row needs it)
 GRIDS = (DEFAULT_SIGMAS, (0.002, 0.005, 0.01, 0.02), (0.005, 0.01), (0.01,))
 MORE = 4  # what more draws would buy: the Monte Carlo term at MORE × the draws
@@ -62,7 +63,8 @@ def target_seconds() -> float:
 def auto(opts: MeasureOptions) -> dict[str, bool]:
     """Which of σ, draws and tune draws are left to the data side."""
     return {"sigmas": opts.sigmas is None, "draws": opts.draws is None,
-            "tune_draws": opts.tune_draws is None, "hessian_probes": opts.hessian_probes is None}
+            "tune_draws": opts.tune_draws is None, "hessian_probes": opts.hessian_probes is None,
+            "search_rows": opts.search_rows is None and opts.tune_data is not None}
 
 
 def on_tune(opts: MeasureOptions) -> bool:
@@ -78,23 +80,27 @@ def provisional(opts: MeasureOptions) -> MeasureOptions:
         draws=opts.draws if opts.draws is not None else DRAW_STEPS[-1],
         tune_draws=opts.tune_draws if opts.tune_draws is not None else TUNE_DRAW_STEPS[-1],
         hessian_probes=(opts.hessian_probes if opts.hessian_probes is not None
-                        else HESSIAN_STEPS[-1]))
+                        else HESSIAN_STEPS[-1]),
+        search_rows=SEARCH_ROW_STEPS[-1] if auto(opts)["search_rows"] else opts.search_rows)
 
 
 def candidates(opts: MeasureOptions, per_row_draw: bool) -> list[MeasureOptions]:
     """The concrete options to try, most work first (module docstring); cut first: the tune
     draws (the search never sees S), then the Hessian probes (no certified row reads them),
-    then the draws or σ points."""
+    then the rows of the tune data the searches read (fewer make the choice noisier, never
+    less honest), then the draws or σ points."""
     a = auto(opts)
     grids = ([(DEFAULT_SIGMAS[0],)] if on_tune(opts) else list(GRIDS)) if a["sigmas"] \
         else [opts.sigmas]
     draws = list(DRAW_STEPS) if a["draws"] else [opts.draws]
     tune = list(TUNE_DRAW_STEPS) if a["tune_draws"] else [opts.tune_draws]
     probes = list(HESSIAN_STEPS) if a["hessian_probes"] else [opts.hessian_probes]
+    rows = list(SEARCH_ROW_STEPS) if a["search_rows"] else [opts.search_rows]
     order = ([(g, d) for g in grids for d in draws] if per_row_draw
              else [(g, d) for d in draws for g in grids])
-    return [MeasureOptions.of(opts, sigmas=g, draws=d, tune_draws=t, hessian_probes=h)
-            for g, d in order for h in probes for t in tune]
+    return [MeasureOptions.of(opts, sigmas=g, draws=d, tune_draws=t, hessian_probes=h,
+                              search_rows=r)
+            for g, d in order for r in rows for h in probes for t in tune]
 
 
 @dataclass
@@ -129,7 +135,7 @@ def size(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
     record = {"auto": left, "target_seconds": target, "estimate_seconds": seconds,
               "fits": seconds <= target, "tried": len(tried),
               "sigma_points": len(c.sigmas), "draws": c.draws, "tune_draws": c.tune_draws,
-              "hessian_probes": c.hessian_probes,
+              "hessian_probes": c.hessian_probes, "search_rows": c.search_rows,
               "rule": ("σ chosen on the tune data, one σ measured on S" if on_tune(opts) else
                        "the default σ grid and draws cut until the plan fits the target")}
     return Sized(c, plan, seconds, record)
@@ -143,12 +149,41 @@ def plan_of(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
     from .tune import ISOTROPIC_EVALUATIONS
 
     points = len({p["j"] for p in snapped_sigmas(opts.sigmas)})
+    tune_rows = searched_rows(opts, tune_rows)
     plan = work_plan.stages(opts, n, points, tune_rows, n_groups)
     if posterior_search and tune_rows:
         evals = ISOTROPIC_EVALUATIONS * opts.tune_draws
         plan.insert(1, work_plan.Stage(f"isotropic σ search, ≤ {evals} evaluations", evals,
                                        tune_rows, "plain"))
     return plan
+
+
+def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:
+    """Rows of the tune data (``tune_rows`` of them; None: none) the σ searches read."""
+    if tune_rows is None or opts.search_rows is None:
+        return tune_rows
+    return min(tune_rows, opts.search_rows)
+
+
+def search_split(tune: Any, opts: MeasureOptions) -> Any:
+    """The tune data's first :func:`searched_rows` rows (the split is a seeded permutation
+    or the user's own file, read in order: its first rows are as good a sample as any), as
+    the σ searches read them; ``tune`` itself when they read every row."""
+    from dataclasses import replace
+
+    m = searched_rows(opts, tune.n if tune is not None else None)
+    if tune is None or m is None or m >= tune.n:
+        return tune
+    batches, left = [], m
+    for inputs, y in tune.batches:
+        k = min(left, next(iter(inputs.values())).shape[0])
+        batches.append(({key: v[:k] for key, v in inputs.items()},
+                        None if y is None else y[:k]))
+        left -= k
+        if not left:
+            break
+    return replace(tune, batches=batches, n=m,
+                   description=f"{tune.description}, its first {m} rows (the σ searches)")
 
 
 def sizing_text(sized: Sized) -> str:
@@ -160,8 +195,9 @@ def sizing_text(sized: Sized) -> str:
             if r["rule"].startswith("σ chosen") else
             f"{r['sigma_points']} σ × {r['draws']} draws")
     fits = ("within" if r["fits"] else "the cheapest choice, still over")
+    rows = (f", σ searches on {r['search_rows']} tune rows" if r.get("search_rows") else "")
     return (f"defaults sized to this machine: {what}, {r['tune_draws']} tune draw(s) per σ "
-            f"vector, {r['hessian_probes']} Hessian probes; {fits} the target of "
+            f"vector, {r['hessian_probes']} Hessian probes{rows}; {fits} the target of "
             f"{duration_text(r['target_seconds'])}")
 
 

@@ -152,6 +152,7 @@ def measure_task(model: str, data: str, init: str | None = None,
                 tune = read(opts.tune_data, rows) if tune is not None else None
             on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
             opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record)
+            tune = sizing.search_split(tune, opts)  # the rows the σ searches read
             found = None
             if opts.groups:  # σ chosen before S is read for a Monte Carlo pass
                 from .tune import search_groups
