@@ -97,7 +97,9 @@ class CertifyConfig(Record):
                               batch_size=self.batch_size, sigmas=self.sigmas,
                               draws=self.draws, hessian_probes=0, seed=self.seed,
                               tune_data=tune, tune_draws=self.tune_draws,
-                              group_draws=self.group_draws)
+                              group_draws=self.group_draws,
+                              # every tune row: certify sizes nothing by this machine's speed
+                              search_rows=self.tune_rows if tune else None)
 
 
 @dataclass(frozen=True)

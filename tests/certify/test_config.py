@@ -83,3 +83,15 @@ def test_certify_leaves_no_measure_count_to_sizing(name):
     read, so None is refused there (it was accepted once the measure fields allowed None)."""
     with pytest.raises(BoundcalcError, match=f"^{name}=None: expected"):
         CertifyConfig(**{name: None})
+
+
+def test_certify_measures_with_nothing_sized_by_the_machine():
+    """certify fixes every count of its measure step, the rows the σ searches read included
+    (its tune rows, all of them): nothing depends on this machine's calibrated speed, so the
+    same inputs certify the same value on a fast and a loaded machine."""
+    from boundcalc.measure.data import sizing
+
+    for cfg in (CertifyConfig(), CertifyConfig(tune_rows=0)):
+        opts = cfg.measure_options("tune.jsonl" if cfg.tune_rows else None)
+        assert not any(sizing.auto(opts).values()), sizing.auto(opts)
+    assert CertifyConfig(tune_rows=50).measure_options("t.jsonl").search_rows == 50
