@@ -72,7 +72,8 @@ def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int
     """model/ and the prior on ``test.jsonl`` (when ``has_test``), the prior on ``S.jsonl``,
     and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`).
     ``batch_size`` None: the sizes chosen per device (32 rows on a CPU; the Gibbs measurement
-    reads the held-out rows in batches sized to a card, :func:`~boundcalc.measure.data.batch_rows.read_sized`).
+    reads the held-out rows in batches sized to a card,
+    :func:`~boundcalc.measure.data.batch_rows.read_sized`).
     Both models are loaded by :func:`.train.load_trained`."""
     from .train import load_trained
 

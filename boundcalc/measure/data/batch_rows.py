@@ -54,8 +54,8 @@ def batch_rows(tm: TaskModel, data: Batched, device: torch.device, given: int | 
             first_monte_carlo_step(tm, data, device)
 
     rows, record = rows_that_fit(run, measured, data.n, meter or MemoryMeter(device))
-    what = ("the data pass's forward and one with a posterior draw per row" if per_sample
-            else "the data pass's forward")
+    what = ("the data pass and a Monte Carlo step with a posterior draw per row" if per_sample
+            else "the data pass")
     return rows, {"rows": rows, **record,
                   "rule": (f"sized to the card: {what} on the first {measured} rows peaked at "
                            f"{record['peak_bytes']} bytes; {rows} rows fit the budget of "

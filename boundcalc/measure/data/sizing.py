@@ -21,7 +21,8 @@
   pass (N = draws). ``tune_draws`` None: 4 per σ vector, fewer when the plan needs it (the
   search never sees S, so fewer draws only make it noisier, never less honest), cut first;
   ``hessian_probes`` None: 20, fewer or none when the plan needs it (no certified row reads the
-  Hessian trace), cut next.
+  Hessian trace), cut next; with tune data, ``search_rows`` None: every tune row, then 128,
+  then 64 read by the σ searches (:func:`search_split`), cut before the draws on S.
 * :func:`more_draws`: what more draws would buy: each Monte Carlo upper end kl⁻¹(Ê, ln(2k/δ′)/N)
   at the N measured and at 4·N.
 
@@ -61,7 +62,8 @@ def target_seconds() -> float:
 
 
 def auto(opts: MeasureOptions) -> dict[str, bool]:
-    """Which of σ, draws and tune draws are left to the data side."""
+    """Which of σ, draws, tune draws, Hessian probes and (with tune data) the rows the σ
+    searches read are left to the data side."""
     return {"sigmas": opts.sigmas is None, "draws": opts.draws is None,
             "tune_draws": opts.tune_draws is None, "hessian_probes": opts.hessian_probes is None,
             "search_rows": opts.search_rows is None and opts.tune_data is not None}
