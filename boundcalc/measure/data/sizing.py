@@ -168,9 +168,11 @@ def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:
 
 
 def search_split(tune: Any, opts: MeasureOptions) -> Any:
-    """The tune data's first :func:`searched_rows` rows (the split is a seeded permutation
-    or the user's own file, read in order: its first rows are as good a sample as any), as
-    the σ searches read them; ``tune`` itself when they read every row."""
+    """The tune data's first :func:`searched_rows` rows, as the σ searches read them;
+    ``tune`` itself when they read every row. The first rows are a fair sample only of a file
+    in random order (certify's splits are seeded permutations); a file sorted by class gives
+    the searches fewer classes, a worse choice of σ but never a less honest certificate (the
+    searches never see S)."""
     from dataclasses import replace
 
     m = searched_rows(opts, tune.n if tune is not None else None)
