@@ -15,10 +15,19 @@ deferred, as the Monte Carlo runs them) against the plain forward of the same ba
 pass of :func:`~boundcalc.measure.data.gibbs.gibbs_estimate` (``auto``: per-sample hooks)
 over 4 such batches against the plain forwards of the same 4 batches. Ratios are within the
 run; ``plain / per-sample`` is the Monte Carlo's share of a plain loop's throughput.
+``--against REV``: also the hooks of ``boundcalc/measure/data/row_noise.py`` at git revision
+REV (loaded from ``git show``, nothing written) interleaved with the current ones and the plain
+forward in the same run, on that model and on a 2-layer model of BERT-base's widths (4 rows of
+128 tokens): before and after under the same load.
 
     python benchmarks/bench_mc_ops.py --label before|after [--repeats 5] [--no-timing]
+    python benchmarks/bench_mc_ops.py --label after --against d4c4e55
+    git show d4c4e55:boundcalc/measure/data/row_noise.py > old_row_noise.py   # then, on a card:
+    python benchmarks/bench_mc_ops.py --label after --device cuda --against old_row_noise.py \
+        --out DIR        # BERT-base, 512 × 128, TF32, wall time: mc_ops_cuda.json
 
-Writes ``benchmarks/results/mc_ops_cpu.json`` (one record per label, kept across runs).
+Writes ``benchmarks/results/mc_ops_cpu.json`` (one record per label, kept across runs; on a
+card ``mc_ops_cuda.json``, the comparison alone).
 """
 
 from __future__ import annotations
@@ -120,25 +129,110 @@ def timing(repeats: int) -> dict:
             "mc_share_of_plain_loop": best["plain_loop"] / best["mc_pass"]}
 
 
+def _old_row_noise(rev: str):
+    """The module ``row_noise`` as it was at git revision ``rev``, or as the file ``rev`` holds
+    it (a copy made with ``git show`` where the repository's history is not at hand, e.g. on
+    a lent card); its relative imports resolve in the current package."""
+    import importlib.util
+
+    if Path(rev).is_file():
+        src = Path(rev).read_text()
+    else:
+        src = subprocess.run(["git", "-C", str(ROOT), "show",
+                              f"{rev}:boundcalc/measure/data/row_noise.py"],
+                             capture_output=True, text=True, check=True).stdout
+    name = "boundcalc.measure.data._row_noise_at_rev"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    mod = importlib.util.module_from_spec(spec)
+    mod.__package__ = "boundcalc.measure.data"
+    sys.modules[name] = mod
+    exec(compile(src, f"{rev}:row_noise.py", "exec"), mod.__dict__)  # noqa: S102
+    return mod
+
+
+SHAPES = {"cpu": {"bert_256x4_16x64": (256, 4, 1024, 16, 64),
+                  "bert_768x2_4x128": (768, 2, 3072, 4, 128)},
+          "cuda": {"bert_base_512x128": (768, 12, 3072, 512, 128)}}
+
+
+def against(rev: str, repeats: int, device: torch.device) -> dict:
+    """Plain forward, the hooks at ``rev`` and the current hooks, interleaved (see above); on
+    a card: BERT-base, 512 rows of 128 tokens, TF32 as the CLI runs it, wall time."""
+    import common
+
+    from boundcalc.measure.data.gibbs import device_generator
+    from boundcalc.measure.data.row_noise import RowNoise
+
+    cuda = device.type == "cuda"
+    common.PRIMARY = "wall" if cuda else "cpu"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    Old = _old_row_noise(rev).RowNoise
+    tag = Path(rev).stem if Path(rev).is_file() else rev
+    out = {}
+    for name, shape in SHAPES[device.type].items():
+        model, inputs = _bert(*shape)
+        model.to(device)
+        inputs = {k: v.to(device) for k, v in inputs.items()}
+        rows = shape[3]
+        sig = {n: 0.01 for n, _ in model.named_parameters()}
+
+        def plain():
+            with torch.no_grad():
+                out = model(**inputs).logits
+            sync()
+            return out
+
+        def run(hooks):
+            def forward():
+                with torch.no_grad(), hooks:
+                    hooks.start_pass(rows)
+                    out = model(**inputs).logits
+                sync()
+                return out
+            return forward
+
+        load = os.getloadavg()[0]
+        t, _ = interleaved({"plain": plain,
+                            tag: run(Old(model, sig, device_generator(model, 0), deferred=True)),
+                            "current": run(RowNoise(model, sig, device_generator(model, 0),
+                                                    deferred=True))}, repeats)
+        b = {k: v.best for k, v in t.items()}
+        out[name] = {"metric": common.metric_name(), "min_s": b,
+                     f"{tag}_over_plain": b[tag] / b["plain"],
+                     "current_over_plain": b["current"] / b["plain"],
+                     f"current_over_{tag}": b["current"] / b[tag],
+                     "load_1min_before_after": [load, os.getloadavg()[0]]}
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--label", required=True)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--against", help="git revision (or file) of row_noise.py to time beside")
+    ap.add_argument("--device", default="cpu", help="cuda: only --against, on BERT-base")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     a = ap.parse_args()
     torch.set_num_threads(1)
+    dev = torch.device(a.device)
     load = [os.getloadavg()[0]]
-    rec: dict = {"counts": counts()}
-    if not a.no_timing:
+    rec: dict = {"counts": counts()} if dev.type == "cpu" else {
+        "device": torch.cuda.get_device_name(dev)}
+    if not a.no_timing and dev.type == "cpu":
         rec["timing"] = timing(a.repeats)
         print(json.dumps({k: v for k, v in rec["timing"].items() if k != "timings"}, indent=1))
+    if a.against:
+        rec["against"] = {"rev": a.against, "forward": against(a.against, a.repeats + 2, dev)}
     load.append(os.getloadavg()[0])
     rec["load_1min_before_after"] = load
     rec["commit"] = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                                    capture_output=True, text=True).stdout.strip()
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / "mc_ops_cpu.json"
+    path = a.out / f"mc_ops_{dev.type}.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
     doc["what"] = __doc__.split("\n\n")[0]
     doc["metric"] = "process CPU time (user+sys), minimum over repeats, 1 torch thread"
