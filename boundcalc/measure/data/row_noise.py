@@ -10,9 +10,12 @@ Welling 2015, written for a whole sequence):
   the law of σ·Lξ with ξ a T × out standard normal matrix: T·out normals instead of in·out,
   and T²·(in + out) multiply-adds instead of a QR (when T ≥ in, or for a row whose Gram is
   singular, X·σEᵀ with E drawn directly); no QR, SVD, eigen- or linear solve runs per batch;
+  the bias noise rides the same product as a last column σ_b/σ_w of L where T < out, and the
+  product is added into the output in place (no copy of it, no add over it);
 * ``nn.Embedding``: one noise vector per *distinct* id of the row (repeated tokens share it);
   rows of the table the row does not use do not change its output, so they are not drawn;
-* ``nn.LayerNorm`` y = x̂(γ + ε_γ) + (β + ε_β) = y + x̂ε_γ + ε_β, ε per row;
+* ``nn.LayerNorm`` y = x̂(γ + ε_γ) + (β + ε_β) = y + x̂ε_γ + ε_β, ε per row (formed in one
+  pass over x̂);
 * ``nn.Conv2d`` (no groups, zero padding): a Linear map of the row's unfolded patches;
 * any other module holding parameters directly (a ViT's ``cls_token`` and position table) is
   run with its own parameters set to θ + u_r for row r: in one call with the draws stacked
@@ -20,17 +23,21 @@ Welling 2015, written for a whole sequence):
   rows one at a time, else one row at a time (restored after); in both cases once it has
   been checked, without noise, to give the batched result row by row.
 
-The weights of hooked modules are never modified. Exactness needs every trainable parameter to
-be owned by exactly one module (no tied weights) and every owning module to run at most once
-per forward pass; :func:`plan` checks the first statically, the hooks check the second on
-every pass. Noise is drawn on the model's device, in the parameter dtype, from the given
-device generator (the draws whose amount depends on the data from a second one, see
-:class:`RowNoise`). In ``deferred`` mode no hook reads anything back from the device.
+The weights of hooked modules are never modified; outside autograd a hook adds its noise into
+the module's fresh output in place (:meth:`RowNoise._own`). The Gram changes with every batch
+(X carries the noise of the modules before), so each batch factors its own. Exactness needs
+every trainable parameter to be owned by exactly one module (no tied weights) and every owning
+module to run at most once per forward pass; :func:`plan` checks the first statically, the
+hooks check the second on every pass. Noise is drawn on the model's device, in the parameter
+dtype, from the given device generator (the draws whose amount depends on the data from a
+second one, see :class:`RowNoise`). In ``deferred`` mode no hook reads anything back from the
+device.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -209,6 +216,7 @@ class RowNoise:
         self._stacked: set[str] = set()
         self._handles: list[Any] = []
         self._forwards: list[tuple[nn.Module, Any]] = []
+        self._columns: dict[tuple, torch.Tensor] = {}  # see _with_column
 
     def __enter__(self) -> RowNoise:
         for mod, (path, sig) in self._plan.items():
@@ -416,8 +424,19 @@ class RowNoise:
             return t.expand(R, *t.shape[1:])
         raise refused(f"a module saw {t.shape[0]} rows, expected {R}")
 
-    def _affine(self, X: torch.Tensor, y3: torch.Tensor, sw: float, sb: float) -> torch.Tensor:
-        """y3 + X·Eᵀ + 1·eᵀ for one draw (E, e) per row: X (R, T, d_in), y3 (R, T, d_out).
+    def _own(self, y: torch.Tensor) -> bool:
+        """Whether a hook may add the noise into the module's output ``y`` in place: outside
+        autograd (the Monte Carlo passes), and ``y`` holds one row per row (not an axis of 1
+        broadcast) in one dense block. A module's output is its own fresh tensor, replaced by
+        the hook's result; a hook registered before these on the same module, or a global
+        forward hook, that keeps the output sees it with the noise added."""
+        return (not torch.is_grad_enabled() and y.ndim > 0 and y.shape[0] == self.rows
+                and y.is_contiguous())
+
+    def _affine(self, X: torch.Tensor, y3: torch.Tensor, sw: float, sb: float,
+                own: bool = False) -> torch.Tensor:
+        """y3 + X·Eᵀ + 1·eᵀ for one draw (E, e) per row: X (R, T, d_in), y3 (R, T, d_out);
+        ``own``: y3 may be written in place (:meth:`_own`).
 
         The columns of X·Eᵀ are N(0, σ_w²·XXᵀ), so X·Eᵀ has the law of σ_w·L·ξ for any L with
         LLᵀ = XXᵀ and ξ a T × d_out standard normal matrix. L is the Cholesky factor of the
@@ -427,12 +446,21 @@ class RowNoise:
         precision is retried in float64, and one still refused (repeated rows of
         X: rank < T) gets its noise as X·Ξ directly, Ξ a d_in × d_out draw of the auxiliary
         generator: exact either way (deferred mode: counted instead, see the class). The bias
-        noise σ_b·e is a last row of the same draw ξ, shared by the row's positions."""
+        noise σ_b·e is a last row of the same draw ξ, shared by the row's positions.
+
+        One matrix product adds it all: on the Gram route with T < d_out the factor gets a
+        last column σ_b/σ_w (F = [L, (σ_b/σ_w)·1], so σ_w·F·ξ = σ_w·L·ξ_{<T} + σ_b·1·ξ_T:
+        the same draw, the same sum, to rounding; copying L moves fewer numbers than an add
+        over the output) where the product carries σ_b/σ_w as exactly as an add would
+        (:func:`_exact_in`), else the bias noise is added after the product. Written into y3
+        in place when ``own``: no copy of the output, no new output-sized tensor but ξ."""
         R, T, d_in = X.shape
+        d_out = y3.shape[2]
         F = None
         bad = None
+        fold = False  # the bias noise rides the product as F's last column
         if sw > 0:
-            if _gram_is_cheaper(T, d_in, y3.shape[2]):
+            if _gram_is_cheaper(T, d_in, d_out):
                 if self.deferred and not self._replaying and self._path not in self._sticky:
                     F, info = _gram_cholesky(X)
                     self._infos.append(info)
@@ -440,31 +468,48 @@ class RowNoise:
                     F, bad = _gram_factor(X)
                     if bad is not None:
                         self._sticky.add(self._path)
-                F = F.to(y3.dtype)
+                fold = sb > 0 and T < d_out and _exact_in(sb / sw, y3.dtype, y3.device)
+                F = self._with_column(F, sb / sw).to(y3.dtype) if fold else F.to(y3.dtype)
             else:
                 F = X.to(y3.dtype)
         k = 0 if F is None else F.shape[2]
-        xi = self._randn((R, k + (sb > 0), y3.shape[2]), y3)
+        xi = self._randn((R, k + (sb > 0 and not fold), d_out), y3)
         out = y3
         if F is not None:
-            out = torch.baddbmm(out, F, xi[:, :k] if sb > 0 else xi, alpha=sw)
-        if sb > 0:
-            out = torch.add(out, xi[:, k:] if k else xi, alpha=sb)
+            w = xi if fold or sb == 0 else xi[:, :k]
+            out = out.baddbmm_(F, w, alpha=sw) if own else torch.baddbmm(out, F, w, alpha=sw)
+            own = True  # a new tensor, or y3 already written
+        if sb > 0 and not fold:
+            b = xi[:, k:] if k else xi
+            out = out.add_(b, alpha=sb) if own else torch.add(out, b, alpha=sb)
         if bad is not None:  # rank-deficient rows: their Cholesky part is 0
             Xb = X.index_select(0, bad).to(y3.dtype)
-            direct = torch.bmm(Xb, self._randn((bad.shape[0], d_in, y3.shape[2]), y3,
-                                               self.aux))
-            out = out.index_add(0, bad, direct, alpha=sw)
+            direct = torch.bmm(Xb, self._randn((bad.shape[0], d_in, d_out), y3, self.aux))
+            out = out.index_add_(0, bad, direct, alpha=sw)
         return out
+
+    def _with_column(self, L: torch.Tensor, value: float) -> torch.Tensor:
+        """``[L, value·1]`` (R, T, T + 1) by one ``cat`` along L's columns (``cholesky_ex``
+        lays L out column by column, so L is copied in one straight pass); the column's
+        constant is made once per value, dtype and device."""
+        key = (value, L.dtype, L.device)
+        one = self._columns.get(key)
+        if one is None:
+            one = self._columns[key] = torch.full((1, 1, 1), value, dtype=L.dtype,
+                                                  device=L.device)
+        R, T, _ = L.shape
+        return torch.cat([L.mT, one.expand(R, 1, T)], dim=1).mT
 
     def _linear(self, mod: nn.Linear, x: torch.Tensor, y: torch.Tensor,
                 sig: dict[str, float]) -> torch.Tensor:
         R = self.rows
+        own = self._own(y)
         x = self._rows_of(x)
         y = self._rows_of(y)
         X = x.reshape(R, -1, mod.in_features)
         y3 = y.reshape(R, X.shape[1], mod.out_features)
-        return self._affine(X, y3, sig.get("weight", 0.0), sig.get("bias", 0.0)).reshape(y.shape)
+        out = self._affine(X, y3, sig.get("weight", 0.0), sig.get("bias", 0.0), own)
+        return out.reshape(y.shape)
 
     def _conv(self, mod: nn.Conv2d, x: torch.Tensor, y: torch.Tensor,
               sig: dict[str, float]) -> torch.Tensor:
@@ -484,8 +529,10 @@ class RowNoise:
                    sig: dict[str, float]) -> torch.Tensor:
         """One noise vector per distinct id of a row, without a host synchronisation: a
         position takes the draw of the row's first position holding the same id (a stable
-        sort and a search find it), so repeated ids share their noise."""
+        sort and a search find it), so repeated ids share their noise. Added into the output
+        in place where :meth:`_own` allows."""
         R = self.rows
+        own = self._own(y)
         ids = ids.reshape(ids.shape[0] if ids.ndim > 1 else 1, -1)  # (R or 1, T)
         if ids.shape[0] > 1 and ids.stride(0) == 0:  # one row of ids broadcast to every row
             ids = ids[:1]
@@ -496,24 +543,49 @@ class RowNoise:
         first = self._rows_of(perm.gather(1, torch.searchsorted(s, ids)))
         d = mod.embedding_dim
         e = self._randn((R, T, d), y).gather(1, first.unsqueeze(2).expand(R, T, d))
-        return torch.add(y, e.reshape(y.shape), alpha=sig["weight"])
+        e = e.reshape(y.shape)
+        return y.add_(e, alpha=sig["weight"]) if own else torch.add(y, e, alpha=sig["weight"])
 
     def _layer_norm(self, mod: nn.LayerNorm, x: torch.Tensor, y: torch.Tensor,
                     sig: dict[str, float]) -> torch.Tensor:
-        """y + x̂·ε_γ + ε_β with ε_γ, ε_β drawn together, one pair per row."""
+        """y + x̂·ε_γ + ε_β with ε_γ, ε_β drawn together, one pair per row: with weight noise,
+        x̂·(γ + ε_γ) + (β + ε_β) in one pass over x̂ (the affine-free normalisation of x,
+        recomputed in float32 at least), which equals it to rounding; bias noise alone is
+        added into y (in place where :meth:`_own` allows)."""
         R = self.rows
+        own = self._own(y)
         y = self._rows_of(y)
         sw, sb = sig.get("weight", 0.0), sig.get("bias", 0.0)
         parts = (sw > 0) + (sb > 0)
         if not parts:
             return y
         z = self._randn((R, parts, *(1,) * (y.ndim - 2), y.shape[-1]), y)
-        out = y
-        if sw > 0:
-            x = self._rows_of(x)
-            xf = x.float() if x.dtype not in (torch.float32, torch.float64) else x
-            xhat = nn.functional.layer_norm(xf, mod.normalized_shape, eps=mod.eps).to(y.dtype)
-            out = torch.addcmul(out, xhat, z[:, 0], value=sw)
+        if sw == 0:
+            return y.add_(z[:, 0], alpha=sb) if own else torch.add(y, z[:, 0], alpha=sb)
+        x = self._rows_of(x)
+        xf = x.float() if x.dtype not in (torch.float32, torch.float64) else x
+        xhat = nn.functional.layer_norm(xf, mod.normalized_shape, eps=mod.eps)
+        gamma = torch.add(mod.weight.to(xhat.dtype), z[:, 0], alpha=sw)
+        beta = mod.bias.to(xhat.dtype) if mod.bias is not None else None
         if sb > 0:
-            out = torch.add(out, z[:, parts - 1], alpha=sb)
-        return out
+            beta = z[:, 1].to(xhat.dtype) * sb if beta is None else \
+                torch.add(beta, z[:, 1], alpha=sb)
+        if torch.is_grad_enabled():  # autograd takes no out= argument
+            out = xhat * gamma if beta is None else torch.addcmul(beta, xhat, gamma)
+        else:  # in place over x̂, a tensor of its own
+            out = xhat.mul_(gamma) if beta is None else torch.addcmul(beta, xhat, gamma, out=xhat)
+        return out.to(y.dtype)
+
+
+def _exact_in(c: float, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a batched product in ``dtype`` on ``device`` carries ``c`` as exactly as an add
+    with the scale ``c`` would: any ``c`` in float64, and in float32 unless TF32 matmuls are
+    on (a CUDA device with ``allow_tf32``); else only a ``c`` with as many significant bits as
+    the product keeps (TF32 and float16: 11, bfloat16: 8; 1 when σ_b = σ_w), so that folding
+    σ_b/σ_w into the factor never rounds the bias noise's scale."""
+    tf32 = device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32
+    if dtype == torch.float64 or (dtype == torch.float32 and not tf32):
+        return True
+    bits = {torch.bfloat16: 7}.get(dtype, 10)  # mantissa bits: TF32, float16 10; bfloat16 7
+    m, e = math.frexp(c)
+    return (m * 2 ** (bits + 1)).is_integer() and -12 <= e <= 14
