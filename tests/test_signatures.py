@@ -23,8 +23,6 @@ ALLOWED = {
     "cli/optimize_cmds.py:optimize_cmd": "the optimize command's flags are not yet built "
     "from optimize.core.Options",
     "cli/sweep_cmds.py:sweep_cmd": "the sweep's flags have no record yet",
-    "plan.py:measure_plan": "counts of one measurement passed one by one (the plan reads no "
-    "MeasureOptions: it sits below measure.data)",
     "measure/compress/compression.py:compress": "the library's compression entry point: "
     "model, data and the CompressOptions fields one by one",
     "measure/compress/compression.py:add_compression": "reads DATA itself; to take "

@@ -82,17 +82,14 @@ def measure_task(model: str, data: str, init: str | None = None,
     from . import sizing
 
     opts = MeasureOptions.of(options, **keywords)
-    first = sizing.provisional(opts)  # automatic choices at their cheapest: lower bounds
-    counts = dict(sigmas=len({p["j"] for p in snapped_sigmas(first.sigmas)}),
-                  draws=first.draws, hessian_probes=first.hessian_probes,
-                  hessian_samples=opts.hessian_samples,
-                  perturbation_draws=opts.perturbation_draws, gibbs_samples=opts.gibbs_samples,
-                  batch_size=opts.batch_size or DEFAULT_ROWS)
+    counts = sizing.plan_counts(opts)  # automatic choices at their cheapest: lower bounds
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
-    if opts.groups:
-        counts.update(group_draws=first.group_passes, tune_draws=first.tune_draws)
-    plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
+
+    def check(**sizes: Any) -> None:
+        plan.check(plan.measure_plan(counts, plan.Sizes(**sizes)), budget)
+
+    check(device="cuda")  # lower bounds, before loading
     if opts.groups:
         _check_tune(data, init, opts.tune_data)
     tm = load_task_model(model, dev)
@@ -102,7 +99,7 @@ def measure_task(model: str, data: str, init: str | None = None,
 
         prior, prior_record = prior_task_model(init, tm, opts.head_init, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
-    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
+    check(n_params=n_params, device=dev.type)
 
     def read(source: str, rows: int | None = None):
         return read_batches(source, tm, text_column=opts.text_column,
@@ -110,15 +107,13 @@ def measure_task(model: str, data: str, init: str | None = None,
                             batch_size=rows or opts.batch_size or DEFAULT_ROWS)
 
     batched = read(data)
-    plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
-                                 positions=batched.seq_len, device=dev.type), budget)
+    check(n_params=n_params, rows=batched.n, positions=batched.seq_len, device=dev.type)
     tune, shared = None, 0
     if opts.groups and opts.tune_data is not None:  # read and checked before any Monte Carlo
         tune = read(opts.tune_data)
         shared = _overlap(batched, tune, data, opts.tune_data, "tune_data", opts.allow_overlap)
-        plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
-                                     positions=max(batched.seq_len, tune.seq_len),
-                                     device=dev.type, tune_rows=tune.n), budget)
+        check(n_params=n_params, rows=batched.n, positions=max(batched.seq_len, tune.seq_len),
+              device=dev.type, tune_rows=tune.n)
     init_rows = None
     if opts.init_data is not None:
         init_rows = read(opts.init_data)
