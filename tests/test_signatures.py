@@ -35,15 +35,6 @@ ALLOWED = {
     "measure/data/curvature.py:quadratic_forms": "a numerical kernel's knobs",
     "measure/data/hutchpp.py:hutchpp_trace": "a numerical kernel's knobs",
     "measure/data/data_pass.py:perturbation_term": "a numerical kernel's knobs",
-    "measure/data/gibbs.py:gibbs_risk": "the σ search and the Gibbs estimate do not read the "
-    "record yet",
-    "measure/data/gibbs.py:gibbs_estimate": "the σ search and the Gibbs estimate do not read "
-    "the record yet",
-    "measure/data/tune.py:measure_groups": "the per-group σ search does not read the record "
-    "yet",
-    "measure/data/tune.py:search_groups": "the per-group σ search does not read the record "
-                                           "yet (measure_groups' search, split off for issue 44)",
-    "measure/data/tune.py:final_risk": "the per-group σ search does not read the record yet",
     "measure/data/bound_posterior.py:add_bound_posterior": "the bound-trained posterior's "
     "knobs (BoundTraining holds the training ones)",
     "sweep/run.py:run_sweep": "the sweep's settings have no record yet",

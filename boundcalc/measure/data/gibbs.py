@@ -163,6 +163,28 @@ def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure, sigma: Sigm
 
 # ---- the Gibbs risk of a task model on a data set ----------------------------------------
 
+@dataclass(frozen=True)
+class MonteCarlo:
+    """How a Monte Carlo Gibbs risk is drawn: ``passes`` per σ (≥ 1), the ``seed`` of every
+    draw, ``alpha`` (the prediction smoothing of a language model's bounded loss; 0 for a
+    plain 0-1 loss), ``mode`` (auto | sample | whole: :func:`resolve_mode`) and ``samples``
+    (rows drawn with replacement per pass, or None: every row). The options record gives
+    it (:meth:`of`), so that the estimates below read one small record, not five keywords."""
+
+    passes: int
+    seed: int = 0
+    alpha: float = 0.01
+    mode: str = "auto"
+    samples: int | None = None
+
+    @classmethod
+    def of(cls, options: Any, passes: int) -> MonteCarlo:
+        """``passes`` per σ drawn as the options record (:class:`.options.MeasureOptions`)
+        says: its seed, smoothing, Gibbs mode and rows per pass."""
+        return cls(passes, options.seed, options.smoothing, options.gibbs_mode,
+                   options.gibbs_samples)
+
+
 @dataclass
 class GibbsEstimate:
     """Per-pass mean bounded losses at each σ point and how many independent losses they hold.
@@ -307,13 +329,14 @@ def _pass_batches(data: Batched, m: int | None, rng: np.random.Generator, chunk:
 
 
 def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
-                   sigmas: Sequence[Sigma], passes: int, seed: int, alpha: float,
-                   progress: Progress | None = None, *, mode: str = "auto",
-                   samples: int | None = None) -> GibbsEstimate:
+                   sigmas: Sequence[Sigma], mc: MonteCarlo,
+                   progress: Progress | None = None) -> GibbsEstimate:
     """The Gibbs risk at every σ in ``sigmas`` (a float or a ``{parameter name: σ}`` mapping
-    each); see the module docstring for the modes and ``samples`` (≥ 1 rows or None, as
-    :class:`.options.MeasureOptions` declares it)."""
+    each), drawn as ``mc`` says; see the module docstring for the modes and ``mc.samples``
+    (≥ 1 rows or None, as :class:`.options.MeasureOptions` declares it)."""
     from .row_noise import RowNoise
+
+    passes, seed, alpha, mode, samples = mc.passes, mc.seed, mc.alpha, mc.mode, mc.samples
 
     if passes < 1:
         raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
@@ -431,9 +454,7 @@ def _null() -> Iterator[None]:
 
 
 def gibbs_risk(tm: TaskModel, data: Batched, device: torch.device, sigmas: Sequence[Sigma],
-               draws: int, seed: int, alpha: float, progress: Progress | None = None, *,
-               mode: str = "whole", samples: int | None = None) -> np.ndarray:
-    """(len(sigmas), draws) array of per-pass mean bounded losses (see
-    :func:`gibbs_estimate`; the default ``whole`` mode gives one posterior draw per pass)."""
-    return gibbs_estimate(tm, data, device, sigmas, draws, seed, alpha, progress, mode=mode,
-                          samples=samples).means
+               mc: MonteCarlo, progress: Progress | None = None) -> np.ndarray:
+    """(len(sigmas), mc.passes) array of per-pass mean bounded losses (see
+    :func:`gibbs_estimate`; ``whole`` mode gives one posterior draw per pass)."""
+    return gibbs_estimate(tm, data, device, sigmas, mc, progress).means

@@ -32,7 +32,7 @@ from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, r
                         run_pass)
 from .dataset_io import read_batches
 from .batch_rows import DEFAULT_ROWS, batch_rows
-from .gibbs import gibbs_estimate, resolve_mode
+from .gibbs import MonteCarlo, gibbs_estimate, resolve_mode
 from ... import plan
 from ..device import (default_precision, device_name, precision as data_precision,
                       precision_record, resolve_device, work_budget_for)
@@ -150,10 +150,10 @@ def measure_task(model: str, data: str, init: str | None = None,
             tune = sizing.search_split(tune, opts)  # the rows the σ searches read
             found = None
             if opts.groups:  # σ chosen before S is read for a Monte Carlo pass
-                from .tune import search_groups
+                from .tune import Tuning, search_groups
 
-                found = search_groups(tm, batched, dev, prior, opts, tune=tune,
-                                      prior_source=init, progress=report, shared_rows=shared)
+                found = search_groups(tm, batched, dev, opts, Tuning(prior, init, tune, shared),
+                                      progress=report)
                 if on_tune and opts.draws > 0:
                     sigma, stats.provenance["gibbs_sigma"] = sizing.isotropic_sigma(
                         tm, tune, dev, opts, found, prior_record, shared, report)
@@ -163,8 +163,7 @@ def measure_task(model: str, data: str, init: str | None = None,
                 from .tune import finish_groups
 
                 stats.provenance["prior_predictor"] = prior_record
-                finish_groups(stats, tm, batched, dev, opts, found, prior_source=init,
-                              progress=report, shared_rows=shared)
+                finish_groups(stats, tm, batched, dev, opts, found, progress=report)
             sizing.say_more_draws(stats, opts, batched.n, say)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
             if opts.perturbation_draws > 0:
@@ -331,8 +330,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
     if draws > 0 and sigmas:
         points = sorted({dr_point(s) for s in sigmas}, key=lambda t: t[1])
         sig = [p[1] for p in points]
-        est = gibbs_estimate(tm, batched, dev, sig, draws, seed, alpha, report,
-                             mode=opts.gibbs_mode, samples=opts.gibbs_samples)
+        est = gibbs_estimate(tm, batched, dev, sig, MonteCarlo.of(opts, draws), report)
         means = est.means.mean(1)
         uppers = est.upper(delta_mc / len(sig))
         N = est.n_losses
