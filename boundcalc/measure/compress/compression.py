@@ -141,6 +141,23 @@ def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> t
         centre.close()
 
 
+def after_measure(options: CompressOptions, data: str | None, init: str | None = None,
+                  head_init: Any = None, warn: Callable[[str], None] | None = None
+                  ) -> Callable[[Any, Any, Any], None]:
+    """The compression as the last step of ``measure --data``
+    (:func:`~boundcalc.measure.data.task_measure.measure_task`'s ``then``): ``(stats, tm,
+    batched)`` → :func:`add_compression` on that model and those batches; ``warn(line)`` gets
+    its warning when the compression bounds are not about the trained model (None: not said;
+    the stats file records it)."""
+
+    def then(stats: Any, tm: Any, batched: Any) -> None:
+        result = add_compression(stats, tm, batched, options, data=data, init=init,
+                                 head_init=head_init)
+        if warn is not None and result.warning():
+            warn(result.warning())
+    return then
+
+
 def add_compression(stats: Any, tm: Any, batched: Any, options: CompressOptions, *,
                     data: str | None, init: str | None = None,
                     head_init: Any = None) -> Compression:

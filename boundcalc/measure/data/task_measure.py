@@ -46,9 +46,8 @@ __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "me
 
 
 def measure_task(model: str, data: str, init: str | None = None,
-                 options: MeasureOptions | None = None, *, compress: Any = None,
-                 progress: Any = None, say: Any = None, warn: Any = None,
-                 **keywords: Any) -> Stats:
+                 options: MeasureOptions | None = None, *, progress: Any = None,
+                 say: Any = None, then: Any = None, **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``options`` (:class:`~.options.MeasureOptions`, checked when built) says what to measure;
@@ -78,11 +77,10 @@ def measure_task(model: str, data: str, init: str | None = None,
     ``init`` was trained on when the user names it, must share no row with DATA (a prior fit on
     S is not a prior); recorded in ``provenance.init_data``.
 
-    ``compress`` (a :class:`~boundcalc.measure.compress.options.CompressOptions`, or None:
-    none) adds the code length of the quantized model and its risk on DATA, last, with the
-    model and the batches loaded here (:func:`~boundcalc.measure.compress.compression.
-    add_compression`); ``warn(line)`` gets its one-line warning when the compression bounds
-    are not about the trained model (None: not said; the stats file records it).
+    ``then(stats, tm, batched)`` is called last with the task model and the batches of DATA
+    loaded here, so that a measurement on top of this one loads and reads nothing twice (the
+    compression of ``measure --compress``: :func:`boundcalc.measure.compress.compression.
+    after_measure`).
     """
     from ..weights.pipeline import measure
 
@@ -181,13 +179,8 @@ def measure_task(model: str, data: str, init: str | None = None,
     if init_rows is not None:
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
-    if compress is not None:
-        from ..compress.compression import add_compression
-
-        result = add_compression(stats, tm, batched, compress, data=data, init=init,
-                                 head_init=opts.head_init)
-        if warn is not None and result.warning():
-            warn(result.warning())
+    if then is not None:
+        then(stats, tm, batched)
     return stats
 
 
