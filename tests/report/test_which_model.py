@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from boundcalc.certifies import classify
+from boundcalc.which_model import classify
 from boundcalc.measure.compress.coded import model_fingerprint
 from boundcalc.measure.compress.compression import compress
 from boundcalc.measure.compress.options import CompressOptions
