@@ -1,13 +1,14 @@
 """Code length of a quantized model and the risk of that quantized model (``measure`` with
 compression).
 
-The measurement, in memory (:func:`compress`) and from a checkpoint on disk into a stats file
-(:func:`add_compression`): the coded vector (:mod:`.coded`) is quantized to K levels
+The measurement, in memory (:func:`compress`) and into a stats file (:func:`add_compression`, on
+the model and batches ``measure --data`` loaded; :func:`after_measure` runs it as that
+measurement's last step): the coded vector (:mod:`.coded`) is quantized to K levels
 (:mod:`.quantizer`: uniform between its minimum and maximum, or 1-D k-means), K chosen on a
 declared grid, and coded (:mod:`.codelength`); the decoded model's risk is measured
 (:mod:`.risk`) and recorded (:mod:`.record`). The decoded model is θ₀ + codebook[codes] with the
 codebook rounded to its stored precision, so the risk measured here is that of exactly the
-model the code describes. The options are checked first (:mod:`.options`).
+model the code describes. The options are a checked record (:mod:`.options`).
 """
 
 from __future__ import annotations
