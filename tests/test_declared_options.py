@@ -21,6 +21,7 @@ from boundcalc.cli import app
 from boundcalc.cli.words import CLI_WORDS, flag
 from boundcalc.errors import BoundcalcError
 from boundcalc.measure.compress.options import CompressOptions
+from boundcalc.measure.data.gibbs import MonteCarlo
 from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.optimize.core import Options
 from boundcalc.options import Record, Spec, declared, like, spec
@@ -77,7 +78,7 @@ def _exit(record, name: str) -> int:
     return next(s.error for f, s in declared(record) if f.name == name).exit_code
 
 
-RECORDS = (MeasureOptions, CertifyConfig, CompressOptions, Options)
+RECORDS = (MeasureOptions, CertifyConfig, CompressOptions, Options, MonteCarlo)
 CASES = [(record, f.name, bad) for record in RECORDS for f, s in declared(record)
          for bad in s.invalid()]
 

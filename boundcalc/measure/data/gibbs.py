@@ -36,7 +36,8 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
-from .options import MODES  # declared with the option that chooses one
+from ...options import Record, like
+from .options import MODES, MeasureOptions  # declared with the options that choose them
 
 Sigma = float | Mapping[str, float]
 
@@ -164,18 +165,21 @@ def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure, sigma: Sigm
 # ---- the Gibbs risk of a task model on a data set ----------------------------------------
 
 @dataclass(frozen=True)
-class MonteCarlo:
+class MonteCarlo(Record):
     """How a Monte Carlo Gibbs risk is drawn: ``passes`` per σ (≥ 1), the ``seed`` of every
-    draw, ``alpha`` (the prediction smoothing of a language model's bounded loss; 0 for a
-    plain 0-1 loss), ``mode`` (auto | sample | whole: :func:`resolve_mode`) and ``samples``
-    (rows drawn with replacement per pass, or None: every row). The options record gives
-    it (:meth:`of`), so that the estimates below read one small record, not five keywords."""
+    draw, ``alpha`` (the prediction smoothing of a language model's bounded loss; 0: none, as
+    the 0-1 loss of a classifier reads it), ``mode`` (auto | sample | whole:
+    :func:`resolve_mode`) and ``samples`` (rows drawn with replacement per pass, or None: every
+    row). A sub-record of :class:`.options.MeasureOptions`, its fields declared by reference to
+    that record's (:func:`boundcalc.options.like`) and checked when built; the options record
+    gives it (:meth:`of`), so that the estimates below read one small record, not five
+    keywords."""
 
-    passes: int
-    seed: int = 0
-    alpha: float = 0.01
-    mode: str = "auto"
-    samples: int | None = None
+    passes: int = like(MeasureOptions, "draws", 1, low=1, none=False)
+    seed: int = like(MeasureOptions, "seed", high=None)  # offset seeds: searches, d̂, …
+    alpha: float = like(MeasureOptions, "smoothing", open_low=False)
+    mode: str = like(MeasureOptions, "gibbs_mode")
+    samples: int | None = like(MeasureOptions, "gibbs_samples")
 
     @classmethod
     def of(cls, options: Any, passes: int) -> MonteCarlo:
@@ -337,9 +341,6 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
     from .row_noise import RowNoise
 
     passes, seed, alpha, mode, samples = mc.passes, mc.seed, mc.alpha, mc.mode, mc.samples
-
-    if passes < 1:
-        raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
     requested = mode
     mode, engine = resolve_mode(tm, mode)
     model = tm.model
