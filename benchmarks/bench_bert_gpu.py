@@ -224,7 +224,7 @@ def library_line(tm, files: dict, dev: torch.device, prec: str, sigmas, draws: i
                  rec: dict) -> None:
     """The in-process timing of earlier versions (a second line, never the headline)."""
     from boundcalc.measure.data.dataset_io import Batched
-    from boundcalc.measure.data.gibbs import gibbs_estimate
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
     from boundcalc.measure.device import precision
 
     ids, y, b = files["ids"], files["labels"], files["batch"]
@@ -236,7 +236,7 @@ def library_line(tm, files: dict, dev: torch.device, prec: str, sigmas, draws: i
         with precision(prec, dev):
             _sync(dev)
             t = time.perf_counter()
-            est = gibbs_estimate(tm, data, dev, [s], draws, i, 0.01, mode="auto")
+            est = gibbs_estimate(tm, data, dev, [s], MonteCarlo(draws, i, 0.01, mode="auto"))
             _sync(dev)
             dt = time.perf_counter() - t
         rate = draws * len(ids) / dt

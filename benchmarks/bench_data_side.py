@@ -118,18 +118,18 @@ def boundcalc_side(tm, data, dev, sigmas, draws, probes, samples, seed=0) -> dic
     """boundcalc's data-side stages, timed one by one."""
     from boundcalc.measure.data.curvature import hutchinson_trace, param_groups
     from boundcalc.measure.data.data_pass import hessian_terms, run_pass
-    from boundcalc.measure.data.gibbs import gibbs_estimate
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
 
     t: dict[str, float] = {}
     t["pass"], _ = _timed(dev, lambda: run_pass(tm, data, dev))
     # measure's default (auto: a fresh draw per sample where exact, N = draws·n), and whole
     # mode (one draw per pass, N = draws: the same work as the plain loop's)
-    t["gibbs"], est = _timed(dev, lambda: gibbs_estimate(tm, data, dev, sigmas, draws, seed,
-                                                         0.01, mode="auto"))
+    t["gibbs"], est = _timed(dev, lambda: gibbs_estimate(
+        tm, data, dev, sigmas, MonteCarlo(draws, seed, 0.01, mode="auto")))
     losses = est.means
     t["gibbs_mode"] = est.mode
-    t["gibbs_whole"], _ = _timed(dev, lambda: gibbs_estimate(tm, data, dev, sigmas, draws, seed,
-                                                             0.01, mode="whole"))
+    t["gibbs_whole"], _ = _timed(dev, lambda: gibbs_estimate(
+        tm, data, dev, sigmas, MonteCarlo(draws, seed, 0.01, mode="whole")))
     terms, _ = hessian_terms(tm, data, dev, samples)
     try:
         groups = param_groups(tm.model)

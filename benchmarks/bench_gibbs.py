@@ -147,7 +147,7 @@ def worker(config: str, n_sigmas: int, passes: int, plain_rows: int) -> dict:
     import torch
 
     from boundcalc.measure.data.dataset_io import read_batches
-    from boundcalc.measure.data.gibbs import gibbs_estimate
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
     from boundcalc.measure.data.hf import load_task_model
 
     ck = _checkpoint()
@@ -162,8 +162,8 @@ def worker(config: str, n_sigmas: int, passes: int, plain_rows: int) -> dict:
         extra["E_hat"] = [float(x) for x in m.mean(1)]
         extra["N_per_sigma"] = passes
     elif config in ("whole", "sample"):
-        est = gibbs_estimate(tm, data, dev, sig, passes, 0, 0.01,
-                             mode="whole" if config == "whole" else "auto")
+        est = gibbs_estimate(tm, data, dev, sig, MonteCarlo(
+            passes, 0, 0.01, mode="whole" if config == "whole" else "auto"))
         extra["E_hat"] = [float(x) for x in est.means.mean(1)]
         extra["N_per_sigma"] = est.n_losses
         extra["engine"] = est.engine

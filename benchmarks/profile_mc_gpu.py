@@ -26,7 +26,7 @@ def main() -> int:
     from transformers import BertConfig, BertForSequenceClassification
 
     from boundcalc.measure.data.dataset_io import Batched
-    from boundcalc.measure.data.gibbs import gibbs_estimate
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
     from boundcalc.measure.data.hf import TaskModel
     from boundcalc.measure.device import precision
 
@@ -53,7 +53,7 @@ def main() -> int:
             return (model(**x).logits.argmax(-1).cpu() != y).sum()
 
     def mc(passes):
-        return gibbs_estimate(tm, data, dev, [1e-3], passes, 0, 0.01, mode="auto")
+        return gibbs_estimate(tm, data, dev, [1e-3], MonteCarlo(passes, 0, 0.01, mode="auto"))
 
     rec = {"device": torch.cuda.get_device_name(0) if dev.type == "cuda" else "cpu",
            "torch": torch.__version__, "rows": n, "seq_len": seq, "precision": prec}

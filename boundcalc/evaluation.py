@@ -13,7 +13,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .stages import certify, choose
+from .stages import choose, enclose
 from .stages.forms import compiled_for, gridmin_params
 from .stages.validate import ValidatedEntry, count_value, dr_grids
 from .floor import zero_complexity_floor
@@ -41,18 +41,18 @@ class Prepared(ValidatedEntry):
     def enclosure(self, values: Mapping[str, float], costs: Mapping[str, float], value: float,
                   log10: float, selected: Mapping[str, np.ndarray] | None = None
                   ) -> tuple[float, float, dict[str, Any] | None, list[str]]:
-        """Stage 3: the interval value (see :func:`boundcalc.stages.certify.enclose_value`)."""
-        return certify.enclose_value(self, values, costs, value, log10, selected)
+        """Stage 3: the interval value (see :func:`boundcalc.stages.enclose.enclose_value`)."""
+        return enclose.enclose_value(self, values, costs, value, log10, selected)
 
     def exact_value(self, params: Mapping[str, float] | None = None, digits: int = 30) -> Any:
         """The value by SymPy substitution and ``evalf`` at ``digits`` digits (slow; a check),
         with the grid and δ accounting of :meth:`resolve`."""
         values, _, costs = self.resolve(params)
-        return certify.exact_value(self, values, costs, digits)
+        return enclose.exact_value(self, values, costs, digits)
 
     def check_assumptions(self, ctx: Any) -> list[dict[str, Any]]:
         """Stage 3: each assumption's status at ``ctx``."""
-        return certify.check_assumptions(self, ctx)
+        return enclose.check_assumptions(self, ctx)
 
     def result(self, params: Mapping[str, float] | None = None, method: str = "evaluate",
                how: Mapping[str, str] | None = None, rigorous: bool = True) -> Result:
@@ -69,7 +69,7 @@ class Prepared(ValidatedEntry):
         delta_eff = self.delta_effective(costs)
         ctx = self.context(values, delta_eff)
         value, s, a = self.point_value(ctx)
-        certify.check_output(self, value, s, a)
+        enclose.check_output(self, value, s, a)
         log10 = a / LN10 if s > 0 else (-math.inf if s == 0 else math.nan)
         extra: dict[str, Any] = {}
         interval_notes: list[str] = []

@@ -217,8 +217,8 @@ def vacuity_level(entry: Entry, stats: Stats | None) -> tuple[float, str]:
 def annotate(result: Result, entry: Entry, stats: Stats | None,
              test_error: float | None = None) -> Result:
     """Attach the trivial predictor's error (for a 0-1 risk bound), a held-out test error and,
-    for a certified compression row, the model its code decodes to (:mod:`.certifies`)."""
-    from .certifies import certified_model
+    for a certified compression row, the model its code decodes to (:mod:`.which_model`)."""
+    from .which_model import certified_model
 
     result.certifies = certified_model(entry, stats)
     result.unit = unit_of(entry, stats)

@@ -41,7 +41,9 @@ class Spec:
     values of a text option; ``none``: None is allowed (it means what ``help`` says);
     ``error``: the class of the refusal (its exit code; 2 unless said); ``unit``:
     what the number counts; ``help``: one sentence for the command's help and the docs, naming
-    other options as ``{keyword}`` (:meth:`help_text` writes them in the front end's words)."""
+    other options as ``{keyword}`` (:meth:`help_text` writes them in the front end's words);
+    ``sep``: a ``many`` field a command line gives as one word, its items joined by ``sep``
+    (``--levels 1,16``), instead of one repeated option per item."""
 
     kind: type
     low: float | None = None
@@ -54,6 +56,7 @@ class Spec:
     many: bool = False
     unit: str = ""
     help: str = ""
+    sep: str = ""
     error: type[BoundcalcError] = BoundcalcError  # a value outside a formula's domain: DomainError
 
     def rule(self) -> str:

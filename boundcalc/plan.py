@@ -55,20 +55,57 @@ def _seconds(forwards: float, calls: float, n_params: float, positions: float,
     return flops / FLOPS.get(device, FLOPS["cpu"]) + calls * CALL_SECONDS
 
 
-def measure_plan(*, sigmas: int, draws: int, hessian_probes: int, hessian_samples: int,
-                 perturbation_draws: int, rows: int = 1, positions: int = 1,
-                 n_params: int = 1, groups: int = 1, batch_size: int = 1,
-                 device: str = "cpu", gibbs_samples: int | None = None,
-                 group_draws: int = 0, tune_draws: int = 0, tune_rows: int = 1) -> list[Item]:
-    """The work of ``measure --data`` with these options (see the module docstring).
+@dataclass(frozen=True)
+class Counts:
+    """What one ``measure --data`` is asked to do, as the counts that multiply its work (the
+    data side builds it from its options record: :func:`boundcalc.measure.data.sizing.
+    plan_counts`; the plan reads no options record itself, as it sits below them).
 
-    ``rows``: samples of DATA; ``positions``: tokens (or patches) per sample; ``n_params``:
-    trainable parameters; ``groups``: parameter groups of the Hessian trace. Unknown values
-    are lower bounds (1). ``gibbs_samples``: rows per Monte Carlo pass when each pass is
-    evaluated on a subsample (``--gibbs-samples``), else every row. ``group_draws``,
-    ``tune_draws``: the per-group σ measurement (``--group-draws`` passes over DATA at the
-    chosen vector; at least one σ vector tried with ``--tune-draws`` passes over ``tune_rows``
-    rows); 0 when there is none."""
+    ``sigmas``: distinct σ points of the Gibbs risk; ``draws`` passes per σ;
+    ``hessian_probes`` on ``hessian_samples`` rows; ``perturbation_draws`` (P̂);
+    ``batch_size``: rows per model call; ``gibbs_samples``: rows per Monte Carlo pass when each
+    pass is evaluated on a subsample (``--gibbs-samples``), else None (every row);
+    ``group_draws``, ``tune_draws``: the per-group σ measurement (``--group-draws`` passes over
+    DATA at the chosen vector; at least one σ vector tried with ``--tune-draws`` passes over
+    the tune rows); 0 when there is none."""
+
+    sigmas: int
+    draws: int
+    hessian_probes: int
+    hessian_samples: int
+    perturbation_draws: int
+    batch_size: int = 1
+    gibbs_samples: int | None = None
+    group_draws: int = 0
+    tune_draws: int = 0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What is known of the model and the data when the plan is made; an unknown value is
+    its lower bound, 1. ``rows``: samples of DATA; ``positions``: tokens (or patches) per
+    sample; ``n_params``: trainable parameters; ``groups``: parameter groups of the Hessian
+    trace; ``tune_rows``: rows of the tune data; ``device``: ``cpu`` or ``cuda``
+    (:data:`FLOPS`)."""
+
+    rows: int = 1
+    positions: int = 1
+    n_params: int = 1
+    groups: int = 1
+    tune_rows: int = 1
+    device: str = "cpu"
+
+
+def measure_plan(options: Counts, sizes: Sizes = Sizes()) -> list[Item]:
+    """The work of ``measure --data`` asked for by ``options`` on data and a model of
+    ``sizes`` (see the module docstring)."""
+    c = options
+    sigmas, draws, hessian_probes = c.sigmas, c.draws, c.hessian_probes
+    hessian_samples, perturbation_draws = c.hessian_samples, c.perturbation_draws
+    batch_size, gibbs_samples = c.batch_size, c.gibbs_samples
+    group_draws, tune_draws = c.group_draws, c.tune_draws
+    rows, positions, n_params = sizes.rows, sizes.positions, sizes.n_params
+    groups, tune_rows, device = sizes.groups, sizes.tune_rows, sizes.device
     rows, positions, n_params = max(rows, 1), max(positions, 1), max(n_params, 1)
     batches = math.ceil(rows / max(batch_size, 1))
     hs = min(max(hessian_samples, 1), rows)

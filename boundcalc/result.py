@@ -45,7 +45,7 @@ class Result:
     floor: dict[str, Any] | None = None
     trivial: dict[str, Any] | None = None
     test_error: float | None = None
-    # for a certified compression row, the model its code decodes to (boundcalc.certifies)
+    # for a certified compression row, the model its code decodes to (boundcalc.which_model)
     certifies: dict[str, Any] | None = None
     unit: str | None = None  # of a value that is not a probability ('bits per token')
 

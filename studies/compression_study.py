@@ -28,6 +28,7 @@ from torch import nn
 from torch.func import functional_call
 
 from boundcalc.measure.compress.compression import compress
+from boundcalc.measure.compress.options import CompressOptions
 from boundcalc.measure.compress.quantizer import quantize
 from boundcalc.measure.compress.record import Compression
 from boundcalc.rounding import upper_text
@@ -316,11 +317,12 @@ def _run(cfg: StudyConfig, out: Path, progress) -> dict[str, Any]:
     for k in cfg.levels:
         progress(f"{k} levels: codebook fine-tuning and coding")
         wk = finetune_codebook(w, k, loss_sub, cfg.qat_steps)
-        subs.append((compress(sub, train, coded={"w": wk}, rebuild=rebuild, quantizer="kmeans",
-                              levels_grid=cfg.levels), wk))
+        subs.append((compress(sub, train, CompressOptions(quantizer="kmeans",
+                                                          levels_grid=cfg.levels),
+                              coded={"w": wk}, rebuild=rebuild), wk))
         dk = finetune_codebook(delta, k, loss_full, cfg.qat_steps)
-        fulls.append((compress(full_from(dk), train, init=init_state, select="delta",
-                               quantizer="kmeans", levels_grid=cfg.levels), dk))
+        fulls.append((compress(full_from(dk), train, CompressOptions(
+            select="delta", quantizer="kmeans", levels_grid=cfg.levels), init=init_state), dk))
     comp_sub, _ = _best(subs)
     comp_full, _ = _best(fulls)
     # one bit says which of the two parameterisations is reported

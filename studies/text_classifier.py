@@ -350,7 +350,7 @@ def quantized_model(out: Path, cfg: ClassifierConfig, levels: int) -> dict[str, 
     """The quantized model the compression bounds are about (decoded exactly as ``measure
     --compress auto`` decodes the delta from ``--init``): its held-out error. Which model it
     is (the prior, the fine-tuned one up to quantization, another) is measured by ``measure``
-    itself (``provenance.compression.decoded``, :mod:`boundcalc.certifies`)."""
+    itself (``provenance.compression.decoded``, :mod:`boundcalc.which_model`)."""
     from transformers import AutoTokenizer, BertForSequenceClassification
 
     from boundcalc.measure.compress.coded import coded_vector, decoded_state

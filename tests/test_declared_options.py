@@ -21,6 +21,7 @@ from boundcalc.cli import app
 from boundcalc.cli.words import CLI_WORDS, flag
 from boundcalc.errors import BoundcalcError
 from boundcalc.measure.compress.options import CompressOptions
+from boundcalc.measure.data.gibbs import MonteCarlo
 from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.optimize.core import Options
 from boundcalc.options import Record, Spec, declared, like, spec
@@ -77,7 +78,7 @@ def _exit(record, name: str) -> int:
     return next(s.error for f, s in declared(record) if f.name == name).exit_code
 
 
-RECORDS = (MeasureOptions, CertifyConfig, CompressOptions, Options)
+RECORDS = (MeasureOptions, CertifyConfig, CompressOptions, Options, MonteCarlo)
 CASES = [(record, f.name, bad) for record in RECORDS for f, s in declared(record)
          for bad in s.invalid()]
 
@@ -108,12 +109,8 @@ COMMANDS = [("certify", CertifyConfig, ["certify", "base", "--data", "d.csv"]),
             ("measure", MeasureOptions, ["measure", "model"]),
             ("measure", CompressOptions, ["measure", "model", "--data", "d.csv", "--compress",
                                           "all"])]
-# typed by hand, from the declaration's help: --compress (absent: no compression; the record
-# has no such value) and --levels (a comma list, parse_levels); in the API, their fields
-TYPED_BY_HAND = {"select", "levels_grid"}
 CLI_CASES = [(cmd, f.name, bad, head) for cmd, record, head in COMMANDS
              for f, s in declared(record) if s.kind is not str or s.choices is not None
-             if f.name not in TYPED_BY_HAND
              for bad in s.invalid() if bad != ()]  # free text and an empty list: not typed
 
 
@@ -121,14 +118,19 @@ def _typed(value):
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
+def _given(name: str, bad) -> list[str]:
+    """The words of a bad value: one option per item, or one word of items where the
+    declaration names a separator (--levels 0)."""
+    s = next(s for r in RECORDS for f, s in declared(r) if f.name == name)
+    values = bad if isinstance(bad, tuple) and not s.sep else (bad,)
+    return [w for v in values for w in (flag(name), _typed(v))]
+
+
 @pytest.mark.parametrize("cmd, name, bad, head", CLI_CASES,
                          ids=[f"{c}{flag(n)}={b!r}" for c, n, b, _ in CLI_CASES])
 def test_cli_refuses_every_bad_value_naming_the_flag(cmd, name, bad, head, tmp_path):
     args = [*head, "-o" if cmd == "certify" else "--output", str(tmp_path / "out")]
-    values = bad if isinstance(bad, tuple) else (bad,)
-    for v in values:
-        args += [flag(name), _typed(v)]
-    res = CliRunner().invoke(app, args)
+    res = CliRunner().invoke(app, args + _given(name, bad))
     err = res.stderr.strip()
     record = next(r for c, r, _ in COMMANDS if c == cmd and name in {f.name for f in fields(r)})
     assert res.exit_code == _exit(record, name), (res.exit_code, res.output[-800:])
@@ -153,7 +155,7 @@ def test_no_option_of_a_record_is_written_again_in_its_command(cmd, record, _):
     """A generated option's default, help and bound live in the declaration alone: the
     command's module spells none of those flags in a typer.Option of its own."""
     mine = _handwritten_flags(ROOT / "boundcalc" / "cli" / f"{cmd}_cmd.py")
-    generated = {flag(f.name) for f, _ in declared(record) if f.name not in TYPED_BY_HAND}
+    generated = {flag(f.name) for f, _ in declared(record)}
     assert not mine & generated, mine & generated
 
 

@@ -64,14 +64,14 @@ def _held_out(tm: Any, data: Any, dev: Any, learned: Any, seed: int) -> dict[str
     """Held-out error of μ and a one-pass Monte Carlo Gibbs error of Q (an estimate, for the
     report only)."""
     from ..measure.data.data_pass import run_pass
-    from ..measure.data.gibbs import gibbs_estimate
+    from ..measure.data.gibbs import MonteCarlo, gibbs_estimate
     from ..measure.data.tune import sigma_groups
 
     groups = sigma_groups(tm.model)
     sig = dict(zip(learned.groups, learned.sigma_post))
     base = run_pass(tm, data, dev, alpha=0.0, norms=False)
-    est = gibbs_estimate(tm, data, dev, [{n: sig[g] for n, g in groups.items()}], 1, seed,
-                         0.0)
+    est = gibbs_estimate(tm, data, dev, [{n: sig[g] for n, g in groups.items()}],
+                         MonteCarlo(1, seed, 0.0))
     return {"rows": data.n, "mean_error": float(base.err01.mean()),
             "gibbs_error_estimate": float(est.means.mean()),
             "note": "the mean's 0-1 error and one Monte Carlo pass of the posterior's; "

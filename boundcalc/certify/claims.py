@@ -157,7 +157,7 @@ def _row(r: Any, entry: Any, stats: Any, ev: Evidence) -> dict[str, Any]:
 
 def _other_text(record: Any) -> str:
     """What a certified row that is not a Gibbs row certifies (a compression row: the model its
-    code decodes to, in :mod:`boundcalc.certifies`' words)."""
+    code decodes to, in :mod:`boundcalc.which_model`' words)."""
     if isinstance(record, Mapping) and record.get("text"):
         text = str(record["text"])
         return text[len("certifies "):] if text.startswith("certifies ") else text

@@ -41,6 +41,7 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, see
         from ..measure.device import default_precision, precision
         from ..measure.threads import blas_threads, data_threads
         from ..measure.data.batch_rows import read_sized
+        from ..measure.data.gibbs import MonteCarlo
         from ..measure.data.hf import load_task_model
         from ..measure.data.options import MeasureOptions
         from ..measure.data.tune import _mapping, final_risk, sigma_groups
@@ -56,8 +57,8 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, see
             dict.fromkeys(names, float(sigma))
         with blas_threads(data_threads(tm.model, device)), \
                 precision(default_precision(device), device):
-            fin = final_risk(tm, rows, device, sig, passes, seed, MeasureOptions().smoothing,
-                             mode="auto")
+            fin = final_risk(tm, rows, device, sig,
+                             MonteCarlo(passes, seed, MeasureOptions().smoothing, mode="auto"))
         how = (f"{fin.passes} pass(es) over the {rows.n} held-out rows, "
                + ("every row its own draw" if fin.mode == "sample" else
                   f"one draw per {fin.rows_per_unit} row(s)")

@@ -349,17 +349,17 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
 def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
     from ..measure.data.task_measure import measure_task
 
+    then = None
+    if cfg.compress:  # on the model and the rows of S the measurement loaded
+        from ..measure.compress.compression import after_measure
+        from ..measure.compress.options import CompressOptions, parse_levels
+
+        then = after_measure(CompressOptions(select="delta", quantizer="kmeans",
+                                             levels_grid=parse_levels(cfg.levels)),
+                             str(out / "S.jsonl"), str(out / "prior"))
     stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
                          cfg.measure_options(str(out / "tune.jsonl") if cfg.tune_rows else None),
-                         progress=progress)
-    if cfg.compress:
-        from ..measure.compress.compression import add_compression
-        from ..measure.compress.options import parse_levels
-        from ..measure.data.batch_rows import DEFAULT_ROWS
-
-        add_compression(stats, str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
-                        select="delta", quantizer="kmeans", levels_grid=parse_levels(cfg.levels),
-                        max_length=cfg.max_length, batch_size=cfg.batch_size or DEFAULT_ROWS)
+                         progress=progress, then=then)
     if cfg.posterior != "proximal":
         from .bound_posterior import bound_step
 

@@ -11,15 +11,13 @@ from rich.markup import escape
 
 from ..measure.compress.options import CompressOptions
 from ..measure.data.options import MeasureOptions
-from ..options import declared
 from .app import app, console, emit_json, err_console, guarded
 from .progress import Stages, check_device, require_paths
 from .record_options import takes
-from .words import flag
 
 
 # options that do nothing without another one: refused when given alone
-NEEDS = {"--compress": ("max_changed", "quantizer", "levels", "codebook_bits", "prefix"),
+NEEDS = {"--compress": ("max_changed", "quantizer", "levels_grid", "codebook_bits", "prefix"),
          "--tune-data or --sigma-groups": ("tune_draws", "group_draws", "tune_slack"),
          "--tune-data": ("allow_overlap", "search_rows"),
          "--data": ("init_data",)}
@@ -40,6 +38,11 @@ def _unused_options(ctx: typer.Context, given: dict[str, bool]) -> str | None:
     return None
 
 
+def _warn(line: str) -> None:
+    """A compression's warning (its bounds are not about the trained model), at once."""
+    err_console.print(f"warning: {escape(line)}", highlight=False)
+
+
 def _same_checkpoint(model: str, init: str | None) -> bool:
     """Whether ``init`` names the model's own files (same folder or file, links included)."""
     import os
@@ -50,15 +53,9 @@ def _same_checkpoint(model: str, init: str | None) -> bool:
         return False
 
 
-def _help(name: str) -> str:
-    """The help of a compression option whose flag is typed here (``--compress`` absent: no
-    compression; ``--levels`` a comma list), from its declaration."""
-    return next(s for f, s in declared(CompressOptions) if f.name == name).help_text(flag)
-
-
 @app.command("measure")
 @takes((MeasureOptions, [f.name for f in fields(MeasureOptions) if f.name != "head_init"]),
-       (CompressOptions, ("quantizer", "codebook_bits", "prefix", "max_changed")))
+       (CompressOptions, [f.name for f in fields(CompressOptions)], "select"))
 def measure_cmd(
     ctx: typer.Context,
     model: str = typer.Argument(..., help="HF folder, .safetensors file, sharded index json or "
@@ -83,9 +80,8 @@ def measure_cmd(
     output: Path = typer.Option(Path("stats.json"), "-o", "--output", help="stats file to write"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary instead of tables"),
     show_map: bool = typer.Option(False, "--show-map", help="print every layer-map entry"),
-    compress: Optional[str] = typer.Option(None, "--compress", help=_help("select")),
-    levels: Optional[str] = typer.Option(None, "--levels", help=_help("levels_grid")),
-    values: dict = None,  # the MeasureOptions fields, from their declarations (takes)
+    values: dict = None,  # the records' fields, from their declarations (takes; the
+    # CompressOptions record only with --compress)
 ) -> None:
     """Measure per-matrix, per-head and data statistics of a checkpoint into a stats file.
 
@@ -103,7 +99,8 @@ def measure_cmd(
         from ..errors import BoundcalcError
 
         o = MeasureOptions(head_init=head_init, **values[MeasureOptions])  # every value checked
-        unused = _unused_options(ctx, {"--compress": compress is not None,
+        given = values[CompressOptions]
+        unused = _unused_options(ctx, {"--compress": given is not None,
                                        "--tune-data or --sigma-groups":
                                            o.tune_data is not None or o.sigma_groups,
                                        "--tune-data": o.tune_data is not None,
@@ -114,12 +111,12 @@ def measure_cmd(
             raise BoundcalcError("--prior-data-dependent: a PAC-Bayes prior fit on the same data "
                                  "as the bound is not a valid prior; fit --init on a disjoint "
                                  "split (or use the pretrained / initial weights)")
-        if compress is not None:  # option checks: cheapest first
-            from ..measure.compress.compression import add_compression
-            from ..measure.compress.options import compression_options
-            from ..measure.data.batch_rows import DEFAULT_ROWS
+        compress = None
+        if given is not None:  # option checks: cheapest first
+            from ..measure.compress.options import require_data
 
-            opts = compression_options(compress, levels, data, init, values[CompressOptions])
+            require_data(data)
+            compress = CompressOptions(**given)
         from ..prior_spec import is_keyword, parse_centre, parse_head_init
 
         parse_head_init(head_init)
@@ -138,7 +135,7 @@ def measure_cmd(
         stages = Stages("measure")
         from ..measure import measure
         from ..measure.data.dataset_io import TABLE_SUFFIXES
-        from ..measure.data.hf import read_config, task_of
+        from ..measure.data.hf import load_task_model, read_config, task_of
 
         progress = stages.measure_progress(model)
         cfg = read_config(model) if data is not None else None
@@ -148,8 +145,13 @@ def measure_cmd(
         if task:
             from ..measure.data.task_measure import measure_task
 
-            stats = measure_task(model, data, init, o, progress=progress,
-                                 say=stages.note)
+            then = None
+            if compress is not None:  # on the model and the batches measure_task loads
+                from ..measure.compress.compression import after_measure
+
+                then = after_measure(compress, data, init, head_init, warn=_warn)
+            stats = measure_task(model, data, init, o, progress=progress, say=stages.note,
+                                 then=then)
         else:
             if o.precision is not None:
                 raise BoundcalcError("--precision sets the data side's arithmetic: it needs "
@@ -159,13 +161,8 @@ def measure_cmd(
                                      "Face folder with a task head")
             stats = measure(model, init=init, data=data, device=o.device, n_heads=n_heads,
                             progress=progress, head_init=head_init)
-        if compress is not None:
-            result = add_compression(stats, model, data, init, text_column=o.text_column,
-                                     label_column=o.label_column, max_length=o.max_length,
-                                     batch_size=o.batch_size or DEFAULT_ROWS, head_init=head_init,
-                                     **opts)
-            if result.warning():
-                err_console.print(f"warning: {escape(result.warning())}", highlight=False)
+            if compress is not None:  # a code length needs a task head: refused by its loader
+                load_task_model(model)
         path = stats.save(output)
         stages.done()
         from ..report.measure_view import measure_summary, print_data, print_weights

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from ..binding import bind, how_to_give
 from ..errors import BoundcalcError, one_line
-from ..certifies import about_users_model
+from ..which_model import about_users_model
 from ..hints import needs_compression, set_only_note, source_of
 from ..evaluation import Result
 from ..rounding import decimal_total, share
@@ -40,7 +40,7 @@ class Comparison:
     @property
     def about_users(self) -> list[Result]:
         """Certified rows about the user's model (every row but a compression row whose code
-        decodes to another model: :mod:`boundcalc.certifies`)."""
+        decodes to another model: :mod:`boundcalc.which_model`)."""
         return [r for r in self.groups.get("certified", []) if about_users_model(r)]
 
     @property

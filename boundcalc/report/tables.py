@@ -324,7 +324,7 @@ def another_model_table(results: list[Result]) -> Table:
     t = Table(title="certified, but about ANOTHER model than yours (listed apart)",
               caption="a compression bound certifies the model its code decodes to; these "
                       "codes decode to the prior or to a model that disagrees with yours on "
-                      "S (boundcalc.certifies)", caption_justify="left")
+                      "S (boundcalc.which_model)", caption_justify="left")
     t.add_column("id", no_wrap=True, min_width=_id_width(results))
     t.add_column("value", justify="right", no_wrap=True)
     t.add_column("certifies", overflow="fold", ratio=1)

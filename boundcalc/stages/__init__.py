@@ -11,7 +11,7 @@
 2. :mod:`.choose`: the scalar free parameters → values, how each was chosen, union-bound costs
    (given, default, or closed form → best admissible grid/prior point). The optimizer
    (:mod:`boundcalc.optimize.core`) starts from and snaps to the same rules.
-3. :mod:`.certify`: at the chosen point, the outward-rounded interval value (never below the
+3. :mod:`.enclose`: at the chosen point, the outward-rounded interval value (never below the
    formula's exact value), the exact SymPy value (a check), the output-range check and the
    assumptions' status.
 4. Annotate: :mod:`boundcalc.floor` (zero-complexity floor, what dominates), called by

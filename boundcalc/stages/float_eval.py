@@ -2,7 +2,7 @@
 at a point, in floats (signed-log form inside, :mod:`boundcalc.engine.logspace`).
 
 :class:`FloatEvaluator` is what every stage after validation calls — the choice of free
-parameters (:mod:`.choose`), the interval value and its checks (:mod:`.certify`), the floor
+parameters (:mod:`.choose`), the interval value and its checks (:mod:`.enclose`), the floor
 (:mod:`boundcalc.floor`, through its ``Evaluator`` protocol) and the optimizer. It is a base
 class of :class:`~.validate.ValidatedEntry`, which fills in what it reads: ``entry``,
 ``compiled`` (:func:`~.forms.compiled_for`), ``scalars`` (float values by name),

@@ -18,7 +18,7 @@ from boundcalc.measure.data.bound_posterior import (BoundObjective, BoundTrainin
                                                     bounded_cross_entropy, kl_groups, objective,
                                                     train_bound_posterior)
 from boundcalc.measure.data.dataset_io import Batched
-from boundcalc.measure.data.gibbs import Perturber
+from boundcalc.measure.data.gibbs import MonteCarlo, Perturber
 from boundcalc.measure.data.hf import TaskModel
 from boundcalc.measure.data.tune import final_risk, sigma_groups
 from tests._measure_helpers import single_thread
@@ -156,7 +156,7 @@ def test_learned_gibbs_risk_matches_explicit_draws_within_its_interval():
     assert learned.steps == 6 and len(learned.history) == 2
     assert learned.sigma_post != pytest.approx(learned.sigma_prior, rel=1e-9)  # σ_Q moved
     sig_of = {n: dict(zip(learned.groups, learned.sigma_post))[g] for n, g in groups.items()}
-    fin = final_risk(tm, data, CPU, sig_of, 40, 11, 0.0)
+    fin = final_risk(tm, data, CPU, sig_of, MonteCarlo(40, 11, 0.0))
     assert fin.mode == "sample" and fin.n_losses == 40 * 24
     exp_mean, exp_se = _explicit(tm, data, sig_of, 400, 7,
                                  lambda lg, y: (lg.argmax(-1) != y).double())

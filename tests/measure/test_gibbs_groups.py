@@ -21,6 +21,7 @@ from boundcalc.errors import StatsError
 from studies.digits_vit import DigitsConfig, build
 from boundcalc.measure.data import tune as tune_mod
 from boundcalc.measure.data.dataset_io import Batched
+from boundcalc.measure.data.gibbs import MonteCarlo
 from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.optimize import optimize
 from boundcalc.stats import Curve, Quantity, Stats
@@ -133,10 +134,10 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
     _Guarded.open = False
     stats = Stats()
     with single_thread():
-        tune_mod.measure_groups(stats, tm, guarded, torch.device("cpu"), prior,
+        tune_mod.measure_groups(stats, tm, guarded, torch.device("cpu"),
                                 MeasureOptions(tune_data="prior.npz", group_draws=5,
                                                tune_draws=2),
-                                tune=T, prior_source="prior")
+                                tune_mod.Tuning(prior, "prior", T))
     _Guarded.open = False
     shape = [c for c in calls if c[0] == "shape"]
     scale = [c for c in calls if c[0] == "scale"]
@@ -346,16 +347,16 @@ def test_final_risk_draws_per_sample_where_exact_else_per_chunk(vits, monkeypatc
     wrong = _plain_wrong(out)
     cpu = torch.device("cpu")
     with single_thread():
-        fin = tune_mod.final_risk(tm, S, cpu, zero, 3, 0, 0.01)
+        fin = tune_mod.final_risk(tm, S, cpu, zero, MonteCarlo(3, 0, 0.01))
         assert (fin.mode, fin.n_losses, fin.passes, fin.rows_per_unit) == ("sample", 900, 3, 1)
         assert fin.mean == pytest.approx(wrong.mean(), abs=1e-12)
-        sub = tune_mod.final_risk(tm, S, cpu, zero, 3, 0, 0.01, samples=50)
+        sub = tune_mod.final_risk(tm, S, cpu, zero, MonteCarlo(3, 0, 0.01, samples=50))
         assert (sub.mode, sub.n_losses) == ("sample", 150)
-        whole = tune_mod.final_risk(tm, S, cpu, zero, 2, 0, 0.01, mode="whole")
+        whole = tune_mod.final_risk(tm, S, cpu, zero, MonteCarlo(2, 0, 0.01, mode="whole"))
         assert (whole.mode, whole.n_losses, whole.rows_per_unit) == ("chunk", 10, 60)
         assert whole.mean == pytest.approx(wrong.mean(), abs=1e-12)
         monkeypatch.setattr(row_noise, "unsupported_reason", lambda *a: "tied weights")
-        tied = tune_mod.final_risk(tm, S, cpu, zero, 2, 0, 0.01)
+        tied = tune_mod.final_risk(tm, S, cpu, zero, MonteCarlo(2, 0, 0.01))
         assert (tied.mode, tied.n_losses, tied.rows_per_unit) == ("chunk", 10, 60)
         assert "not exact" in tied.how
 

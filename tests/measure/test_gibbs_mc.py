@@ -22,8 +22,9 @@ from boundcalc.cli import app
 from boundcalc.errors import BoundcalcError, ResourceError
 from boundcalc.limits import set_memory_budget
 from boundcalc.measure.data.dataset_io import read_batches
-from boundcalc.measure.data.gibbs import (Perturber, device_generator, gibbs_estimate,
-                                          perturbed, resolve_mode, rows_per_chunk, _row_bytes)
+from boundcalc.measure.data.gibbs import (MonteCarlo, Perturber, device_generator,
+                                          gibbs_estimate, perturbed, resolve_mode, rows_per_chunk,
+                                          _row_bytes)
 from boundcalc.measure.data.hf import load_task_model
 from boundcalc.measure.data.row_noise import RowNoise, unsupported_reason
 from tests._measure_helpers import minilm_path, single_thread
@@ -138,21 +139,22 @@ def test_perturber_draws_in_the_parameter_dtype_and_restores_bit_for_bit(trained
 
 def test_same_seed_same_numbers_other_seed_other_numbers(trained):
     _, tm, batched, *_ = trained
-    a = gibbs_estimate(tm, batched, CPU, [0.1], 3, 5, 0.01)
-    b = gibbs_estimate(tm, batched, CPU, [0.1], 3, 5, 0.01)
-    c = gibbs_estimate(tm, batched, CPU, [0.1], 3, 6, 0.01)
+    a = gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(3, 5, 0.01))
+    b = gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(3, 5, 0.01))
+    c = gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(3, 6, 0.01))
     assert np.array_equal(a.means, b.means) and not np.array_equal(a.means, c.means)
     # a {parameter: σ} point with every σ equal is the same posterior, drawn the same way
     names = [n for n, _ in tm.model.named_parameters()]
     for mode in ("sample", "whole"):
-        f = gibbs_estimate(tm, batched, CPU, [0.1], 2, 5, 0.01, mode=mode)
-        m = gibbs_estimate(tm, batched, CPU, [{n: 0.1 for n in names}], 2, 5, 0.01, mode=mode)
+        f = gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(2, 5, 0.01, mode=mode))
+        m = gibbs_estimate(tm, batched, CPU, [{n: 0.1 for n in names}],
+                           MonteCarlo(2, 5, 0.01, mode=mode))
         assert np.array_equal(f.means, m.means)
     # σ = 0 on everything: the trained weights, error 0 in every pass
-    zero = gibbs_estimate(tm, batched, CPU, [{n: 0.0 for n in names}], 2, 5, 0.01)
+    zero = gibbs_estimate(tm, batched, CPU, [{n: 0.0 for n in names}], MonteCarlo(2, 5, 0.01))
     assert np.array_equal(zero.means, np.zeros((1, 2)))
     with pytest.raises(BoundcalcError, match="no noise level for parameter"):
-        gibbs_estimate(tm, batched, CPU, [{"classifier.weight": 0.1}], 2, 5, 0.01)
+        gibbs_estimate(tm, batched, CPU, [{"classifier.weight": 0.1}], MonteCarlo(2, 5, 0.01))
 
 
 # ---- the row-wise draws are exact in law --------------------------------------------------
@@ -235,8 +237,8 @@ def test_row_hooks_give_the_logit_law_of_explicit_weight_draws(trained):
 def test_per_sample_and_whole_estimates_agree_with_an_independent_plain_loop(trained, plain):
     _, tm, batched, enc, y = trained
     s = 0.1
-    per = gibbs_estimate(tm, batched, CPU, [s], 40, 12, 0.01, mode="sample")
-    whole = gibbs_estimate(tm, batched, CPU, [s], 150, 13, 0.01, mode="whole")
+    per = gibbs_estimate(tm, batched, CPU, [s], MonteCarlo(40, 12, 0.01, mode="sample"))
+    whole = gibbs_estimate(tm, batched, CPU, [s], MonteCarlo(150, 13, 0.01, mode="whole"))
     assert per.mode == "sample" and per.engine == "hooks" and per.n_losses == 40 * 48
     assert whole.mode == "whole" and whole.n_losses == 150
     p_se = plain.std(ddof=1) / math.sqrt(plain.size)
@@ -256,7 +258,7 @@ def test_sample_mode_without_hooks_is_one_weight_draw_per_row(trained, plain, mo
 
     monkeypatch.setattr(gibbs, "resolve_mode", lambda tm, mode: ("sample", "loop"))
     before = {n: p.detach().clone() for n, p in tm.model.named_parameters()}
-    loop = gibbs.gibbs_estimate(tm, batched, CPU, [0.1], 4, 14, 0.01, mode="sample")
+    loop = gibbs.gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(4, 14, 0.01, mode="sample"))
     assert loop.engine == "loop" and loop.n_losses == 4 * 48
     assert all(torch.equal(p.detach(), before[n]) for n, p in tm.model.named_parameters())
     se = math.hypot(math.sqrt(loop.means.var(ddof=1) / 4), plain.std(ddof=1) / math.sqrt(150))
@@ -409,8 +411,10 @@ def test_monte_carlo_entry_with_n_losses_against_mpmath():
 
 def test_subsampled_passes_count_their_rows_and_estimate_the_same_risk(trained, plain):
     _, tm, batched, enc, y = trained
-    per = gibbs_estimate(tm, batched, CPU, [0.1], 30, 21, 0.01, mode="sample", samples=100)
-    whole = gibbs_estimate(tm, batched, CPU, [0.1], 60, 22, 0.01, mode="whole", samples=20)
+    per = gibbs_estimate(tm, batched, CPU, [0.1],
+                         MonteCarlo(30, 21, 0.01, mode="sample", samples=100))
+    whole = gibbs_estimate(tm, batched, CPU, [0.1],
+                           MonteCarlo(60, 22, 0.01, mode="whole", samples=20))
     assert per.n_losses == 30 * 100 and whole.n_losses == 60  # m > n: with replacement
     assert per.subsampled and "with replacement" in per.describe()
     p_se = plain.std(ddof=1) / math.sqrt(plain.size)
@@ -428,14 +432,14 @@ def test_rows_per_pass_respect_a_tiny_memory_budget(trained):
         assert rows_per_chunk(tm, batched.seq_len, 16) == 3
         h = tm.model.bert.embeddings.word_embeddings.register_forward_hook(
             lambda m, a, o: seen.append(a[0].shape[0]))
-        small = gibbs_estimate(tm, batched, CPU, [0.1], 2, 0, 0.01)
+        small = gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(2, 0, 0.01))
         h.remove()
         # the first two forwards are the hooks' audit on 2 and 3 rows (row_audit), no noise
         assert seen[:2] == [2, 3]
         assert small.n_losses == 2 * 48 and max(seen) == 3 and sum(seen[2:]) == 2 * 48
         set_memory_budget(per_row // 2)
         with pytest.raises(ResourceError, match="memory budget") as exc:
-            gibbs_estimate(tm, batched, CPU, [0.1], 2, 0, 0.01)
+            gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(2, 0, 0.01))
         assert "\n" not in str(exc.value)
     finally:
         set_memory_budget(None)
@@ -447,8 +451,9 @@ def test_cpu_and_cuda_agree_within_monte_carlo_error_not_bitwise(trained):
     out, tm, batched, *_ = trained
     gpu = load_task_model(out / "model", "cuda")
     for mode in ("sample", "whole"):
-        a = gibbs_estimate(tm, batched, CPU, [0.1], 60, 0, 0.01, mode=mode)
-        b = gibbs_estimate(gpu, batched, torch.device("cuda"), [0.1], 60, 0, 0.01, mode=mode)
+        a = gibbs_estimate(tm, batched, CPU, [0.1], MonteCarlo(60, 0, 0.01, mode=mode))
+        b = gibbs_estimate(gpu, batched, torch.device("cuda"), [0.1],
+                           MonteCarlo(60, 0, 0.01, mode=mode))
         assert b.n_losses == a.n_losses and b.engine == a.engine
         se = math.hypot(math.sqrt(a.means.var(ddof=1) / 60), math.sqrt(b.means.var(ddof=1) / 60))
         assert abs(a.means.mean() - b.means.mean()) < 4 * se

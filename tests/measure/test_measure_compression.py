@@ -23,7 +23,7 @@ from boundcalc.codecheck import check_compression_scalars
 from boundcalc.measure.compress.codelength import code_length
 from boundcalc.measure.compress.compression import compress
 from boundcalc.measure.compress.coded import coded_vector
-from boundcalc.measure.compress.options import compression_options, parse_levels
+from boundcalc.measure.compress.options import CompressOptions, parse_levels, require_data
 from boundcalc.measure.compress.quantizer import quantize
 from boundcalc.measure.compress.risk import ALPHA_GRID
 from boundcalc.stats import Quantity, Stats
@@ -98,8 +98,8 @@ def test_quantizer_refuses_bad_input():
 
 def test_compress_delta_matches_an_independent_recount(digits_mlp):
     model, init, data = digits_mlp
-    res = compress(model, data, init=init, select="delta", quantizer="uniform",
-                   levels_grid=(2, 4, 8, 16))
+    res = compress(model, data, CompressOptions(select="delta", quantizer="uniform",
+                                                levels_grid=(2, 4, 8, 16)), init=init)
     # rebuild the decoded delta by re-quantizing each concatenated delta independently
     names = sorted(init)
     delta = np.concatenate([(model.state_dict()[k].double() - init[k].double()).reshape(-1)
@@ -137,7 +137,7 @@ def test_compress_delta_matches_an_independent_recount(digits_mlp):
 
 def test_compressed_stats_bind_to_the_occam_entry(digits_mlp, tmp_path):
     model, init, data = digits_mlp
-    res = compress(model, data, init=init, select="delta", levels_grid=(4, 8))
+    res = compress(model, data, CompressOptions(select="delta", levels_grid=(4, 8)), init=init)
     stats = Stats(scalars=res.scalars(), curves=res.curves())
     path = stats.save(tmp_path / "s.json")
     r = bc.compute("occam_kl", stats=str(path))
@@ -167,7 +167,8 @@ def test_compressed_stats_bind_to_the_occam_entry(digits_mlp, tmp_path):
 
 def test_code_length_without_matching_risk_is_refused(digits_mlp):
     model, init, data = digits_mlp
-    sc = compress(model, data, init=init, select="delta", levels_grid=(4,)).scalars()
+    sc = compress(model, data, CompressOptions(select="delta", levels_grid=(4,)),
+                  init=init).scalars()
     missing = {k: v for k, v in sc.items() if k != "quantized_error"}
     with pytest.raises(StatsError, match="without 'quantized_error'"):
         check_compression_scalars(missing)
@@ -187,7 +188,7 @@ def test_code_length_without_matching_risk_is_refused(digits_mlp):
 def test_quantizer_changing_too_many_predictions_is_refused(digits_mlp):
     model, init, data = digits_mlp
     with pytest.raises(BoundcalcError, match="predictions change"):
-        compress(model, data, select="all", levels_grid=(2,), max_changed=0.0)
+        compress(model, data, CompressOptions(select="all", levels_grid=(2,), max_changed=0.0))
 
 
 def test_given_tensors_with_rebuild(digits_mlp):
@@ -209,7 +210,8 @@ def test_given_tensors_with_rebuild(digits_mlp):
         q.load_state_dict(state)
         return q.eval()
 
-    res = compress(model, data, coded={"w": w}, rebuild=rebuild, levels_grid=(4, 8))
+    res = compress(model, data, CompressOptions(levels_grid=(4, 8)), coded={"w": w},
+                   rebuild=rebuild)
     assert res.code.symbols == 20 and res.select == "given"
     assert "given tensors" in res.method
 
@@ -292,24 +294,27 @@ def test_cli_bad_compress_options_are_one_line(tmp_path, opts, msg):
     ({"quantizer": "lattice"}, "quantizer='lattice': expected one of uniform, kmeans"),
     ({"codebook_bits": 8}, "codebook_bits=8: expected one of 16, 32"),
     ({"prefix": "mine"}, "prefix='mine': expected one of none, authors"),
-    ({"levels": "1000000"}, "levels: distinct integers in [1, 65536] expected, got '1000000'"),
+    ({"levels_grid": (1000000,)}, "levels_grid=1000000: expected one or more values, each a "
+                                  "whole number in [1, 65536]"),
     ({"max_changed": 2.0}, "max_changed=2.0: expected a number in [0, 1]"),
     ({"data": None}, "select needs data: a code length is only usable with the quantized"),
 ])
 def test_library_bad_compress_options_name_the_keywords(given, msg):
     """The same checks called from Python name the API's keywords, not the CLI's flags."""
-    opts = {"select": "all", "levels": None, "data": "d.pt"} | given
-    rest = {k: opts.pop(k) for k in list(opts) if k not in ("select", "levels", "data")}
+    opts = {"select": "all", "data": "d.pt"} | given
+    data = opts.pop("data")
     with pytest.raises(BoundcalcError) as err:
-        compression_options(**opts, given=rest)
+        require_data(data)  # as measure checks them: data first, then the record
+        CompressOptions(**opts)
     assert str(err.value).startswith(msg) and "--" not in str(err.value)
 
 
 def test_library_compress_errors_name_the_keywords(digits_mlp):
     model, _, data = digits_mlp
     with pytest.raises(BoundcalcError) as err:
-        compress(model, data, levels_grid=(0, 2))
-    assert str(err.value) == "levels_grid: distinct integers in [1, 65536], got [0, 2]"
+        compress(model, data, CompressOptions(levels_grid=(0, 2)))
+    assert str(err.value) == ("levels_grid=0: expected one or more values, each a whole number "
+                              "in [1, 65536]")
     with pytest.raises(BoundcalcError) as err:
         coded_vector(model, None, "delta")
     assert str(err.value) == "select=delta needs init (the weights the delta is from)"

@@ -22,6 +22,7 @@ from boundcalc.cli.words import CLI_WORDS
 from boundcalc.errors import CheckpointError
 from boundcalc.measure import measure
 from boundcalc.measure.compress.compression import add_compression, compress
+from boundcalc.measure.compress.options import CompressOptions
 from boundcalc.stats import Stats
 from boundcalc.words import use_words
 from tests._measure_helpers import minilm_path, one_thread  # noqa: F401  (autouse fixture)
@@ -208,6 +209,19 @@ def _decode_uniform(vec: np.ndarray, levels: int) -> np.ndarray:
     return cb[np.argmin(np.abs(vec[:, None] - cb[None, :]), axis=1)]
 
 
+def _add_compression(stats, model, data, init, **options):
+    """add_compression on the model and batches measure --data loads (defaults: its columns,
+    128 tokens, 32 rows per batch)."""
+    from boundcalc.measure.data.dataset_io import read_batches
+    from boundcalc.measure.data.hf import load_task_model
+
+    tm = load_task_model(model)
+    batched = read_batches(str(data), tm, text_column="text", label_column="label",
+                           max_length=128, batch_size=32)
+    return add_compression(stats, tm, batched, CompressOptions(**options), data=str(data),
+                           init=None if init is None else str(init))
+
+
 def test_compress_delta_from_the_base_checkpoint(tiny):
     """``auto`` codes w − w_prior with the base matched across the prefix and the head at 0;
     code length and quantized risk recomputed from the decoded weights."""
@@ -215,8 +229,7 @@ def test_compress_delta_from_the_base_checkpoint(tiny):
 
     stats = Stats(model={}, matrices=[], scalars={}, groups={}, layer_map=[], excluded=[],
                   provenance={})
-    res = add_compression(stats, str(tiny / "cls"), str(tiny / "d.pt"), str(tiny / "base"),
-                          levels_grid=(8,))
+    res = _add_compression(stats, tiny / "cls", tiny / "d.pt", tiny / "base", levels_grid=(8,))
     assert res.select == "delta"
     model = BertForSequenceClassification.from_pretrained(tiny / "cls").eval()
     sd = {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
@@ -251,8 +264,7 @@ def test_compress_delta_from_the_base_checkpoint(tiny):
     assert comp["select"] == "delta" and comp["agreement"] == res.agreement
     assert comp["prior"]["head_tensors"] == ["classifier.bias", "classifier.weight"]
     # without an init, auto codes every weight (prior 0)
-    res_all = add_compression(stats, str(tiny / "cls"), str(tiny / "d.pt"), None,
-                              levels_grid=(8,))
+    res_all = _add_compression(stats, tiny / "cls", tiny / "d.pt", None, levels_grid=(8,))
     assert res_all.select == "all"
 
 
@@ -287,7 +299,8 @@ def test_a_quantized_model_that_disagrees_is_flagged():
         torch.nn.functional.cross_entropy(model(X), y).backward()
         opt.step()
     model.eval()
-    res = compress(model, {"inputs": X, "targets": y}, select="all", levels_grid=(1,))
+    res = compress(model, {"inputs": X, "targets": y},
+                   CompressOptions(select="all", levels_grid=(1,)))
     # the one level is the mean weight, stored as float16: rebuild that model here
     import copy
 
@@ -309,7 +322,8 @@ def test_a_quantized_model_that_disagrees_is_flagged():
     with use_words(CLI_WORDS):
         assert res.warning().endswith("(--compress delta --init CKPT)")
         assert res.warning(stored=True) == line  # the stats file's text: never the CLI's words
-    good = compress(model, {"inputs": X, "targets": y}, select="all", levels_grid=(64,))
+    good = compress(model, {"inputs": X, "targets": y},
+                    CompressOptions(select="all", levels_grid=(64,)))
     assert good.agreement > 0.5 and good.warning() is None
 
 
@@ -360,8 +374,8 @@ def test_vacuous_ties_go_to_the_model_that_agrees(tiny):
     the choice goes to the level count whose model agrees most with the trained one."""
     stats = Stats(model={}, matrices=[], scalars={}, groups={}, layer_map=[], excluded=[],
                   provenance={})
-    res = add_compression(stats, str(tiny / "cls"), str(tiny / "d.pt"), str(tiny / "base"),
-                          levels_grid=(2, 64))
+    res = _add_compression(stats, tiny / "cls", tiny / "d.pt", tiny / "base",
+                           levels_grid=(2, 64))
     rows = res.per_level
     assert all(r["occam_kl"] == 1.0 for r in rows)
     top = max(r["agreement"] for r in rows)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from boundcalc.measure.data.dataset_io import Batched
-from boundcalc.measure.data.gibbs import gibbs_estimate
+from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
 from boundcalc.measure.data.hf import TaskModel
 from boundcalc.measure.data.row_audit import audit
 from tests._measure_helpers import single_thread
@@ -67,11 +67,11 @@ def test_deberta_rel_embeddings_read_outside_their_module_fall_back_to_whole():
         why = audit(model, names, lambda k: model(**{a: v[:k] for a, v in inputs.items()}), 5)
     assert "rel_embeddings.weight" in why and "outside its module" in why
     tm, data = _task(model, inputs, torch.tensor([0, 1, 0, 1, 1]), "DebertaV2")
-    est = gibbs_estimate(tm, data, CPU, [0.05], 2, 0, 0.01, mode="auto")
+    est = gibbs_estimate(tm, data, CPU, [0.05], MonteCarlo(2, 0, 0.01, mode="auto"))
     assert est.mode == "whole" and est.engine == "weights" and est.n_losses == 2
     assert "rel_embeddings.weight" in est.note and "\n" not in est.note
     assert "rel_embeddings.weight" in est.describe()
-    est = gibbs_estimate(tm, data, CPU, [0.05], 1, 0, 0.01, mode="sample")
+    est = gibbs_estimate(tm, data, CPU, [0.05], MonteCarlo(1, 0, 0.01, mode="sample"))
     assert est.mode == "sample" and est.engine == "loop" and est.n_losses == 5
 
 
@@ -85,7 +85,7 @@ def test_a_module_on_an_r_long_unbatched_table_is_not_taken_for_the_rows():
     assert "'mix'" in why or "'table'" in why
     assert "not provably the row axis" in why
     tm, data = _task(model, {"x": x}, y, "UnbatchedTable")
-    est = gibbs_estimate(tm, data, CPU, [0.1], 2, 0, 0.01)
+    est = gibbs_estimate(tm, data, CPU, [0.1], MonteCarlo(2, 0, 0.01))
     assert est.mode == "whole" and "row axis" in est.note
 
 
@@ -103,11 +103,11 @@ def test_a_noisy_module_that_never_runs_falls_back_and_exact_models_keep_the_hoo
     torch.manual_seed(0)
     x, y = torch.randn(6, 4), torch.tensor([0, 1, 0, 1, 0, 1])
     tm, data = _task(Idle(), {"x": x}, y, "Idle")
-    est = gibbs_estimate(tm, data, CPU, [0.1], 1, 0, 0.01)
+    est = gibbs_estimate(tm, data, CPU, [0.1], MonteCarlo(1, 0, 0.01))
     assert est.mode == "whole" and "'spare' never ran" in est.note
     # the same model without the spare module: hooks, N = 6 losses per pass
     tm.model.spare = None
-    est = gibbs_estimate(tm, data, CPU, [0.1], 1, 0, 0.01)
+    est = gibbs_estimate(tm, data, CPU, [0.1], MonteCarlo(1, 0, 0.01))
     assert est.mode == "sample" and est.engine == "hooks" and est.note is None
     # a BERT classifier and a ViT (the replayed embeddings) pass the audit
     from transformers import BertConfig, BertForSequenceClassification, ViTConfig, \

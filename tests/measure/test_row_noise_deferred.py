@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from boundcalc.measure.data.dataset_io import Batched
-from boundcalc.measure.data.gibbs import device_generator, gibbs_estimate
+from boundcalc.measure.data.gibbs import MonteCarlo, device_generator, gibbs_estimate
 from boundcalc.measure.data.hf import TaskModel
 from boundcalc.measure.data.row_noise import RowNoise
 from tests._measure_helpers import single_thread
@@ -71,7 +71,7 @@ def test_deferred_passes_equal_the_synchronous_hooks_bit_for_bit():
     tm, data = _data()
     forwards = []
     tm.model.proj.register_forward_pre_hook(lambda m, a: forwards.append(a[0].shape[0]))
-    est = gibbs_estimate(tm, data, CPU, [0.3], 3, 7, 0.01, mode="sample")
+    est = gibbs_estimate(tm, data, CPU, [0.3], MonteCarlo(3, 7, 0.01, mode="sample"))
     assert est.engine == "hooks"
     seen = list(forwards)
     ref = _synchronous(tm, data, 0.3, 3, 7)

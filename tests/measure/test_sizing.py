@@ -279,3 +279,23 @@ def test_measure_searches_on_the_rows_it_says(route):
     stages = {s["what"].split(",")[0]: s for s in stats.provenance["plan"]["stages"]}
     assert stages["σ search"]["rows"] == 2
     assert stats.scalars["n"].value == len(TEXTS)
+
+
+def test_the_plan_counts_are_the_options_at_their_cheapest():
+    """plan.measure_plan reads one record of counts (issue 41 item 3): built here from the
+    options, every automatic choice at its cheapest (one σ, 2 draws, 1 tune draw, no Hessian
+    probe), the per-group counts only with the per-group posterior, by hand."""
+    from boundcalc import plan
+
+    auto = sizing.plan_counts(MeasureOptions())
+    assert auto == plan.Counts(sigmas=1, draws=2, hessian_probes=0, hessian_samples=256,
+                               perturbation_draws=0, batch_size=32)
+    # two σ that snap to one Dziugaite–Roy point are one σ of work
+    given = sizing.plan_counts(MeasureOptions(sigmas=(0.01, 0.01 * (1 + 1e-9)), draws=7,
+                                              hessian_probes=4, tune_data="t.csv",
+                                              group_draws=3, gibbs_samples=50, batch_size=8))
+    assert (given.sigmas, given.draws, given.hessian_probes, given.group_draws,
+            given.tune_draws, given.gibbs_samples, given.batch_size) == (1, 7, 4, 3, 1, 50, 8)
+    items = plan.measure_plan(given, plan.Sizes(rows=10, tune_rows=4))
+    assert [it.option.split()[0] for it in items] == [
+        "DATA", "draws=7", "group_draws=3", "tune_draws=1", "hessian_probes=4"]

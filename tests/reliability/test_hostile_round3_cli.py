@@ -72,9 +72,10 @@ def measure_args(tiny: Path, *extra: str, out: Path | None = None) -> list[str]:
 
 def test_plan_by_hand():
     """The plan's numbers are the documented formulas, computed here by hand."""
-    items = plan.measure_plan(sigmas=7, draws=10, hessian_probes=4, hessian_samples=3,
-                              perturbation_draws=2, rows=5, positions=11, n_params=1000,
-                              batch_size=2, device="cpu")
+    items = plan.measure_plan(
+        plan.Counts(sigmas=7, draws=10, hessian_probes=4, hessian_samples=3,
+                    perturbation_draws=2, batch_size=2),
+        plan.Sizes(rows=5, positions=11, n_params=1000, device="cpu"))
     by = {it.option.split()[0].split("=")[0]: it for it in items}  # API words: draws=10 (…)
     f = 2 * 1000 * 11  # FLOPs of one sample's forward pass
     assert by["DATA"].seconds == pytest.approx(5 * f / 1e12 + 3 * 1e-5)
@@ -94,9 +95,10 @@ def test_plan_accepts_measure_defaults_on_minilm_within_the_default_budget():
     20 draws, 20 Hessian probes on 256 samples): its Hessian item is one probe's working set
     (16 bytes per parameter, 0.36 GB), under the default 1 GiB budget; 20 stored probes
     (8 bytes × 16 × parameters = 2.9 GB) were once counted and refused it."""
-    items = plan.measure_plan(sigmas=7, draws=20, hessian_probes=20, hessian_samples=256,
-                              perturbation_draws=0, rows=96, positions=128,
-                              n_params=22_714_370, groups=8, batch_size=32, device="cpu")
+    items = plan.measure_plan(
+        plan.Counts(sigmas=7, draws=20, hessian_probes=20, hessian_samples=256,
+                    perturbation_draws=0, batch_size=32),
+        plan.Sizes(rows=96, positions=128, n_params=22_714_370, groups=8, device="cpu"))
     hess = next(it for it in items if it.option.startswith("hessian_probes=20 "))
     assert hess.nbytes == 8 * 8 * 20 + 16 * 22_714_370
     plan.check(items)  # no ResourceError
@@ -108,7 +110,7 @@ def test_plan_refuses_huge_counts_naming_the_option(option, value):
     counts = dict(sigmas=7, draws=0, hessian_probes=0, hessian_samples=256, perturbation_draws=0)
     counts[option] = value
     with pytest.raises(ResourceError) as err:
-        plan.check(plan.measure_plan(**counts))
+        plan.check(plan.measure_plan(plan.Counts(**counts)))
     assert f"{option}={value} " in str(err.value)  # the API's words (the CLI's: below)
     assert "memory_budget" in str(err.value)
 
@@ -119,9 +121,10 @@ def test_time_budget_option_and_its_refusal():
     for bad in ("", "-1", "1y", "0", "nan"):
         with pytest.raises(Exception, match="time budget"):
             parse_duration(bad)
-    items = plan.measure_plan(sigmas=7, draws=1000, hessian_probes=0, hessian_samples=1,
-                              perturbation_draws=0, rows=10_000, positions=128,
-                              n_params=20_000_000, device="cpu")
+    items = plan.measure_plan(
+        plan.Counts(sigmas=7, draws=1000, hessian_probes=0, hessian_samples=1,
+                    perturbation_draws=0),
+        plan.Sizes(rows=10_000, positions=128, n_params=20_000_000, device="cpu"))
     set_time_budget(3600.0)
     try:
         with pytest.raises(ResourceError,
@@ -156,9 +159,10 @@ def test_plan_estimate_is_a_lower_bound_of_the_real_run(tiny, tmp_path):
 
     n_params = AutoModelForSequenceClassification.from_pretrained(
         tiny / "cls").num_parameters()
-    est = plan.measure_plan(sigmas=1, draws=3, hessian_probes=2, hessian_samples=4,
-                            perturbation_draws=0, rows=6, positions=int(stats.scalars[
-                                "seq_len"].value), n_params=n_params, batch_size=2)
+    est = plan.measure_plan(
+        plan.Counts(sigmas=1, draws=3, hessian_probes=2, hessian_samples=4,
+                    perturbation_draws=0, batch_size=2),
+        plan.Sizes(rows=6, positions=int(stats.scalars["seq_len"].value), n_params=n_params))
     assert 0 < sum(it.seconds for it in est) <= took
 
 
@@ -491,9 +495,10 @@ COUNT = st.one_of(st.integers(0, 50), st.integers(0, 10**12), st.just(10**18))
        rows=COUNT, params=COUNT, boot=COUNT)
 def test_fuzz_plan_refuses_with_the_option_or_accepts(sigmas, draws, probes, samples, pdraws,
                                                       rows, params, boot):
-    items = plan.measure_plan(sigmas=sigmas, draws=draws, hessian_probes=probes,
-                              hessian_samples=samples, perturbation_draws=pdraws, rows=rows,
-                              n_params=params, positions=16) + plan.bootstrap_plan(boot, 5, 1e-4)
+    items = plan.measure_plan(
+        plan.Counts(sigmas=sigmas, draws=draws, hessian_probes=probes,
+                    hessian_samples=samples, perturbation_draws=pdraws),
+        plan.Sizes(rows=rows, n_params=params, positions=16)) + plan.bootstrap_plan(boot, 5, 1e-4)
     assert all(it.nbytes >= 0 and it.seconds >= 0 for it in items)
     try:
         plan.check(items)

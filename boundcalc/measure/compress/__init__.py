@@ -6,5 +6,6 @@ the stored codebook), :mod:`.codelength` (the bits of the code), :mod:`.coded` (
 coded, the decoded model, fingerprints), :mod:`.risk` (a model's risk and predictions on a
 sample), :mod:`.record` (the result and its stats-file view), :mod:`.options` (the caller's
 choices, checked), :mod:`.compression` (the measurement: :func:`.compression.compress` in memory,
-:func:`.compression.add_compression` from a checkpoint into a stats file).
+:func:`.compression.add_compression` into a stats file, on the model and batches that
+``measure --data`` loaded: :func:`.compression.after_measure`).
 """

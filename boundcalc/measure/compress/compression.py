@@ -1,19 +1,20 @@
 """Code length of a quantized model and the risk of that quantized model (``measure`` with
 compression).
 
-The measurement, in memory (:func:`compress`) and from a checkpoint on disk into a stats file
-(:func:`add_compression`): the coded vector (:mod:`.coded`) is quantized to K levels
+The measurement, in memory (:func:`compress`) and into a stats file (:func:`add_compression`, on
+the model and batches ``measure --data`` loaded; :func:`after_measure` runs it as that
+measurement's last step): the coded vector (:mod:`.coded`) is quantized to K levels
 (:mod:`.quantizer`: uniform between its minimum and maximum, or 1-D k-means), K chosen on a
 declared grid, and coded (:mod:`.codelength`); the decoded model's risk is measured
 (:mod:`.risk`) and recorded (:mod:`.record`). The decoded model is θ₀ + codebook[codes] with the
 codebook rounded to its stored precision, so the risk measured here is that of exactly the
-model the code describes. The options are checked first (:mod:`.options`).
+model the code describes. The options are a checked record (:mod:`.options`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,11 @@ import torch
 
 from ...codecheck import check_compression_scalars
 from ...errors import BoundcalcError, CheckpointError
-from ...words import option
 from ..samples import load_data
 from .codelength import code_length
 from .coded import (code_fingerprint, coded_vector, decoded_state, model_fingerprint,
                     require_init, with_state)
-from .options import LEVELS_GRID, MAX_LEVELS, check_options, require_data, resolve_select
+from .options import CompressOptions, default_levels, require_data, resolve_select
 from .quantizer import quantize
 from .record import Compression
 from .risk import ALPHA_GRID, Forward, Risk, batched_risk, default_forward, model_risk
@@ -38,34 +38,35 @@ def _occam_kl(err: float, bits: float, n: int, delta: float = 0.05) -> float:
     return kl_inv_upper(min(max(err, 0.0), 1.0), (bits * math.log(2) + math.log(1 / delta)) / n)
 
 
-def compress(model: torch.nn.Module, data: Any, init: Any = None, select: str = "all",
-             quantizer: str = "uniform", levels_grid: Sequence[int] = LEVELS_GRID,
-             codebook_bits: int = 16, prefix: str = "none",
-             coded: Mapping[str, torch.Tensor] | None = None,
+def compress(model: torch.nn.Module, data: Any, options: CompressOptions | None = None, *,
+             init: Any = None, coded: Mapping[str, torch.Tensor] | None = None,
              rebuild: Callable[[dict[str, torch.Tensor]], torch.nn.Module] | None = None,
-             forward: Forward = default_forward, alphas: Sequence[float] = ALPHA_GRID,
-             causal: bool = False, max_changed: float | None = None,
+             forward: Forward = default_forward, causal: bool = False,
              risk: Callable[[torch.nn.Module], Risk] | None = None) -> Compression:
-    """Quantize, code and evaluate at every level count of ``levels_grid``; keep the level
-    count with the smallest Occam-kl bound on the 0-1 error, ties to the highest agreement
-    with the trained model's predictions, then the shorter code (any rule is valid: the choice
-    is paid inside the code by log2 |grid| bits).
+    """Quantize, code and evaluate at every level count of ``options.levels_grid`` (None:
+    :func:`.options.default_levels`); keep the level count with the smallest Occam-kl bound on
+    the 0-1 error, ties to the highest agreement with the trained model's predictions, then the
+    shorter code (any rule is valid: the choice is paid inside the code by log2 |grid| bits).
 
-    ``coded`` + ``rebuild``: code only these tensors (a LoRA adapter, a subspace vector) and
-    evaluate ``rebuild(decoded tensors)``; everything else must be fixed before the data.
-    ``max_changed``: refuse a quantizer that changes more than this fraction of predictions.
-    ``risk``: a function model → :class:`Risk` used instead of ``data`` (e.g.
+    ``options`` (:class:`.options.CompressOptions`, checked when built; default: its
+    defaults): which weights (``select``, ``auto`` resolved by ``init``: the prior centre's
+    tensors under the model's names, or None), the quantizer, the codebook precision, the
+    prefix and ``max_changed`` (refuse a quantizer that changes more than this fraction of
+    predictions). ``coded`` + ``rebuild``: code only these tensors (a LoRA adapter, a subspace
+    vector) and evaluate ``rebuild(decoded tensors)``; everything else must be fixed before
+    the data. ``risk``: a function model → :class:`Risk` used instead of ``data`` (e.g.
     :func:`batched_risk` on the batches of ``measure --data``).
     """
+    o = options or CompressOptions()
+    select, quantizer, codebook_bits, prefix = (resolve_select(o.select, init), o.quantizer,
+                                                o.codebook_bits, o.prefix)
+    max_changed = o.max_changed
     if risk is None:
         sample = load_data(data)
 
         def risk(m: torch.nn.Module) -> Risk:
-            return model_risk(m, sample, forward, alphas, causal=causal)
-    grid = tuple(int(k) for k in levels_grid)
-    if not grid or len(set(grid)) != len(grid) or min(grid) < 1 or max(grid) > MAX_LEVELS:
-        raise BoundcalcError(f"{option('levels_grid')}: distinct integers in [1, {MAX_LEVELS}], "
-                             f"got {list(grid)}")
+            return model_risk(m, sample, forward, ALPHA_GRID, causal=causal)
+    grid = tuple(o.levels_grid or default_levels(o.select, init))
     if (coded is None) != (rebuild is None):
         raise BoundcalcError("coded tensors and a rebuild function go together")
     if coded is not None and not coded:
@@ -141,35 +142,43 @@ def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> t
         centre.close()
 
 
-def add_compression(stats: Any, model: str, data: str | None, init: str | None = None,
-                    select: str = "auto", quantizer: str = "uniform",
-                    levels_grid: Sequence[int] = LEVELS_GRID, codebook_bits: int = 16,
-                    prefix: str = "none", max_changed: float | None = None,
-                    text_column: str = "text", label_column: str = "label",
-                    max_length: int = 128, batch_size: int = 32,
+def after_measure(options: CompressOptions, data: str | None, init: str | None = None,
+                  head_init: Any = None, warn: Callable[[str], None] | None = None
+                  ) -> Callable[[Any, Any, Any], None]:
+    """The compression as the last step of ``measure --data``
+    (:func:`~boundcalc.measure.data.task_measure.measure_task`'s ``then``): ``(stats, tm,
+    batched)`` → :func:`add_compression` on that model and those batches; ``warn(line)`` gets
+    its warning when the compression bounds are not about the trained model (None: not said;
+    the stats file records it)."""
+
+    def then(stats: Any, tm: Any, batched: Any) -> None:
+        result = add_compression(stats, tm, batched, options, data=data, init=init,
+                                 head_init=head_init)
+        if warn is not None and result.warning():
+            warn(result.warning())
+    return then
+
+
+def add_compression(stats: Any, tm: Any, batched: Any, options: CompressOptions, *,
+                    data: str | None, init: str | None = None,
                     head_init: Any = None) -> Compression:
     """``measure --compress``: code length + quantized risk into ``stats`` (scalars, curves and
-    ``provenance.compression``). Refuses a code length without data to measure its risk on.
+    ``provenance.compression``), given the task model ``tm`` and the batches ``batched`` of
+    DATA that ``measure --data`` already loaded and read (:func:`boundcalc.measure.data.
+    task_measure.measure_task`; no second load, no second read): the risks are those of
+    ``measure --data`` (``dataset_io.read_batches``: every data format, its columns,
+    ``--max-length``, ``--batch-size``), computed on the CPU, where the batches are (the model
+    is moved there). ``data``: DATA's name, recorded; a code length without data to measure
+    its risk on is refused. ``options.select`` ``auto`` (the default) codes the change from
+    ``init`` when one is given (``delta``), else all weights; ``init`` is matched to the model
+    as ``measure --init`` matches it (prefixes, a new head at ``head_init``)."""
+    from dataclasses import replace
 
-    DATA in every format (CSV, JSON Lines, Parquet, a ``datasets`` folder, ``.pt/.npz/
-    .safetensors`` tensors with ``inputs`` or ``input_ids`` and ``targets`` or ``labels``) is
-    read, tokenized and batched exactly as ``measure --data`` reads it
-    (``dataset_io.read_batches``; columns, ``--max-length``, ``--batch-size``).
-    ``select="auto"`` (the default) codes the change from ``init`` when one is given
-    (``delta``), else all weights; ``init`` is matched to the model as ``measure --init``
-    matches it (prefixes, a new head at ``head_init``)."""
-    select = resolve_select(select, init)
     require_data(data)
-    check_options(select, quantizer, levels_grid, codebook_bits, prefix, max_changed)
-    from ..data import hf
-    from ..data.dataset_io import read_batches
-
-    # one reader for every data format (tables, datasets folders, tensor files), the same as
-    # measure --data: a file accepted there is accepted here
-    tm = hf.load_task_model(model)
-    batched = read_batches(data, tm, text_column=text_column, label_column=label_column,
-                           max_length=max_length, batch_size=batch_size)
-    module = tm.model.float().eval()
+    select = resolve_select(options.select, init)
+    opts = replace(options, select=select,
+                   levels_grid=options.levels_grid or default_levels(options.select, init))
+    module = tm.model.float().to("cpu").eval()
 
     def risk(m: torch.nn.Module) -> Risk:
         return batched_risk(m, tm, batched)
@@ -181,9 +190,7 @@ def add_compression(stats: Any, model: str, data: str | None, init: str | None =
         init_state, centre = centre_state(module, init, head_init)
     else:
         init_state = None
-    result = compress(module, data, init=init_state, select=select, quantizer=quantizer,
-                      levels_grid=levels_grid, codebook_bits=codebook_bits, prefix=prefix,
-                      causal=causal, max_changed=max_changed, risk=risk)
+    result = compress(module, data, opts, init=init_state, causal=causal, risk=risk)
     stats.scalars.update(result.scalars())
     stats.curves.update(result.curves())
     stats.provenance["compression"] = {"method": result.method, "code": result.code.to_json(),

@@ -8,7 +8,6 @@ of predictions the quantizer may change. Contract: every check is cheap and ends
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +64,7 @@ class CompressOptions(Record):
     quantizer: str = spec("uniform", Spec(str, choices=QUANTIZERS,
                                           help="uniform | kmeans levels"))
     levels_grid: tuple[int, ...] | None = spec(None, Spec(
-        int, low=1, high=MAX_LEVELS, many=True, none=True, unit="levels", help=(
+        int, low=1, high=MAX_LEVELS, many=True, none=True, unit="levels", sep=",", help=(
             "level counts to try; the choice costs log2(count) bits inside the code (default: "
             "1,16 for a delta from {init}, which a fine-tuned model can use; 2,4,8,16,32,64 "
             "for all weights)")))
@@ -81,31 +80,6 @@ class CompressOptions(Record):
         grid = self.levels_grid
         if grid is not None and len(set(grid)) != len(grid):
             raise refusal("levels_grid", ",".join(map(str, grid)), "distinct level counts")
-
-    def keywords(self, init: Any) -> dict[str, Any]:
-        """The options as keywords of :func:`.compression.add_compression`, the level counts
-        filled in (:func:`default_levels`)."""
-        grid = self.levels_grid or default_levels(self.select, init)
-        return {"select": self.select, "quantizer": self.quantizer, "levels_grid": grid,
-                "codebook_bits": self.codebook_bits, "prefix": self.prefix,
-                "max_changed": self.max_changed}
-
-
-def compression_options(select: str, levels: str | None, data: Any, init: Any = None,
-                        given: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The compression options as the CLI receives them (``select`` and ``levels`` as typed,
-    ``levels`` None: :func:`default_levels`; ``given``: the other fields of
-    :class:`CompressOptions`), checked, as keywords of :func:`.compression.add_compression`."""
-    require_data(data)
-    grid = parse_levels(levels) if levels is not None else None
-    return CompressOptions(select=select, levels_grid=grid, **(given or {})).keywords(init)
-
-
-def check_options(select: str, quantizer: str, levels_grid: Sequence[int], codebook_bits: int,
-                  prefix: str, max_changed: float | None) -> None:
-    """Cheap checks of the compression options, before any model is loaded: the declarations
-    of :class:`CompressOptions` (one-line errors naming the option)."""
-    CompressOptions(select, quantizer, tuple(levels_grid), codebook_bits, prefix, max_changed)
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ and what the code decodes to. Contract: :meth:`Compression.scalars` and
 :meth:`Compression.curves` carry the quantized model's fingerprint in every note (what
 ``codecheck.check_compression_scalars`` relies on); :meth:`Compression.decoded` and
 :meth:`Compression.warning` say which model the compression bounds certify
-(:mod:`boundcalc.certifies`).
+(:mod:`boundcalc.which_model`).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class Compression:
     def decoded(self) -> dict[str, Any]:
         """The record of the model the code decodes to (``provenance.compression.decoded``):
         fingerprint, agreement with the measured model on S, distances from the prior, and
-        what :func:`boundcalc.certifies.classify` makes of them (``about``)."""
-        from ...certifies import classify
+        what :func:`boundcalc.which_model.classify` makes of them (``about``)."""
+        from ...which_model import classify
 
         rec = {"fingerprint": self.decoded_fingerprint or self.fingerprint,
                "agreement": self.agreement, "distance_from_prior": self.distance_from_prior,
@@ -69,10 +69,10 @@ class Compression:
     def warning(self, stored: bool = False) -> str | None:
         """One line when the compression bounds are not about the trained model: its code
         decodes to the prior, or the decoded model disagrees with the trained one on more
-        than 1 − MIN_AGREEMENT of the samples (:mod:`boundcalc.certifies`). Its hint names
+        than 1 − MIN_AGREEMENT of the samples (:mod:`boundcalc.which_model`). Its hint names
         options in the caller's words (:func:`boundcalc.words.option`), or with ``stored``
         (the text kept in a stats file) in the API's words whatever the front end."""
-        from ...certifies import MIN_AGREEMENT
+        from ...which_model import MIN_AGREEMENT
 
         about = self.decoded()["about"]
         if about == "measured" or (about == "unknown" and self.changed < DISAGREE):

@@ -407,6 +407,7 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
     ``provenance.gibbs_learned`` that ``pac_bayes_kl_gaussian_learned_mc`` reads."""
     from ...engine.functions import kl_inv_upper
     from ...stats import Curve, Quantity
+    from .gibbs import MonteCarlo
     from .tune import SCALE_GRID, final_risk, group_distances, sigma_groups
 
     rec = stats.provenance.get("gibbs_groups")
@@ -430,8 +431,8 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
         learned.sigma_post = [snap * r for r in rho]
     c, scale_rows = best_scale(sizes, dist_sq, learned.sigma_post, rho, SCALE_GRID)
     sig_of = dict(zip(names, learned.sigma_post))
-    fin = final_risk(tm, data, device, {n: sig_of[g] for n, g in groups.items()}, draws,
-                     seed, 0.0, progress)
+    fin = final_risk(tm, data, device, {n: sig_of[g] for n, g in groups.items()},
+                     MonteCarlo(draws, seed, 0.0), progress)
     units, mean = fin.n_losses, fin.mean
     upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     stats.curves[CURVE] = Curve(

@@ -308,7 +308,7 @@ def pass_syncs(what: str, tm: Any, data: Any, device: torch.device, *, passes: i
     ``hessian_func`` (the same by ``torch.func``, the route taken on a card)."""
     from .curvature import hutchinson_trace
     from .data_pass import hessian_terms, run_pass
-    from .gibbs import gibbs_estimate
+    from .gibbs import MonteCarlo, gibbs_estimate
 
     if what in ("hessian", "hessian_func"):
         terms, _ = hessian_terms(tm, data, device, data.n)
@@ -320,7 +320,7 @@ def pass_syncs(what: str, tm: Any, data: Any, device: torch.device, *, passes: i
         return c
     with Census() as c:
         if what == "gibbs":
-            gibbs_estimate(tm, data, device, [sigma], passes, 0, 0.01)
+            gibbs_estimate(tm, data, device, [sigma], MonteCarlo(passes, 0, 0.01))
         elif what == "data":
             run_pass(tm, data, device)
         else:

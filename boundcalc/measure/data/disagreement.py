@@ -29,7 +29,7 @@ import torch
 from ...errors import BoundcalcError, StatsError
 from ...stats import Curve, Quantity, Stats
 from .dataset_io import Batched
-from .gibbs import gibbs_estimate
+from .gibbs import MonteCarlo, gibbs_estimate
 from .hf import TaskModel
 from .inputs import Progress, to_device
 
@@ -95,8 +95,8 @@ def measure_disagreement(tm: TaskModel, rows: Batched, device: torch.device,
         if progress:
             progress(done, total, WHAT)
 
-    est = gibbs_estimate(tm, relabelled, device, [dict(sigma)], 1, seed, 0.0,
-                         tell if progress else None, mode="sample")
+    est = gibbs_estimate(tm, relabelled, device, [dict(sigma)],
+                         MonteCarlo(1, seed, 0.0, mode="sample"), tell if progress else None)
     if est.mode != "sample" or est.losses_per_pass != rows.n or est.passes != 1:
         raise BoundcalcError(f"{WHAT}: expected one draw for each of the {rows.n} rows, got "
                              f"{est.describe()}")  # pragma: no cover - sample mode always is

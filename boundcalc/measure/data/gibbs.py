@@ -36,7 +36,8 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
-from .options import MODES  # declared with the option that chooses one
+from ...options import Record, like
+from .options import MODES, MeasureOptions  # declared with the options that choose them
 
 Sigma = float | Mapping[str, float]
 
@@ -162,6 +163,31 @@ def monte_carlo_gibbs_risk(model: torch.nn.Module, loss_fn: Closure, sigma: Sigm
 
 
 # ---- the Gibbs risk of a task model on a data set ----------------------------------------
+
+@dataclass(frozen=True)
+class MonteCarlo(Record):
+    """How a Monte Carlo Gibbs risk is drawn: ``passes`` per σ (≥ 1), the ``seed`` of every
+    draw, ``alpha`` (the prediction smoothing of a language model's bounded loss; 0: none, as
+    the 0-1 loss of a classifier reads it), ``mode`` (auto | sample | whole:
+    :func:`resolve_mode`) and ``samples`` (rows drawn with replacement per pass, or None: every
+    row). A sub-record of :class:`.options.MeasureOptions`, its fields declared by reference to
+    that record's (:func:`boundcalc.options.like`) and checked when built; the options record
+    gives it (:meth:`of`), so that the estimates below read one small record, not five
+    keywords."""
+
+    passes: int = like(MeasureOptions, "draws", 1, low=1, none=False)
+    seed: int = like(MeasureOptions, "seed", high=None)  # offset seeds: searches, d̂, …
+    alpha: float = like(MeasureOptions, "smoothing", open_low=False)
+    mode: str = like(MeasureOptions, "gibbs_mode")
+    samples: int | None = like(MeasureOptions, "gibbs_samples")
+
+    @classmethod
+    def of(cls, options: Any, passes: int) -> MonteCarlo:
+        """``passes`` per σ drawn as the options record (:class:`.options.MeasureOptions`)
+        says: its seed, smoothing, Gibbs mode and rows per pass."""
+        return cls(passes, options.seed, options.smoothing, options.gibbs_mode,
+                   options.gibbs_samples)
+
 
 @dataclass
 class GibbsEstimate:
@@ -307,16 +333,14 @@ def _pass_batches(data: Batched, m: int | None, rng: np.random.Generator, chunk:
 
 
 def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
-                   sigmas: Sequence[Sigma], passes: int, seed: int, alpha: float,
-                   progress: Progress | None = None, *, mode: str = "auto",
-                   samples: int | None = None) -> GibbsEstimate:
+                   sigmas: Sequence[Sigma], mc: MonteCarlo,
+                   progress: Progress | None = None) -> GibbsEstimate:
     """The Gibbs risk at every σ in ``sigmas`` (a float or a ``{parameter name: σ}`` mapping
-    each); see the module docstring for the modes and ``samples`` (≥ 1 rows or None, as
-    :class:`.options.MeasureOptions` declares it)."""
+    each), drawn as ``mc`` says; see the module docstring for the modes and ``mc.samples``
+    (≥ 1 rows or None, as :class:`.options.MeasureOptions` declares it)."""
     from .row_noise import RowNoise
 
-    if passes < 1:
-        raise BoundcalcError(f"Gibbs risk: at least one pass per σ needed, got {passes}")
+    passes, seed, alpha, mode, samples = mc.passes, mc.seed, mc.alpha, mc.mode, mc.samples
     requested = mode
     mode, engine = resolve_mode(tm, mode)
     model = tm.model
@@ -431,9 +455,7 @@ def _null() -> Iterator[None]:
 
 
 def gibbs_risk(tm: TaskModel, data: Batched, device: torch.device, sigmas: Sequence[Sigma],
-               draws: int, seed: int, alpha: float, progress: Progress | None = None, *,
-               mode: str = "whole", samples: int | None = None) -> np.ndarray:
-    """(len(sigmas), draws) array of per-pass mean bounded losses (see
-    :func:`gibbs_estimate`; the default ``whole`` mode gives one posterior draw per pass)."""
-    return gibbs_estimate(tm, data, device, sigmas, draws, seed, alpha, progress, mode=mode,
-                          samples=samples).means
+               mc: MonteCarlo, progress: Progress | None = None) -> np.ndarray:
+    """(len(sigmas), mc.passes) array of per-pass mean bounded losses (see
+    :func:`gibbs_estimate`; ``whole`` mode gives one posterior draw per pass)."""
+    return gibbs_estimate(tm, data, device, sigmas, mc, progress).means

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...limits import duration_text, time_budget
+from ...plan import Counts
 from .options import MeasureOptions
 from .sigma_grid import DEFAULT_SIGMAS, dr_sigma, snapped_sigmas
 
@@ -84,6 +85,22 @@ def provisional(opts: MeasureOptions) -> MeasureOptions:
         hessian_probes=(opts.hessian_probes if opts.hessian_probes is not None
                         else HESSIAN_STEPS[-1]),
         search_rows=SEARCH_ROW_STEPS[-1] if auto(opts)["search_rows"] else opts.search_rows)
+
+
+def plan_counts(opts: MeasureOptions) -> Counts:
+    """The counts of :func:`boundcalc.plan.measure_plan` for these options, every automatic
+    choice at its cheapest (:func:`provisional`: lower bounds); the per-group counts only
+    where the per-group σ posterior is measured."""
+    from .batch_rows import DEFAULT_ROWS
+
+    first = provisional(opts)
+    groups = dict(group_draws=first.group_passes, tune_draws=first.tune_draws) \
+        if opts.groups else {}
+    return Counts(sigmas=len({p["j"] for p in snapped_sigmas(first.sigmas)}), draws=first.draws,
+                  hessian_probes=first.hessian_probes, hessian_samples=opts.hessian_samples,
+                  perturbation_draws=opts.perturbation_draws,
+                  gibbs_samples=opts.gibbs_samples, batch_size=opts.batch_size or DEFAULT_ROWS,
+                  **groups)
 
 
 def candidates(opts: MeasureOptions, per_row_draw: bool) -> list[MeasureOptions]:

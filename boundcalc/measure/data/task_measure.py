@@ -32,7 +32,7 @@ from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, r
                         run_pass)
 from .dataset_io import read_batches
 from .batch_rows import DEFAULT_ROWS, batch_rows
-from .gibbs import gibbs_estimate, resolve_mode
+from .gibbs import MonteCarlo, gibbs_estimate, resolve_mode
 from ... import plan
 from ..device import (default_precision, device_name, precision as data_precision,
                       precision_record, resolve_device, work_budget_for)
@@ -47,7 +47,7 @@ __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "me
 
 def measure_task(model: str, data: str, init: str | None = None,
                  options: MeasureOptions | None = None, *, progress: Any = None,
-                 say: Any = None, **keywords: Any) -> Stats:
+                 say: Any = None, then: Any = None, **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``options`` (:class:`~.options.MeasureOptions`, checked when built) says what to measure;
@@ -76,23 +76,25 @@ def measure_task(model: str, data: str, init: str | None = None,
     rows is recorded (``provenance.gibbs_groups.tune_shared_rows``). ``init_data``, the data
     ``init`` was trained on when the user names it, must share no row with DATA (a prior fit on
     S is not a prior); recorded in ``provenance.init_data``.
+
+    ``then(stats, tm, batched)`` is called last with the task model and the batches of DATA
+    loaded here, so that a measurement on top of this one loads and reads nothing twice (the
+    compression of ``measure --compress``: :func:`boundcalc.measure.compress.compression.
+    after_measure`).
     """
     from ..weights.pipeline import measure
 
     from . import sizing
 
     opts = MeasureOptions.of(options, **keywords)
-    first = sizing.provisional(opts)  # automatic choices at their cheapest: lower bounds
-    counts = dict(sigmas=len({p["j"] for p in snapped_sigmas(first.sigmas)}),
-                  draws=first.draws, hessian_probes=first.hessian_probes,
-                  hessian_samples=opts.hessian_samples,
-                  perturbation_draws=opts.perturbation_draws, gibbs_samples=opts.gibbs_samples,
-                  batch_size=opts.batch_size or DEFAULT_ROWS)
+    counts = sizing.plan_counts(opts)  # automatic choices at their cheapest: lower bounds
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
-    if opts.groups:
-        counts.update(group_draws=first.group_passes, tune_draws=first.tune_draws)
-    plan.check(plan.measure_plan(**counts, device="cuda"), budget)  # lower bounds, before loading
+
+    def check(**sizes: Any) -> None:
+        plan.check(plan.measure_plan(counts, plan.Sizes(**sizes)), budget)
+
+    check(device="cuda")  # lower bounds, before loading
     if opts.groups:
         _check_tune(data, init, opts.tune_data)
     tm = load_task_model(model, dev)
@@ -102,7 +104,7 @@ def measure_task(model: str, data: str, init: str | None = None,
 
         prior, prior_record = prior_task_model(init, tm, opts.head_init, dev)
     n_params = sum(p.numel() for p in tm.model.parameters())
-    plan.check(plan.measure_plan(**counts, n_params=n_params, device=dev.type), budget)
+    check(n_params=n_params, device=dev.type)
 
     def read(source: str, rows: int | None = None):
         return read_batches(source, tm, text_column=opts.text_column,
@@ -110,15 +112,13 @@ def measure_task(model: str, data: str, init: str | None = None,
                             batch_size=rows or opts.batch_size or DEFAULT_ROWS)
 
     batched = read(data)
-    plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
-                                 positions=batched.seq_len, device=dev.type), budget)
+    check(n_params=n_params, rows=batched.n, positions=batched.seq_len, device=dev.type)
     tune, shared = None, 0
     if opts.groups and opts.tune_data is not None:  # read and checked before any Monte Carlo
         tune = read(opts.tune_data)
         shared = _overlap(batched, tune, data, opts.tune_data, "tune_data", opts.allow_overlap)
-        plan.check(plan.measure_plan(**counts, n_params=n_params, rows=batched.n,
-                                     positions=max(batched.seq_len, tune.seq_len),
-                                     device=dev.type, tune_rows=tune.n), budget)
+        check(n_params=n_params, rows=batched.n, positions=max(batched.seq_len, tune.seq_len),
+              device=dev.type, tune_rows=tune.n)
     init_rows = None
     if opts.init_data is not None:
         init_rows = read(opts.init_data)
@@ -155,10 +155,10 @@ def measure_task(model: str, data: str, init: str | None = None,
             tune = sizing.search_split(tune, opts)  # the rows the σ searches read
             found = None
             if opts.groups:  # σ chosen before S is read for a Monte Carlo pass
-                from .tune import search_groups
+                from .tune import Tuning, search_groups
 
-                found = search_groups(tm, batched, dev, prior, opts, tune=tune,
-                                      prior_source=init, progress=report, shared_rows=shared)
+                found = search_groups(tm, batched, dev, opts, Tuning(prior, init, tune, shared),
+                                      progress=report)
                 if on_tune and opts.draws > 0:
                     sigma, stats.provenance["gibbs_sigma"] = sizing.isotropic_sigma(
                         tm, tune, dev, opts, found, prior_record, shared, report)
@@ -168,8 +168,7 @@ def measure_task(model: str, data: str, init: str | None = None,
                 from .tune import finish_groups
 
                 stats.provenance["prior_predictor"] = prior_record
-                finish_groups(stats, tm, batched, dev, opts, found, prior_source=init,
-                              progress=report, shared_rows=shared)
+                finish_groups(stats, tm, batched, dev, opts, found, progress=report)
             sizing.say_more_draws(stats, opts, batched.n, say)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
             if opts.perturbation_draws > 0:
@@ -180,6 +179,8 @@ def measure_task(model: str, data: str, init: str | None = None,
     if init_rows is not None:
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
+    if then is not None:
+        then(stats, tm, batched)
     return stats
 
 
@@ -336,8 +337,7 @@ def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
     if draws > 0 and sigmas:
         points = sorted({dr_point(s) for s in sigmas}, key=lambda t: t[1])
         sig = [p[1] for p in points]
-        est = gibbs_estimate(tm, batched, dev, sig, draws, seed, alpha, report,
-                             mode=opts.gibbs_mode, samples=opts.gibbs_samples)
+        est = gibbs_estimate(tm, batched, dev, sig, MonteCarlo.of(opts, draws), report)
         means = est.means.mean(1)
         uppers = est.upper(delta_mc / len(sig))
         N = est.n_losses

@@ -35,7 +35,7 @@ import torch
 from ...errors import BoundcalcError
 from ...words import keyword, option
 from .dataset_io import Batched
-from .gibbs import gibbs_estimate, gibbs_risk, perturbed, resolve_mode
+from .gibbs import MonteCarlo, gibbs_estimate, gibbs_risk, perturbed, resolve_mode
 from .hf import TaskModel
 from .options import MeasureOptions
 from .sigma_grid import dr_sigma
@@ -86,8 +86,8 @@ def risk_draws(tm: TaskModel, data: Batched, device: torch.device,
                progress: Any = None) -> np.ndarray:
     """``draws`` values of the bounded loss of θ + u over ``data``, u ~ N(0, diag σ²) with a
     σ per parameter name: one posterior draw per pass (gibbs.py's ``whole`` mode)."""
-    return np.asarray(gibbs_risk(tm, data, device, [sigma], draws, seed, alpha, progress,
-                                 mode="whole"))[0]
+    return np.asarray(gibbs_risk(tm, data, device, [sigma],
+                                 MonteCarlo(draws, seed, alpha, mode="whole"), progress))[0]
 
 
 @dataclass
@@ -104,23 +104,22 @@ class FinalRisk:
 
 
 def final_risk(tm: TaskModel, data: Batched, device: torch.device,
-               sigma: Mapping[str, float], draws: int, seed: int, alpha: float,
-               progress: Any = None, *, mode: str = "auto",
-               samples: int | None = None) -> FinalRisk:
-    """The Gibbs risk on ``data`` (S) at ``sigma``, ``draws`` passes.
+               sigma: Mapping[str, float], mc: MonteCarlo, progress: Any = None) -> FinalRisk:
+    """The Gibbs risk on ``data`` (S) at ``sigma``, ``mc.passes`` passes drawn as ``mc`` says.
 
-    Where per-sample draws are exact (``mode`` auto or sample, :func:`gibbs.resolve_mode`),
+    Where per-sample draws are exact (``mc.mode`` auto or sample, :func:`gibbs.resolve_mode`),
     every row of every pass gets its own posterior draw (:func:`gibbs_estimate`): N = k·n
-    (k·m with ``samples`` = m rows drawn with replacement per pass). Otherwise (``whole``
+    (k·m with ``mc.samples`` = m rows drawn with replacement per pass). Otherwise (``whole``
     asked, or auto on a model whose row-wise noise is not exact, e.g. tied weights) S is cut
-    into equal chunks with one draw each (:func:`unit_risks`), or, with ``samples``, one draw
+    into equal chunks with one draw each (:func:`unit_risks`), or, with ``mc.samples``, one draw
     per pass over the m rows. Every loss is in [0, 1], independent given S, of mean the Gibbs
     risk on S, so kl⁻¹(Ê, ln(2/δ′)/N) holds (docs/sources/monte_carlo.md).
     """
-    resolved, _ = resolve_mode(tm, mode)
+    draws, seed, alpha, samples = mc.passes, mc.seed, mc.alpha, mc.samples
+    resolved, _ = resolve_mode(tm, mc.mode)
     if resolved == "sample" or samples is not None:
-        est = gibbs_estimate(tm, data, device, [sigma], draws, seed, alpha, progress,
-                             mode=resolved, samples=samples)
+        est = gibbs_estimate(tm, data, device, [sigma],
+                             MonteCarlo(draws, seed, alpha, resolved, samples), progress)
         return FinalRisk(float(est.means[0].mean()), est.n_losses, est.passes, est.mode,
                          1 if est.mode == "sample" else est.rows_per_pass, est.describe())
     losses, rows = unit_risks(tm, data, device, sigma, draws, seed, alpha, progress)
@@ -328,6 +327,8 @@ class Search:
     searched: bool  # on the tune split (else on S)
     free: bool
     where: str
+    prior_source: str | None = None  # the prior centre (Tuning.source)
+    shared_rows: int = 0  # rows of the tune split that are rows of S (Tuning.shared_rows)
 
     @property
     def sigma(self) -> dict[str, float]:
@@ -335,33 +336,43 @@ class Search:
         return {g: self.scale * r for g, r in zip(self.shape.groups, self.shape.rho)}
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """What the per-group σ search reads besides S and the options: the prior as a predictor
+    (``prior``, the checkpoint ``source``: the prior centre), the tune rows (``rows``: the
+    split ``options.tune_data``; None: the shape is searched on S, charged) and how many of
+    them are rows of S (``shared_rows``, measured by content by the caller and allowed with
+    ``options.allow_overlap``: the shape then depends on S and is charged)."""
+
+    prior: TaskModel
+    source: str | None = None
+    rows: Batched | None = None
+    shared_rows: int = 0
+
+
 def measure_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.device,
-                   prior: TaskModel, options: MeasureOptions, *, tune: Batched | None = None,
-                   prior_source: str | None = None, delta: float = 0.05,
-                   progress: Any = None, shared_rows: int = 0) -> None:
+                   options: MeasureOptions, tuning: Tuning, *, delta: float = 0.05,
+                   progress: Any = None) -> None:
     """Choose σ_g = c·ρ_g and measure the Gibbs risk on ``data`` (S) once, into ``stats``:
     :func:`search_groups`, then :func:`finish_groups` (see both)."""
-    found = search_groups(tm, data, device, prior, options, tune=tune,
-                          prior_source=prior_source, delta=delta, progress=progress,
-                          shared_rows=shared_rows)
-    finish_groups(stats, tm, data, device, options, found, prior_source=prior_source,
-                  progress=progress, shared_rows=shared_rows)
+    found = search_groups(tm, data, device, options, tuning, delta=delta, progress=progress)
+    finish_groups(stats, tm, data, device, options, found, progress=progress)
 
 
-def search_groups(tm: TaskModel, data: Batched, device: torch.device, prior: TaskModel,
-                  options: MeasureOptions, *, tune: Batched | None = None,
-                  prior_source: str | None = None, delta: float = 0.05,
-                  progress: Any = None, shared_rows: int = 0) -> Search:
+def search_groups(tm: TaskModel, data: Batched, device: torch.device, options: MeasureOptions,
+                  tuning: Tuning, *, delta: float = 0.05, progress: Any = None) -> Search:
     """Choose σ_g = c·ρ_g (nothing is measured on S here; ``data`` is read for its size only
-    when ``tune`` is given).
+    when ``tuning.rows`` is given).
 
-    With ``tune`` (the split ``options.tune_data``, disjoint from S) the shape ρ is searched
-    with the **prior** weights on ``tune`` only, and S is read for the first time by
-    :func:`finish_groups`. Without it the shape is searched on S with the posterior weights
+    With ``tuning.rows`` (the split ``options.tune_data``, disjoint from S) the shape ρ is
+    searched with the **prior** weights on those rows only, and S is read for the first time by
+    :func:`finish_groups`. Without them the shape is searched on S with the posterior weights
     and charged (see the module docstring). The search uses ``options.tune_draws`` draws per
     σ vector and keeps the Gibbs risk within ``options.tune_slack`` of the weights' own;
     ``delta`` is the bound's δ with which the scale is chosen.
     """
+    prior, tune, prior_source = tuning.prior, tuning.rows, tuning.source
+    shared_rows = tuning.shared_rows
     from .data_pass import run_pass
 
     tune_source = options.tune_data
@@ -420,27 +431,28 @@ def search_groups(tm: TaskModel, data: Batched, device: torch.device, prior: Tas
              f"{tune_source} ({tune.n} samples, {shared_rows} of them rows of S) with the prior "
              f"weights {prior_source}: not disjoint from S, charged as if chosen on S"
              if searched else "S itself with the posterior weights")
-    return Search(groups, sizes, dist_sq, shape, c, scale_rows, searched, free, where)
+    return Search(groups, sizes, dist_sq, shape, c, scale_rows, searched, free, where,
+                  prior_source, shared_rows)
 
 
 def finish_groups(stats: Any, tm: TaskModel, data: Batched, device: torch.device,
-                  options: MeasureOptions, found: Search, *, prior_source: str | None = None,
-                  progress: Any = None, shared_rows: int = 0) -> None:
+                  options: MeasureOptions, found: Search, *, progress: Any = None) -> None:
     """The Gibbs risk on ``data`` (S) at the σ vector ``found`` chose, measured once into
     ``stats`` (:func:`final_risk` with ``options.gibbs_mode`` and ``options.gibbs_samples``:
     per-sample draws where exact, ``options.group_passes`` passes), with the record
-    ``provenance.gibbs_groups``."""
+    ``provenance.gibbs_groups`` (naming ``found.prior_source`` and ``found.shared_rows``)."""
     from ...engine.functions import kl_inv_upper
     from ...stats import Curve, Quantity
 
     tune_source, searched, free = options.tune_data, found.searched, found.free
     draws, tune_draws, slack = options.group_passes, options.tune_draws, options.tune_slack
-    delta_mc, alpha, seed = options.delta_mc, options.smoothing, options.seed
+    delta_mc, seed = options.delta_mc, options.seed
     shape, c, groups = found.shape, found.scale, found.groups
     sizes, dist_sq, sigma = found.sizes, found.dist_sq, found.sigma
     samples = options.gibbs_samples
-    fin = final_risk(tm, data, device, _mapping(groups, sigma), draws, seed, alpha, progress,
-                     mode=options.gibbs_mode, samples=samples)
+    prior_source, shared_rows = found.prior_source, found.shared_rows
+    fin = final_risk(tm, data, device, _mapping(groups, sigma), MonteCarlo.of(options, draws),
+                     progress)
     units, mean = fin.n_losses, fin.mean
     upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     stats.curves["gibbs_risk_groups"] = Curve(

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from boundcalc.certifies import classify
+from boundcalc.which_model import classify
 from boundcalc.measure.compress.coded import model_fingerprint
 from boundcalc.measure.compress.compression import compress
+from boundcalc.measure.compress.options import CompressOptions
 from tests._cli_helpers import BOX, invoke
 
 
@@ -47,7 +48,8 @@ def _agreement(a: torch.nn.Module, b: torch.nn.Module, x: torch.Tensor) -> float
 
 def test_a_one_level_code_of_a_zero_sum_delta_decodes_to_the_prior():
     prior, model, data = _linear_pair()
-    res = compress(model, data, init=prior.state_dict(), select="delta", levels_grid=(1,))
+    res = compress(model, data, CompressOptions(select="delta", levels_grid=(1,)),
+                   init=prior.state_dict())
     rec = res.decoded()
     assert rec["about"] == "prior" and rec["distance_from_prior"] == 0.0
     assert rec["measured_distance_from_prior"] == pytest.approx(
@@ -65,7 +67,8 @@ def test_the_prior_is_recognised_by_distance_not_by_bit_equality():
     """The language-model case: the decoded model is the prior + a tiny constant, so it is not
     bit for bit the prior, and agreement is well below 1."""
     prior, model, data = _linear_pair(extra=1e-3)
-    res = compress(model, data, init=prior.state_dict(), select="delta", levels_grid=(1,))
+    res = compress(model, data, CompressOptions(select="delta", levels_grid=(1,)),
+                   init=prior.state_dict())
     level = float(np.float16(_delta(model, prior).mean()))  # the one level, as float16
     assert level != 0.0 and abs(level - 48e-3 / 51) < 1e-5
     assert res.distance_from_prior == pytest.approx(abs(level) * math.sqrt(51), rel=1e-12)
@@ -80,7 +83,8 @@ def test_the_prior_is_recognised_by_distance_not_by_bit_equality():
 
 def test_measured_and_other_models():
     prior, model, data = _linear_pair()
-    exact = compress(model, data, init=prior.state_dict(), select="delta", levels_grid=(3,))
+    exact = compress(model, data, CompressOptions(select="delta", levels_grid=(3,)),
+                     init=prior.state_dict())
     assert exact.agreement == 1.0 and exact.decoded()["about"] == "measured"
     assert exact.decoded_fingerprint == model_fingerprint(model.state_dict())
     text = classify({"decoded": exact.decoded()})["text"]

@@ -1,5 +1,4 @@
-"""Stage 3, certify (boundcalc/stages/certify.py; named apart from tests/certify/test_certify.py,
-two test modules of one name stop a whole-suite collection): the printed value is the upper end
+"""Stage 3, enclose (boundcalc/stages/enclose.py): the printed value is the upper end
 of an interval enclosure, never below the exact value (a 50-digit mpmath recomputation here), the
 exact SymPy value agrees with it, a certified value outside its output range is refused, and an
 assumption's check is evaluated at the point."""
@@ -13,7 +12,7 @@ import pytest
 
 from boundcalc.errors import DomainError
 from boundcalc.rounding import at_most_decimal
-from boundcalc.stages.certify import check_assumptions, check_output, enclose_value, exact_value
+from boundcalc.stages.enclose import check_assumptions, check_output, enclose_value, exact_value
 from boundcalc.stages.validate import ValidatedEntry
 
 MC = {"emp_risk": 0.1, "KL": 10.0, "n": 1000}

@@ -1,4 +1,5 @@
-"""Stage 3, certify: at a chosen point, the value that may be printed as a bound.
+"""Stage 3, enclose: at a chosen point, the value that may be printed as a bound, enclosed in
+an outward-rounded interval (named for what it does; "certify" is the kind and the recipe).
 
 * :func:`enclose_value`: the expression in outward-rounded interval arithmetic; the printed
   value is the interval's upper end, so it is never below the formula's exact value.
