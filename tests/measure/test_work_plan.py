@@ -70,8 +70,13 @@ def test_measure_says_the_plan_first_and_refuses_before_the_data_side(tmp_path):
         rec = json.loads(out.read_text())["provenance"]["plan"]
         assert [s["passes"] for s in rec["stages"]] == [1, 2] and rec["seconds"] > 0
         never = tmp_path / "never.json"
-        res = invoke("--time-budget", "1s", "measure", tmp_path / "cls", "--init", "random:1",
-                     "--data", tmp_path / "d.csv", "--sigma", "0.01", "--draws", "5000",
-                     "--hessian-probes", "0", "-o", never)
+        try:
+            res = invoke("--time-budget", "1s", "measure", tmp_path / "cls", "--init",
+                         "random:1", "--data", tmp_path / "d.csv", "--sigma", "0.01", "--draws",
+                         "5000", "--hessian-probes", "0", "-o", never)
+        finally:  # the CLI's budget outlives the call in this process: not for the next test
+            from boundcalc.limits import set_time_budget
+
+            set_time_budget(None)
     assert res.exit_code == 8 and not never.exists(), res.output[-1000:]
     assert "the plan would take about" in res.output and "--draws" in res.output
