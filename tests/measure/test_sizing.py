@@ -123,6 +123,26 @@ def test_a_headless_base_chooses_with_the_model_weights_and_is_charged(route):
     stages = [s["what"] for s in stats.provenance["plan"]["stages"]]
     assert any(w.startswith("isotropic σ search") for w in stages)
     assert len(stats.curves["gibbs_risk_mean"].at) == 1
+    # where the KL comes from (issue 44: vacuous rows with a headless base): by hand, the
+    # head the base lacks is centred at zero, the body at the base's tensors
+    from transformers import BertForSequenceClassification, BertModel
+
+    cls = BertForSequenceClassification.from_pretrained(route / "cls")
+    base = dict(BertModel.from_pretrained(route / "base").named_parameters())
+    head = sum(float(p.detach().double().pow(2).sum()) for n, p in cls.named_parameters()
+               if n.startswith("classifier."))
+    body = sum(float((p.detach().double() - base[n[len("bert."):]].detach().double())
+                     .pow(2).sum()) for n, p in cls.named_parameters() if n.startswith("bert."))
+    share = stats.provenance["prior_predictor"]["kl_share"]
+    assert share["head_tensors"] == ["classifier.bias", "classifier.weight"]
+    assert share["head_dist_sq"] == pytest.approx(head, rel=1e-9)
+    assert share["body_dist_sq"] == pytest.approx(body, rel=1e-9)
+    assert share["head_share"] == pytest.approx(head / (head + body), rel=1e-9)
+    assert share["head_dist_sq"] + share["body_dist_sq"] == pytest.approx(
+        stats.scalars["dist_init_total"].value ** 2, rel=1e-6)  # the weights side's distance
+    line = next(x for x in said if x.startswith("the isotropic KL"))
+    assert f"{100 * head / (head + body):.1f} % from the head classifier.bias" in line
+    assert "a prior with its own head trained on rows disjoint from S" in line
 
 
 def test_a_free_record_with_other_points_is_refused(free, tmp_path):

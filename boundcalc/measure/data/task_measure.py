@@ -176,6 +176,7 @@ def measure_task(model: str, data: str, init: str | None = None,
                 finish_groups(stats, tm, batched, dev, opts, found, prior_source=init,
                               progress=report, shared_rows=shared)
                 laps("per-group passes on S")
+                _say_head_share(stats, tm, prior, prior_record, say)
             sizing.say_more_draws(stats, opts, batched.n, say)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
             if opts.perturbation_draws > 0:
@@ -189,6 +190,18 @@ def measure_task(model: str, data: str, init: str | None = None,
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
     return stats
+
+
+def _say_head_share(stats: Stats, tm, prior, prior_record, say) -> None:
+    """With a headless prior: where the distance to the prior centre comes from, head or body
+    (:func:`.prior_model.head_share`), in ``provenance.prior_predictor.kl_share`` and said."""
+    from .prior_model import head_share
+
+    share = head_share(tm, prior, prior_record or {}) if prior is not None else None
+    if share is not None:
+        stats.provenance["prior_predictor"]["kl_share"] = share
+        if say is not None:
+            say(share["text"])
 
 
 class _Laps:
