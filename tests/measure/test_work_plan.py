@@ -80,3 +80,33 @@ def test_measure_says_the_plan_first_and_refuses_before_the_data_side(tmp_path):
             set_time_budget(None)
     assert res.exit_code == 8 and not never.exists(), res.output[-1000:]
     assert "the plan would take about" in res.output and "--draws" in res.output
+
+
+def test_a_calibrated_hessian_vector_product_and_the_time_spent_enter_the_estimate(tmp_path):
+    """On a tiny BERT: the calibration times a Hutchinson probe (per row) and leaves the
+    parameters' requires_grad as it found them; the estimate of a Hessian stage is then its
+    rows × that time (not HVP_FORWARDS plain forwards), plus the seconds spent before the
+    plan, by hand."""
+    import torch
+
+    from boundcalc.measure.data.dataset_io import read_batches
+    from boundcalc.measure.data.hf import load_task_model
+    from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints
+
+    import pandas as pd
+
+    tiny_text_checkpoints(tmp_path)
+    pd.DataFrame({"text": TEXTS, "label": TEXT_LABELS}).to_csv(tmp_path / "d.csv", index=False)
+    with single_thread():
+        tm = load_task_model(str(tmp_path / "cls"), torch.device("cpu"))
+        for p in tm.model.parameters():
+            p.requires_grad_(False)
+        data = read_batches(str(tmp_path / "d.csv"), tm, max_length=16, batch_size=32)
+        speed = work_plan.calibrate(tm, data, torch.device("cpu"), noisy=False, hvp=True)
+    assert speed["hvp"] > 0 and not any(p.requires_grad for p in tm.model.parameters())
+    opts = MeasureOptions(sigmas=(0.01,), draws=0, hessian_probes=3, hessian_samples=4)
+    plan = work_plan.stages(opts, n=6, sigma_points=1, tune_rows=None, n_groups=0)
+    assert [(s.passes, s.rows, s.kind) for s in plan] == [(1, 6, "plain"), (3, 4, "hvp")]
+    speed["spent"] = 7.5
+    want = 7.5 + 6 * speed["plain"] + 3 * 4 * speed["hvp"]
+    assert work_plan.estimate(plan, speed) == pytest.approx(want, rel=1e-12)

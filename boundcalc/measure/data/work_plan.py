@@ -37,6 +37,7 @@ from ...limits import duration_text, time_budget
 from ...words import option
 
 HVP_FORWARDS = 4.0  # a Hessian-vector product, in forwards (as boundcalc.plan counts it)
+HVP_ROWS = 8  # rows of the calibrated Hessian-vector product
 
 
 @dataclass
@@ -86,12 +87,15 @@ def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
 
 
 def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
-              draw: bool = False) -> dict[str, Any]:
+              draw: bool = False, hvp: bool = False) -> dict[str, Any]:
     """Seconds per row of the data pass and (``noisy``) of a Monte Carlo step with a posterior
     draw per row, timed on the first batch after one untimed warm-up of each (the code the
     work runs, loss and log-softmax included: :mod:`.batch_rows`), and (``draw``) the
     seconds of one whole-model draw and its restore (:class:`.gibbs.Perturber`, as the σ
-    searches draw)."""
+    searches draw), and (``hvp``) the seconds per row of a Hessian-vector product, from two
+    Hutchinson probes on :data:`HVP_ROWS` rows as the Hessian trace runs them (the parameters'
+    ``requires_grad`` restored after; for MiniLM-L6 on 2 cores about 8.6 forwards, not the
+    :data:`HVP_FORWARDS` of the optimistic count check)."""
     from .batch_rows import first_monte_carlo_step, first_data_pass
 
     rows = int(next(iter(batched.batches[0][0].values())).shape[0])
@@ -110,7 +114,26 @@ def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
     out["noisy"] = timed(first_monte_carlo_step) if noisy else out["plain"]
     if draw:
         out["draw"] = rows * timed(_whole_model_draw)
+    if hvp:
+        out["hvp"] = rows * timed(_hvp_probe) / (2 * HVP_ROWS)
     return out
+
+
+def _hvp_probe(tm: Any, batched: Any, device: torch.device) -> None:
+    """Two Hutchinson probes (the fewest it takes) of the Hessian trace on the first
+    :data:`HVP_ROWS` rows."""
+    from .curvature import hutchinson_trace
+    from .data_pass import hessian_terms
+
+    terms, _ = hessian_terms(tm, batched, device, HVP_ROWS, HVP_ROWS)
+    flags = [p.requires_grad for p in tm.model.parameters()]
+    try:
+        for p in tm.model.parameters():
+            p.requires_grad_(True)
+        hutchinson_trace(tm.model, terms, n_probes=2, seed=0)
+    finally:
+        for p, f in zip(tm.model.parameters(), flags):
+            p.requires_grad_(f)
 
 
 def _whole_model_draw(tm: Any, batched: Any, device: torch.device) -> None:
@@ -128,9 +151,17 @@ def estimate(plan: list[Stage], speed: dict[str, Any]) -> float:
     """Seconds of the whole command: those spent before the plan (``speed["spent"]``, 0 when
     absent) and those the stages take at the calibrated speeds (their forwards, and their
     whole-model draws at ``speed["draw"]``, 0 when not calibrated)."""
-    return speed.get("spent", 0.0) + sum(
-        s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"]
-        + s.draws * speed.get("draw", 0.0) for s in plan)
+    return speed.get("spent", 0.0) + sum(_stage_seconds(s, speed) for s in plan)
+
+
+def _stage_seconds(s: Stage, speed: dict[str, Any]) -> float:
+    """One stage's seconds: a Hessian-vector product at ``speed["hvp"]`` per row where it was
+    calibrated, else :data:`HVP_FORWARDS` plain forwards; whole-model draws at ``speed["draw"]``."""
+    if s.kind == "hvp" and "hvp" in speed:
+        rows = s.passes * s.rows * speed["hvp"]
+    else:
+        rows = s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"]
+    return rows + s.draws * speed.get("draw", 0.0)
 
 
 def plan_text(plan: list[Stage], speed: dict[str, Any], seconds: float) -> str:
