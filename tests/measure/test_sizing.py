@@ -181,12 +181,12 @@ def test_the_output_says_what_more_draws_would_buy(free):
 
 def _estimate_by_hand(points: int, draws: int, probes: int, n: int, samples: int,
                       plain: float, noisy: float) -> float:
-    return n * plain + points * draws * n * noisy + probes * min(samples, n) * 4 * plain
+    return n * plain + points * draws * n * noisy + probes * min(samples, n) * 8.5 * plain
 
 
 @pytest.mark.parametrize("plain, noisy, points, draws, probes", [
     (1e-5, 3e-5, 7, 20, 20),    # a fast model: the old default, 7 σ × 20 draws, 20 probes
-    (0.004, 0.012, 7, 5, 8),    # MiniLM-like on 2 cores: Hessian probes cut, then draws
+    (0.004, 0.012, 7, 5, 2),    # MiniLM-like on 2 cores: Hessian probes cut, then draws
     (0.01, 0.03, 7, 2, 2),      # slower: draws at their least, 2 probes left
     (0.02, 0.06, 2, 3, 2),      # slower still: fewer σ points
 ])
@@ -347,7 +347,7 @@ def test_measure_plans_the_whole_command_and_records_what_each_phase_took(free):
     for st in rec["stages"]:
         per = speed["noisy"] if st["kind"] == "noisy" else speed["plain"]
         by_hand += st["passes"] * st["rows"] * per * (
-            work_plan.HVP_FORWARDS if st["kind"] == "hvp" else 1) + st["draws"] * speed["draw"]
+            work_plan.HVP_COST if st["kind"] == "hvp" else 1) + st["draws"] * speed["draw"]
     assert rec["seconds"] == pytest.approx(by_hand, rel=1e-12)
     searches = [st for st in rec["stages"] if "σ search" in st["what"]]
     assert searches and all(st["draws"] == st["passes"] for st in searches)

@@ -25,7 +25,7 @@ def test_stages_by_hand():
     speed = {"rows": 32, "plain": 0.01, "noisy": 0.03}
     # the σ search draws once per evaluation and runs plain forwards (tune.risk_draws)
     expect = (1000 * 0.01 + search_evaluations(5) * 2 * 200 * 0.01
-              + (12 * 1000 + 3 * 1000) * 0.03 + 6 * 100 * work_plan.HVP_FORWARDS * 0.01)
+              + (12 * 1000 + 3 * 1000) * 0.03 + 6 * 100 * work_plan.HVP_COST * 0.01)
     assert work_plan.estimate(plan, speed) == pytest.approx(expect)
     text = work_plan.plan_text(plan, speed, expect)
     assert text.startswith("plan: data pass: 1 × 1000 rows; Monte Carlo, 3 σ × 4 draws: "
@@ -82,31 +82,18 @@ def test_measure_says_the_plan_first_and_refuses_before_the_data_side(tmp_path):
     assert "the plan would take about" in res.output and "--draws" in res.output
 
 
-def test_a_calibrated_hessian_vector_product_and_the_time_spent_enter_the_estimate(tmp_path):
-    """On a tiny BERT: the calibration times a Hutchinson probe (per row) and leaves the
-    parameters' requires_grad as it found them; the estimate of a Hessian stage is then its
-    rows × that time (not HVP_FORWARDS plain forwards), plus the seconds spent before the
-    plan, by hand."""
-    import torch
 
-    from boundcalc.measure.data.dataset_io import read_batches
-    from boundcalc.measure.data.hf import load_task_model
-    from tests._measure_helpers import TEXT_LABELS, TEXTS, single_thread, tiny_text_checkpoints
-
-    import pandas as pd
-
-    tiny_text_checkpoints(tmp_path)
-    pd.DataFrame({"text": TEXTS, "label": TEXT_LABELS}).to_csv(tmp_path / "d.csv", index=False)
-    with single_thread():
-        tm = load_task_model(str(tmp_path / "cls"), torch.device("cpu"))
-        for p in tm.model.parameters():
-            p.requires_grad_(False)
-        data = read_batches(str(tmp_path / "d.csv"), tm, max_length=16, batch_size=32)
-        speed = work_plan.calibrate(tm, data, torch.device("cpu"), noisy=False, hvp=True)
-    assert speed["hvp"] > 0 and not any(p.requires_grad for p in tm.model.parameters())
-    opts = MeasureOptions(sigmas=(0.01,), draws=0, hessian_probes=3, hessian_samples=4)
-    plan = work_plan.stages(opts, n=6, sigma_points=1, tune_rows=None, n_groups=0)
-    assert [(s.passes, s.rows, s.kind) for s in plan] == [(1, 6, "plain"), (3, 4, "hvp")]
-    speed["spent"] = 7.5
-    want = 7.5 + 6 * speed["plain"] + 3 * 4 * speed["hvp"]
+def test_the_estimate_counts_the_time_spent_and_a_hessian_product_at_its_measured_cost():
+    """By hand: a Hessian stage at HVP_COST plain forwards per row (8.5: measured on MiniLM,
+    where the count check's 4 forwards made the acceptance run's Hessian twice the plan), a
+    σ search's whole-model draws at the calibrated draw, and the seconds spent before it."""
+    opts = MeasureOptions(sigmas=(0.01,), draws=0, hessian_probes=3, hessian_samples=4,
+                          tune_data="t.csv", tune_draws=1, group_draws=1)
+    plan = work_plan.stages(opts, n=6, sigma_points=1, tune_rows=5, n_groups=2)
+    evals = search_evaluations(2)
+    assert [(s.passes, s.rows, s.kind, s.draws) for s in plan] == [
+        (1, 6, "plain", 0), (evals, 5, "plain", evals), (1, 6, "noisy", 0), (3, 4, "hvp", 0)]
+    speed = {"rows": 6, "plain": 0.01, "noisy": 0.03, "draw": 0.2, "spent": 7.5}
+    want = 7.5 + 6 * 0.01 + evals * (5 * 0.01 + 0.2) + 6 * 0.03 + 3 * 4 * 8.5 * 0.01
+    assert work_plan.HVP_COST == 8.5
     assert work_plan.estimate(plan, speed) == pytest.approx(want, rel=1e-12)

@@ -245,8 +245,7 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
         # the row-wise hooks are timed; a whole-model draw per pass (tied weights) costs a
         # plain forward per row
         speed = work_plan.calibrate(tm, batched, dev, noisy=engine == "hooks" and any(
-            st.kind == "noisy" for st in plan_), draw=any(st.draws for st in plan_),
-            hvp=sizing.auto(opts)["hessian_probes"] or any(st.kind == "hvp" for st in plan_))
+            st.kind == "noisy" for st in plan_), draw=any(st.draws for st in plan_))
         speed["spent"] = time.monotonic() - started
         if left:
             sized = sizing.size(opts, batched.n, tune_rows, n_groups, speed, mode == "sample",

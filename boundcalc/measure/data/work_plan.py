@@ -37,7 +37,9 @@ from ...limits import duration_text, time_budget
 from ...words import option
 
 HVP_FORWARDS = 4.0  # a Hessian-vector product, in forwards (as boundcalc.plan counts it)
-HVP_ROWS = 8  # rows of the calibrated Hessian-vector product
+HVP_COST = 8.5  # a Hessian-vector product in plain forwards, for the estimate: measured on
+# MiniLM-L6, 64-token rows, 2 cores (8.6 in the acceptance run of issue 44: 37 s for 2 probes
+# x 256 rows at 0.0084 s a forward; 8.3 in a run of 2 probes x 64 rows); never a bound
 
 
 @dataclass
@@ -87,15 +89,14 @@ def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
 
 
 def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
-              draw: bool = False, hvp: bool = False) -> dict[str, Any]:
+              draw: bool = False) -> dict[str, Any]:
     """Seconds per row of the data pass and (``noisy``) of a Monte Carlo step with a posterior
     draw per row, timed on the first batch after one untimed warm-up of each (the code the
     work runs, loss and log-softmax included: :mod:`.batch_rows`), and (``draw``) the
     seconds of one whole-model draw and its restore (:class:`.gibbs.Perturber`, as the σ
-    searches draw), and (``hvp``) the seconds per row of a Hessian-vector product, from two
-    Hutchinson probes on :data:`HVP_ROWS` rows as the Hessian trace runs them (the parameters'
-    ``requires_grad`` restored after; for MiniLM-L6 on 2 cores about 8.6 forwards, not the
-    :data:`HVP_FORWARDS` of the optimistic count check)."""
+    searches draw). A Hessian-vector product is not timed: on a few rows its fixed costs
+    dwarf it (MiniLM-L6: 2.5 s per row from 8 rows, 0.69 s per row in the trace itself), and
+    on a batch it costs seconds; the estimate counts :data:`HVP_COST` plain forwards."""
     from .batch_rows import first_monte_carlo_step, first_data_pass
 
     rows = int(next(iter(batched.batches[0][0].values())).shape[0])
@@ -114,26 +115,7 @@ def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
     out["noisy"] = timed(first_monte_carlo_step) if noisy else out["plain"]
     if draw:
         out["draw"] = rows * timed(_whole_model_draw)
-    if hvp:
-        out["hvp"] = rows * timed(_hvp_probe) / (2 * HVP_ROWS)
     return out
-
-
-def _hvp_probe(tm: Any, batched: Any, device: torch.device) -> None:
-    """Two Hutchinson probes (the fewest it takes) of the Hessian trace on the first
-    :data:`HVP_ROWS` rows."""
-    from .curvature import hutchinson_trace
-    from .data_pass import hessian_terms
-
-    terms, _ = hessian_terms(tm, batched, device, HVP_ROWS, HVP_ROWS)
-    flags = [p.requires_grad for p in tm.model.parameters()]
-    try:
-        for p in tm.model.parameters():
-            p.requires_grad_(True)
-        hutchinson_trace(tm.model, terms, n_probes=2, seed=0)
-    finally:
-        for p, f in zip(tm.model.parameters(), flags):
-            p.requires_grad_(f)
 
 
 def _whole_model_draw(tm: Any, batched: Any, device: torch.device) -> None:
@@ -155,13 +137,12 @@ def estimate(plan: list[Stage], speed: dict[str, Any]) -> float:
 
 
 def _stage_seconds(s: Stage, speed: dict[str, Any]) -> float:
-    """One stage's seconds: a Hessian-vector product at ``speed["hvp"]`` per row where it was
-    calibrated, else :data:`HVP_FORWARDS` plain forwards; whole-model draws at ``speed["draw"]``."""
-    if s.kind == "hvp" and "hvp" in speed:
-        rows = s.passes * s.rows * speed["hvp"]
-    else:
-        rows = s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"]
-    return rows + s.draws * speed.get("draw", 0.0)
+    """One stage's seconds: its row forwards at the calibrated speed (a Hessian-vector product
+    as :data:`HVP_COST` plain forwards) and its whole-model draws at ``speed["draw"]``."""
+    if s.kind == "hvp":
+        return s.passes * s.rows * HVP_COST * speed["plain"] + s.draws * speed.get("draw", 0.0)
+    return s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"] \
+        + s.draws * speed.get("draw", 0.0)
 
 
 def plan_text(plan: list[Stage], speed: dict[str, Any], seconds: float) -> str:
