@@ -17,8 +17,9 @@ Results (wall, CPU, peak RSS, ``uptime`` before and after, the plan line, whethe
 printed before the first pass, the plan's estimate beside the seconds each phase took, where the
 KL comes from with a headless base, the certified rows) go to ``benchmarks/results/`` under
 ``--result`` (default ``measure_defaults_whole_plan_cpu.json``; the first runs, whose plan
-counted the data side's passes only, are in ``measure_defaults_cpu.json``). On a shared machine the wall time follows the
-load; CPU time / cores is the quiet-machine estimate, and it is reported beside the wall time.
+counted the data side's passes only, are in ``measure_defaults_cpu.json``). On a shared machine
+the wall time follows the load; CPU time / cores is the quiet-machine estimate, and it is
+reported beside the wall time.
 """
 
 from __future__ import annotations
