@@ -300,6 +300,9 @@ def test_the_search_split_is_a_seeded_sample_with_every_class_of_a_sorted_file()
     # 0.9, 0.6; floors 1, 0, 0; the two largest remainders (0.9, 0.6) get one more each
     labels = [0] * 5 + [1] * 3 + [2] * 2
     assert [labels[i] for i in sizing.subsample_rows(10, 3, labels, 0)] == [0, 1, 2]
+    # rows without one class label each (here float targets) are drawn uniformly
+    floats = Batched([({"input_ids": ids}, y.double())], 40, 3, "t.csv", "40 rows")
+    assert "(uniform, seed 5)" in sizing.search_split(floats, opts).description
     for same in (MeasureOptions(tune_data="t.csv"),
                  MeasureOptions(tune_data="t.csv", search_rows=40)):
         assert sizing.search_split(tune, same) is tune

@@ -173,8 +173,8 @@ def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:
 
 def search_split(tune: Any, opts: MeasureOptions) -> Any:
     """The :func:`searched_rows` rows of the tune data the σ searches read: a subsample drawn
-    with the seed ``opts.seed`` (:func:`subsample_rows`), stratified by label where the rows
-    have labels, so that a file sorted by class gives the searches every class in its share;
+    with the seed ``opts.seed`` (:func:`subsample_rows`), stratified by label where each row
+    has one class label (integers), so that a file sorted by class gives the searches every class in its share;
     ``tune`` itself when they read every row. The rows keep their batches (a batch's padding
     is its own), so the searches run a few smaller batches. Never a less honest certificate
     either way: the searches never see S."""
@@ -186,8 +186,9 @@ def search_split(tune: Any, opts: MeasureOptions) -> Any:
     if tune is None or m is None or m >= tune.n:
         return tune
     sizes = [next(iter(inputs.values())).shape[0] for inputs, _ in tune.batches]
-    labels = (None if any(y is None for _, y in tune.batches) or tune.batches[0][1].ndim != 1
-              else torch.cat([y for _, y in tune.batches]).tolist())
+    classes = not any(y is None or y.ndim != 1 or y.is_floating_point()
+                      for _, y in tune.batches)  # one class label per row
+    labels = torch.cat([y for _, y in tune.batches]).tolist() if classes else None
     keep = subsample_rows(tune.n, m, labels, opts.seed)
     batches, start, merged = [], 0, None
     for (inputs, y), size in zip(tune.batches, sizes):
