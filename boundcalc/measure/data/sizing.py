@@ -174,9 +174,10 @@ def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:
 def search_split(tune: Any, opts: MeasureOptions) -> Any:
     """The :func:`searched_rows` rows of the tune data the σ searches read: a subsample drawn
     with the seed ``opts.seed`` (:func:`subsample_rows`), stratified by label where each row
-    has one class label (integers), so that a file sorted by class gives the searches every class in its share;
-    ``tune`` itself when they read every row. The rows keep their batches (a batch's padding
-    is its own), so the searches run a few smaller batches. Never a less honest certificate
+    has one class label (integers), so that a file sorted by class gives the searches every
+    class in its share; ``tune`` itself when they read every row. The rows keep their batches
+    (a batch's padding is its own), so the searches run a few smaller batches. Never a less
+    honest certificate
     either way: the searches never see S."""
     from dataclasses import replace
 
