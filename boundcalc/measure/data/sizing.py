@@ -177,8 +177,7 @@ def search_split(tune: Any, opts: MeasureOptions) -> Any:
     has one class label (integers), so that a file sorted by class gives the searches every
     class in its share; ``tune`` itself when they read every row. The rows keep their batches
     (a batch's padding is its own), so the searches run a few smaller batches. Never a less
-    honest certificate
-    either way: the searches never see S."""
+    honest certificate either way: the searches never see S."""
     from dataclasses import replace
 
     import torch
