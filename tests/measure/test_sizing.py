@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from boundcalc.errors import StatsError
-from boundcalc.measure.data import sizing
+from boundcalc.measure.data import sizing, work_plan
 from boundcalc.measure.data.options import MeasureOptions
 from boundcalc.measure.data.sigma_grid import DEFAULT_SIGMAS, dr_sigma
 from boundcalc.measure.data.tune import ISOTROPIC_EVALUATIONS, search_evaluations
@@ -123,6 +123,26 @@ def test_a_headless_base_chooses_with_the_model_weights_and_is_charged(route):
     stages = [s["what"] for s in stats.provenance["plan"]["stages"]]
     assert any(w.startswith("isotropic σ search") for w in stages)
     assert len(stats.curves["gibbs_risk_mean"].at) == 1
+    # where the KL comes from (issue 44: vacuous rows with a headless base): by hand, the
+    # head the base lacks is centred at zero, the body at the base's tensors
+    from transformers import BertForSequenceClassification, BertModel
+
+    cls = BertForSequenceClassification.from_pretrained(route / "cls")
+    base = dict(BertModel.from_pretrained(route / "base").named_parameters())
+    head = sum(float(p.detach().double().pow(2).sum()) for n, p in cls.named_parameters()
+               if n.startswith("classifier."))
+    body = sum(float((p.detach().double() - base[n[len("bert."):]].detach().double())
+                     .pow(2).sum()) for n, p in cls.named_parameters() if n.startswith("bert."))
+    share = stats.provenance["prior_predictor"]["kl_share"]
+    assert share["head_tensors"] == ["classifier.bias", "classifier.weight"]
+    assert share["head_dist_sq"] == pytest.approx(head, rel=1e-9)
+    assert share["body_dist_sq"] == pytest.approx(body, rel=1e-9)
+    assert share["head_share"] == pytest.approx(head / (head + body), rel=1e-9)
+    assert share["head_dist_sq"] + share["body_dist_sq"] == pytest.approx(
+        stats.scalars["dist_init_total"].value ** 2, rel=1e-6)  # the weights side's distance
+    line = next(x for x in said if x.startswith("the isotropic KL"))
+    assert f"{100 * head / (head + body):.1f} % from the head classifier.bias" in line
+    assert "a prior with its own head trained on rows disjoint from S" in line
 
 
 def test_a_free_record_with_other_points_is_refused(free, tmp_path):
@@ -161,12 +181,12 @@ def test_the_output_says_what_more_draws_would_buy(free):
 
 def _estimate_by_hand(points: int, draws: int, probes: int, n: int, samples: int,
                       plain: float, noisy: float) -> float:
-    return n * plain + points * draws * n * noisy + probes * min(samples, n) * 4 * plain
+    return n * plain + points * draws * n * noisy + probes * min(samples, n) * 8.5 * plain
 
 
 @pytest.mark.parametrize("plain, noisy, points, draws, probes", [
     (1e-5, 3e-5, 7, 20, 20),    # a fast model: the old default, 7 σ × 20 draws, 20 probes
-    (0.004, 0.012, 7, 5, 8),    # MiniLM-like on 2 cores: Hessian probes cut, then draws
+    (0.004, 0.012, 7, 5, 2),    # MiniLM-like on 2 cores: Hessian probes cut, then draws
     (0.01, 0.03, 7, 2, 2),      # slower: draws at their least, 2 probes left
     (0.02, 0.06, 2, 3, 2),      # slower still: fewer σ points
 ])
@@ -253,21 +273,94 @@ def test_when_the_search_dominates_its_tune_rows_are_cut_before_the_draws(monkey
     assert {c.search_rows for c in sizing.candidates(MeasureOptions(), True)} == {None}
 
 
-def test_the_search_split_is_the_first_rows_of_the_tune_data():
+def test_the_search_split_is_a_seeded_sample_with_every_class_of_a_sorted_file():
+    """A tune file sorted by class (4 classes of 10 rows) cut to 20 rows for the searches:
+    every class gets its share 20·10/40 = 5 (the first 20 rows would hold two classes only),
+    each row kept is a row of the file with its own label, the same seed the same rows."""
     from boundcalc.measure.data.dataset_io import Batched
 
     ids = torch.arange(40 * 3).reshape(40, 3)
-    y = torch.arange(40) % 2
+    y = torch.arange(40) // 10  # sorted by class
     tune = Batched([({"input_ids": ids[i:i + 16]}, y[i:i + 16]) for i in range(0, 40, 16)],
                    40, 3, "t.csv", "40 rows")
-    cut = sizing.search_split(tune, MeasureOptions(tune_data="t.csv", search_rows=20))
-    assert cut.n == 20 and [b[0]["input_ids"].shape[0] for b in cut.batches] == [16, 4]
-    assert torch.equal(torch.cat([b[0]["input_ids"] for b in cut.batches]), ids[:20])
-    assert torch.equal(torch.cat([b[1] for b in cut.batches]), y[:20])
-    assert "its first 20 rows" in cut.description
+    opts = MeasureOptions(tune_data="t.csv", search_rows=20, seed=5)
+    cut = sizing.search_split(tune, opts)
+    got_ids = torch.cat([b[0]["input_ids"] for b in cut.batches])
+    got_y = torch.cat([b[1] for b in cut.batches])
+    assert cut.n == 20 == got_ids.shape[0]
+    assert sorted(got_y.tolist()) == [0] * 5 + [1] * 5 + [2] * 5 + [3] * 5
+    rows = (got_ids[:, 0] // 3).tolist()  # row r holds ids 3r, 3r+1, 3r+2
+    assert len(set(rows)) == 20 and torch.equal(got_ids, ids[rows])
+    assert torch.equal(got_y, y[rows]) and y[:20].unique().tolist() == [0, 1]
+    assert max(b[0]["input_ids"].shape[0] for b in cut.batches) <= 16  # no batch grows
+    again = sizing.search_split(tune, opts)
+    assert torch.equal(torch.cat([b[0]["input_ids"] for b in again.batches]), got_ids)
+    assert "20 rows drawn (stratified by label, seed 5)" in cut.description
+    # shares by largest remainder, by hand: 3 of 10 rows in classes of 5, 3, 2 -> exact 1.5,
+    # 0.9, 0.6; floors 1, 0, 0; the two largest remainders (0.9, 0.6) get one more each
+    labels = [0] * 5 + [1] * 3 + [2] * 2
+    assert [labels[i] for i in sizing.subsample_rows(10, 3, labels, 0)] == [0, 1, 2]
+    # rows without one class label each (here float targets) are drawn uniformly
+    floats = Batched([({"input_ids": ids}, y.double())], 40, 3, "t.csv", "40 rows")
+    assert "(uniform, seed 5)" in sizing.search_split(floats, opts).description
     for same in (MeasureOptions(tune_data="t.csv"),
                  MeasureOptions(tune_data="t.csv", search_rows=40)):
         assert sizing.search_split(tune, same) is tune
+
+
+# ---- the whole command in the plan: the time spent before it, and the searches' draws ------
+
+def test_the_estimate_counts_the_time_before_the_plan_and_the_whole_model_draws(monkeypatch):
+    """The acceptance run planned 7.3 min of passes and took 12.9: the estimate now counts
+    the seconds spent before the plan and one whole-model draw per σ-search evaluation, so a
+    command that spent 120 s loading fits the 8 min with fewer draws on S."""
+    monkeypatch.setattr(sizing, "time_budget", lambda: 3600.0)
+    opts = MeasureOptions(tune_data="t.csv", hessian_probes=0, search_rows=64)
+    evals, iso = search_evaluations(16), ISOTROPIC_EVALUATIONS
+
+    def by_hand(draws, tune_draws, spent, draw):
+        forwards = (1000 * 0.004 + iso * tune_draws * 64 * 0.004 + draws * 1000 * 0.010
+                    + evals * tune_draws * 64 * 0.004 + draws * 1000 * 0.010)
+        return spent + forwards + (iso + evals) * tune_draws * draw
+
+    quick = {"rows": 32, "plain": 0.004, "noisy": 0.010}
+    got = sizing.size(opts, 1000, 200, 16, quick, True, posterior_search=True)
+    assert (got.options.draws, got.options.tune_draws) == (20, 2)  # 469.6 s by hand
+    assert got.seconds == pytest.approx(by_hand(20, 2, 0.0, 0.0), rel=1e-12)
+    slow = {**quick, "spent": 120.0, "draw": 0.15}
+    got = sizing.size(opts, 1000, 200, 16, slow, True, posterior_search=True)
+    assert (got.options.draws, got.options.tune_draws) == (10, 2)  # 427.9 s by hand
+    assert got.seconds == pytest.approx(by_hand(10, 2, 120.0, 0.15), rel=1e-12)
+    # 20 draws no longer fit even with one tune draw (576 s), nor 10 with 4 (532 s)
+    assert by_hand(20, 1, 120.0, 0.15) > 480 and by_hand(10, 4, 120.0, 0.15) > 480
+    text = work_plan.plan_text(got.plan, slow, got.seconds)
+    assert "2 min spent before the plan (loading, the weights side, reading the data)" in text
+    assert "0.15 s a whole-model draw" in text
+
+
+def test_measure_plans_the_whole_command_and_records_what_each_phase_took(free):
+    """End to end on a tiny BERT: the plan's seconds are the time spent before it plus its
+    stages at the calibrated speeds (by hand from the record), and the phases' measured
+    seconds are recorded beside it."""
+    stats, said = free
+    rec = stats.provenance["plan"]
+    speed = rec["calibration"]
+    assert speed["spent"] > 0 and speed["draw"] > 0
+    by_hand = speed["spent"]
+    for st in rec["stages"]:
+        per = speed["noisy"] if st["kind"] == "noisy" else speed["plain"]
+        by_hand += st["passes"] * st["rows"] * per * (
+            work_plan.HVP_COST if st["kind"] == "hvp" else 1) + st["draws"] * speed["draw"]
+    assert rec["seconds"] == pytest.approx(by_hand, rel=1e-12)
+    searches = [st for st in rec["stages"] if "σ search" in st["what"]]
+    assert searches and all(st["draws"] == st["passes"] for st in searches)
+    took = rec["measured_seconds"]
+    assert set(took) >= {"before the passes", "σ searches on the tune data",
+                         "data pass, Monte Carlo on S, Hessian trace", "per-group passes on S",
+                         "all"}
+    assert took["all"] >= sum(v for k, v in took.items() if k != "all") - 1e-9
+    plan_line = next(line for line in said if line.startswith("plan:"))
+    assert "spent before the plan" in plan_line
 
 
 def test_measure_searches_on_the_rows_it_says(route):

@@ -25,7 +25,7 @@ def test_stages_by_hand():
     speed = {"rows": 32, "plain": 0.01, "noisy": 0.03}
     # the σ search draws once per evaluation and runs plain forwards (tune.risk_draws)
     expect = (1000 * 0.01 + search_evaluations(5) * 2 * 200 * 0.01
-              + (12 * 1000 + 3 * 1000) * 0.03 + 6 * 100 * work_plan.HVP_FORWARDS * 0.01)
+              + (12 * 1000 + 3 * 1000) * 0.03 + 6 * 100 * work_plan.HVP_COST * 0.01)
     assert work_plan.estimate(plan, speed) == pytest.approx(expect)
     text = work_plan.plan_text(plan, speed, expect)
     assert text.startswith("plan: data pass: 1 × 1000 rows; Monte Carlo, 3 σ × 4 draws: "
@@ -70,8 +70,30 @@ def test_measure_says_the_plan_first_and_refuses_before_the_data_side(tmp_path):
         rec = json.loads(out.read_text())["provenance"]["plan"]
         assert [s["passes"] for s in rec["stages"]] == [1, 2] and rec["seconds"] > 0
         never = tmp_path / "never.json"
-        res = invoke("--time-budget", "1s", "measure", tmp_path / "cls", "--init", "random:1",
-                     "--data", tmp_path / "d.csv", "--sigma", "0.01", "--draws", "5000",
-                     "--hessian-probes", "0", "-o", never)
+        try:
+            res = invoke("--time-budget", "1s", "measure", tmp_path / "cls", "--init",
+                         "random:1", "--data", tmp_path / "d.csv", "--sigma", "0.01", "--draws",
+                         "5000", "--hessian-probes", "0", "-o", never)
+        finally:  # the CLI's budget outlives the call in this process: not for the next test
+            from boundcalc.limits import set_time_budget
+
+            set_time_budget(None)
     assert res.exit_code == 8 and not never.exists(), res.output[-1000:]
     assert "the plan would take about" in res.output and "--draws" in res.output
+
+
+
+def test_the_estimate_counts_the_time_spent_and_a_hessian_product_at_its_measured_cost():
+    """By hand: a Hessian stage at HVP_COST plain forwards per row (8.5: measured on MiniLM,
+    where the count check's 4 forwards made the acceptance run's Hessian twice the plan), a
+    σ search's whole-model draws at the calibrated draw, and the seconds spent before it."""
+    opts = MeasureOptions(sigmas=(0.01,), draws=0, hessian_probes=3, hessian_samples=4,
+                          tune_data="t.csv", tune_draws=1, group_draws=1)
+    plan = work_plan.stages(opts, n=6, sigma_points=1, tune_rows=5, n_groups=2)
+    evals = search_evaluations(2)
+    assert [(s.passes, s.rows, s.kind, s.draws) for s in plan] == [
+        (1, 6, "plain", 0), (evals, 5, "plain", evals), (1, 6, "noisy", 0), (3, 4, "hvp", 0)]
+    speed = {"rows": 6, "plain": 0.01, "noisy": 0.03, "draw": 0.2, "spent": 7.5}
+    want = 7.5 + 6 * 0.01 + evals * (5 * 0.01 + 0.2) + 6 * 0.03 + 3 * 4 * 8.5 * 0.01
+    assert work_plan.HVP_COST == 8.5
+    assert work_plan.estimate(plan, speed) == pytest.approx(want, rel=1e-12)

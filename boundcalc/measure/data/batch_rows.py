@@ -29,7 +29,6 @@ from ...words import option
 from ..device import MemoryMeter, rows_that_fit
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import mask_is_full, on_device, to_device
 
 DEFAULT_ROWS = 32  # rows per batch on a CPU, and of the batch a card's size is measured on
 
@@ -93,16 +92,14 @@ def first_data_pass(tm: TaskModel, data: Batched, device: torch.device) -> None:
 
 
 def first_monte_carlo_step(tm: TaskModel, data: Batched, device: torch.device) -> None:
-    """One Monte Carlo step on ``data``'s first batch as :mod:`.gibbs` runs it: a posterior
-    draw per row through the row-wise hooks, then the bounded loss per row."""
-    from .gibbs import _bounded_rows, device_generator
+    """One Monte Carlo step on ``data``'s first batch as :mod:`.gibbs` runs it
+    (:func:`.gibbs._one_pass`): a posterior draw per row through the row-wise hooks, deferred
+    where :func:`.gibbs.defers` says, the replay of a batch whose Gram had no factor included,
+    then the bounded loss per row."""
+    from .gibbs import _one_pass, defers, device_generator
     from .row_noise import RowNoise
 
-    host, y = data.batches[0]
     sig = {n: 1e-3 for n, p in tm.model.named_parameters() if p.requires_grad}
-    inputs = to_device(host, device)
-    y = None if y is None else on_device(y, device)
     with torch.no_grad(), RowNoise(tm.model, sig, device_generator(tm.model, 0),
-                                   deferred=True) as hooks:
-        hooks.start_pass(next(iter(host.values())).shape[0])
-        _bounded_rows(tm, inputs, y, 0.01, mask_is_full(host))
+                                   deferred=defers(device)) as hooks:
+        _one_pass(tm, [data.batches[0]], device, 0.01, hooks, None, sig)

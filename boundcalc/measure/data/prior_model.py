@@ -77,3 +77,43 @@ def prior_task_model(init: Any, tm: TaskModel, head_init: Any,
                        f"centred at {centre.head_spec.text} ({keyword('head_init')}), the "
                        "centre of the per-group prior")}
     return prior, record
+
+
+def head_share(tm: TaskModel, prior: TaskModel, record: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the distance ‖w − w₀‖² (hence the isotropic KL ‖w − w₀‖²/(2σ²), whatever σ) of a
+    model measured against a headless ``init`` comes from: the head tensors the prior lacks
+    (``record["head_tensors"]``, centred at ``head_init``) and the rest (the body's distance
+    from the base); None for a prior with its own head. With the body's share large, no
+    centring of the head (a head fitted on the tune rows, say) could make the KL small: only
+    a prior whose body is near the model's (one trained on rows disjoint from S, then
+    fine-tuned from: what certify does) can."""
+    heads = set(record.get("head_tensors") or ())
+    if not heads:
+        return None
+    mine = dict(tm.model.named_parameters())
+    head = body = 0.0
+    with torch.no_grad():
+        for name, p0 in prior.model.named_parameters():
+            d = float((mine[name].double() - p0.double()).pow(2).sum())
+            if name in heads:
+                head += d
+            else:
+                body += d
+    total = head + body
+    share = head / total if total > 0 else 0.0
+    return {"head_tensors": sorted(heads), "head_dist_sq": head, "body_dist_sq": body,
+            "head_share": share,
+            "text": (f"the isotropic KL ‖w − w₀‖²/(2σ²): {100 * share:.1f} % from the head "
+                     f"{init_head_text(heads)} (‖Δ‖² {head:.4g} from its centre "
+                     f"{record.get('head_init')}), {100 * (1 - share):.1f} % from the body's "
+                     f"distance to {record.get('init')} (‖Δ‖² {body:.4g}): a head centred "
+                     f"elsewhere would remove at most {100 * share:.1f} % of it; where the rows "
+                     "are vacuous, what makes them tight is a prior with its own head trained "
+                     "on rows disjoint from S and a model fine-tuned from it (certify does "
+                     "both)")}
+
+
+def init_head_text(heads: set[str]) -> str:
+    """'classifier.bias, classifier.weight' (at most three names, then how many more)."""
+    names = sorted(heads)
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")

@@ -16,7 +16,11 @@
   S and pays its Dziugaite–Roy weight 2 ln j + ln(π²/6), as any data-dependent grid point does.
 * **Without tune data** the default grid :data:`~.sigma_grid.DEFAULT_SIGMAS` and draws are cut
   (:func:`size`) until the plan of :mod:`.work_plan`, at this machine's calibrated speeds, fits
-  :func:`target_seconds` (8 min, or 0.8 of a smaller time budget): the draws first where every
+  :func:`target_seconds` (8 min, or 0.8 of a smaller time budget) for the whole command: the
+  estimate counts the seconds spent before the plan (loading the model and the prior, the
+  weights side, reading the data, the calibration) and the whole-model draws of the σ
+  searches, beside the passes (issue 44: the acceptance run took 12.9 min for a plan of
+  7.3); the draws first where every
   row gets its own draw (N = draws·n stays large), the σ points first where one draw covers a
   pass (N = draws). ``tune_draws`` None: 4 per σ vector, fewer when the plan needs it (the
   search never sees S, so fewer draws only make it noisier, never less honest), cut first;
@@ -43,7 +47,7 @@ from ...plan import Counts
 from .options import MeasureOptions
 from .sigma_grid import DEFAULT_SIGMAS, dr_sigma, snapped_sigmas
 
-TARGET_SECONDS = 480.0  # the data side's passes; loading the model and the weights side beside
+TARGET_SECONDS = 480.0  # the whole command: what it spent before the plan, then the passes
 DRAW_STEPS = (20, 10, 5, 3, 2)
 TUNE_DRAW_STEPS = (4, 2, 1)
 SEARCH_ROW_STEPS = (None, 128, 64)  # rows of the tune data the σ searches read (None: all)
@@ -173,7 +177,7 @@ def plan_of(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
     if posterior_search and tune_rows:
         evals = ISOTROPIC_EVALUATIONS * opts.tune_draws
         plan.insert(1, work_plan.Stage(f"isotropic σ search, ≤ {evals} evaluations", evals,
-                                       tune_rows, "plain"))
+                                       tune_rows, "plain", evals))
     return plan
 
 
@@ -185,26 +189,77 @@ def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:
 
 
 def search_split(tune: Any, opts: MeasureOptions) -> Any:
-    """The tune data's first :func:`searched_rows` rows, as the σ searches read them;
-    ``tune`` itself when they read every row. The first rows are a fair sample only of a file
-    in random order (certify's splits are seeded permutations); a file sorted by class gives
-    the searches fewer classes, a worse choice of σ but never a less honest certificate (the
-    searches never see S)."""
+    """The :func:`searched_rows` rows of the tune data the σ searches read: a subsample drawn
+    with the seed ``opts.seed`` (:func:`subsample_rows`), stratified by label where each row
+    has one class label (integers), so that a file sorted by class gives the searches every
+    class in its share; ``tune`` itself when they read every row. The rows keep their batches
+    (a batch's padding is its own), so the searches run a few smaller batches. Never a less
+    honest certificate either way: the searches never see S."""
     from dataclasses import replace
+
+    import torch
 
     m = searched_rows(opts, tune.n if tune is not None else None)
     if tune is None or m is None or m >= tune.n:
         return tune
-    batches, left = [], m
-    for inputs, y in tune.batches:
-        k = min(left, next(iter(inputs.values())).shape[0])
-        batches.append(({key: v[:k] for key, v in inputs.items()},
-                        None if y is None else y[:k]))
-        left -= k
-        if not left:
-            break
+    sizes = [next(iter(inputs.values())).shape[0] for inputs, _ in tune.batches]
+    classes = not any(y is None or y.ndim != 1 or y.is_floating_point()
+                      for _, y in tune.batches)  # one class label per row
+    labels = torch.cat([y for _, y in tune.batches]).tolist() if classes else None
+    keep = subsample_rows(tune.n, m, labels, opts.seed)
+    batches, start, merged = [], 0, None
+    for (inputs, y), size in zip(tune.batches, sizes):
+        rows = [r - start for r in keep if start <= r < start + size]
+        start += size
+        if not rows:
+            continue
+        at = torch.tensor(rows)
+        piece = ({k: v.index_select(0, at) for k, v in inputs.items()},
+                 None if y is None else y.index_select(0, at))
+        if merged is not None and _same_width(merged, piece) and \
+                _rows(merged) + len(rows) <= max(sizes):
+            merged = ({k: torch.cat([merged[0][k], piece[0][k]]) for k in piece[0]},
+                      None if y is None else torch.cat([merged[1], piece[1]]))
+            batches[-1] = merged
+        else:
+            merged = piece
+            batches.append(piece)
+    how = "stratified by label" if labels is not None else "uniform"
     return replace(tune, batches=batches, n=m,
-                   description=f"{tune.description}, its first {m} rows (the σ searches)")
+                   description=f"{tune.description}, {m} rows drawn ({how}, seed {opts.seed}) "
+                               "for the σ searches")
+
+
+def subsample_rows(n: int, m: int, labels: list[Any] | None, seed: int) -> list[int]:
+    """``m`` of the row indices 0..n−1, sorted, drawn without replacement with ``seed``: with
+    ``labels``, each class gets its share m·n_c/n (largest remainders first, ties to the
+    smaller label) drawn within it; else uniformly."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, 30_000])
+    if labels is None:
+        return sorted(int(i) for i in rng.choice(n, size=m, replace=False))
+    classes = sorted(set(labels))
+    where = {c: [i for i, y in enumerate(labels) if y == c] for c in classes}
+    exact = {c: m * len(where[c]) / n for c in classes}
+    share = {c: int(math.floor(exact[c])) for c in classes}
+    for c in sorted(classes, key=lambda c: -(exact[c] - share[c]))[:m - sum(share.values())]:
+        share[c] += 1
+    out: list[int] = []
+    for c in classes:
+        out += [int(i) for i in rng.choice(where[c], size=share[c], replace=False)]
+    return sorted(out)
+
+
+def _rows(batch: Any) -> int:
+    """Rows of a ``(inputs, labels)`` batch."""
+    return int(next(iter(batch[0].values())).shape[0])
+
+
+def _same_width(a: Any, b: Any) -> bool:
+    """Whether two batches hold the same inputs of the same shape but their rows."""
+    return a[0].keys() == b[0].keys() and all(a[0][k].shape[1:] == b[0][k].shape[1:]
+                                              for k in a[0])
 
 
 def sizing_text(sized: Sized) -> str:

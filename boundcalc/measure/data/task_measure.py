@@ -20,6 +20,7 @@ groups   ``hessian_trace`` per stats group (estimated).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -86,6 +87,7 @@ def measure_task(model: str, data: str, init: str | None = None,
 
     from . import sizing
 
+    started = time.monotonic()  # the plan counts what the command spent before it
     opts = MeasureOptions.of(options, **keywords)
     counts = sizing.plan_counts(opts)  # automatic choices at their cheapest: lower bounds
     dev = resolve_device(opts.device)
@@ -151,7 +153,8 @@ def measure_task(model: str, data: str, init: str | None = None,
                 batched = read(data, rows)
                 tune = read(opts.tune_data, rows) if tune is not None else None
             on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
-            opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record)
+            opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record, started)
+            laps = _Laps(stats, started)
             tune = sizing.search_split(tune, opts)  # the rows the σ searches read
             found = None
             if opts.groups:  # σ chosen before S is read for a Monte Carlo pass
@@ -163,18 +166,24 @@ def measure_task(model: str, data: str, init: str | None = None,
                     sigma, stats.provenance["gibbs_sigma"] = sizing.isotropic_sigma(
                         tm, tune, dev, opts, found, prior_record, shared, report)
                     opts = MeasureOptions.of(opts, sigmas=(sigma,))
+                laps("σ searches on the tune data")
             _data_side(stats, tm, batched, dev, data, init, opts, report)
+            laps("data pass, Monte Carlo on S, Hessian trace")
             if found is not None:
                 from .tune import finish_groups
 
                 stats.provenance["prior_predictor"] = prior_record
                 finish_groups(stats, tm, batched, dev, opts, found, progress=report)
+                laps("per-group passes on S")
+                _say_head_share(stats, tm, prior, prior_record, say)
             sizing.say_more_draws(stats, opts, batched.n, say)
         with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
             if opts.perturbation_draws > 0:
                 _perturbation(stats, tm, batched, dev, opts, report)
     finally:
         stop()
+    if "plan" in stats.provenance:
+        stats.provenance["plan"]["measured_seconds"]["all"] = time.monotonic() - started
     stats.provenance["sigma_snapped"] = snapped_sigmas(opts.sigmas) if opts.sigmas else []
     if init_rows is not None:
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
@@ -184,13 +193,41 @@ def measure_task(model: str, data: str, init: str | None = None,
     return stats
 
 
+def _say_head_share(stats: Stats, tm, prior, prior_record, say) -> None:
+    """With a headless prior: where the distance to the prior centre comes from, head or body
+    (:func:`.prior_model.head_share`), in ``provenance.prior_predictor.kl_share`` and said."""
+    from .prior_model import head_share
+
+    share = head_share(tm, prior, prior_record or {}) if prior is not None else None
+    if share is not None:
+        stats.provenance["prior_predictor"]["kl_share"] = share
+        if say is not None:
+            say(share["text"])
+
+
+class _Laps:
+    """The seconds each phase took, recorded beside the plan's estimate
+    (``provenance.plan.measured_seconds``: the phase's name -> seconds; ``all``: the call)."""
+
+    def __init__(self, stats: Stats, started: float) -> None:
+        self.record = stats.provenance.setdefault("plan", {}).setdefault(
+            "measured_seconds", {"before the passes": time.monotonic() - started})
+        self.last = time.monotonic()
+
+    def __call__(self, what: str) -> None:
+        now = time.monotonic()
+        self.record[what] = now - self.last
+        self.last = now
+
+
 def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
-              prior_record: dict[str, Any] | None) -> MeasureOptions:
+              prior_record: dict[str, Any] | None, started: float) -> MeasureOptions:
     """The data side's passes and, where more than the data pass runs, their time here from
-    a one-batch calibration (:mod:`.work_plan`): said, recorded in ``provenance.plan``, and
-    refused above the time budget, before any pass over the data. Choices left to the data
-    side (:mod:`.sizing`) are made here, from the same calibration; returns the options with
-    every count concrete."""
+    a one-batch calibration (:mod:`.work_plan`), with the seconds spent since ``started``
+    (the call's start: loading, the weights side, reading, the calibration) counted in: said,
+    recorded in ``provenance.plan``, and refused above the time budget, before any pass over
+    the data. Choices left to the data side (:mod:`.sizing`) are made here, from the same
+    calibration; returns the options with every count concrete."""
     from . import sizing, work_plan
     from .gibbs import resolve_mode
     from .tune import sigma_groups
@@ -209,7 +246,8 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
         # the row-wise hooks are timed; a whole-model draw per pass (tied weights) costs a
         # plain forward per row
         speed = work_plan.calibrate(tm, batched, dev, noisy=engine == "hooks" and any(
-            st.kind == "noisy" for st in plan_))
+            st.kind == "noisy" for st in plan_), draw=any(st.draws for st in plan_))
+        speed["spent"] = time.monotonic() - started
         if left:
             sized = sizing.size(opts, batched.n, tune_rows, n_groups, speed, mode == "sample",
                                 posterior_search)

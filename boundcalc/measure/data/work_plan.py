@@ -10,8 +10,13 @@ finish on *any* machine (optimistic speeds, before the model is loaded); this mo
   posterior draw per row (the Monte Carlo) or not (the data pass), or are gradient passes
   (Hessian-vector products, counted as :data:`HVP_FORWARDS` forwards each);
 * :func:`calibrate`: the seconds per row of one plain and one per-row-noise forward, measured
-  on the first batch (the noisy one only when a stage needs it);
-* :func:`estimate` and :func:`plan_text`: their product, and one line that states it.
+  on the first batch (the noisy one only when a stage needs it), and of one whole-model draw
+  (the σ searches draw once per evaluation: for MiniLM-L6 on 2 cores ≈ 0.15 s, a quarter of an
+  evaluation on 64 rows);
+* :func:`estimate` and :func:`plan_text`: their product plus the seconds the command spent
+  before the plan (``speed["spent"]``: loading the model and the prior, the weights side,
+  reading the data; measured, not estimated), so that the estimate is the whole command's;
+  and one line that states it.
 
 Contract: the estimate is a measurement of this machine now (another load later changes it),
 not a bound; it is said, never used in a certificate. :func:`check` refuses a plan whose
@@ -32,17 +37,22 @@ from ...limits import duration_text, time_budget
 from ...words import option
 
 HVP_FORWARDS = 4.0  # a Hessian-vector product, in forwards (as boundcalc.plan counts it)
+HVP_COST = 8.5  # a Hessian-vector product in plain forwards, for the estimate: measured on
+# MiniLM-L6, 64-token rows, 2 cores (8.6 in the acceptance run of issue 44: 37 s for 2 probes
+# x 256 rows at 0.0084 s a forward; 8.3 in a run of 2 probes x 64 rows); never a bound
 
 
 @dataclass
 class Stage:
     """One piece of the data side: ``passes`` passes over ``rows`` rows, whose forwards are
-    ``kind`` "plain", "noisy" (a posterior draw per row) or "hvp"."""
+    ``kind`` "plain", "noisy" (a posterior draw per row) or "hvp", and ``draws`` whole-model
+    posterior draws beside them (one per evaluation of a σ search)."""
 
     what: str
     passes: int
     rows: int
     kind: str
+    draws: int = 0
 
     @property
     def row_forwards(self) -> float:
@@ -64,7 +74,7 @@ def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
         evals = search_evaluations(n_groups) * opts.tune_draws
         # a whole-model draw per evaluation (tune.risk_draws), then plain forwards
         out.append(Stage(f"σ search, ≤ {evals} evaluations", evals,
-                         tune_rows if tune_rows is not None else n, "plain"))
+                         tune_rows if tune_rows is not None else n, "plain", evals))
         out.append(Stage(f"per-group σ, {opts.group_passes} pass(es)", opts.group_passes,
                          mc_rows, "noisy"))
     if opts.hessian_probes > 0:
@@ -78,10 +88,15 @@ def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
     return out
 
 
-def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool) -> dict[str, Any]:
+def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
+              draw: bool = False) -> dict[str, Any]:
     """Seconds per row of the data pass and (``noisy``) of a Monte Carlo step with a posterior
     draw per row, timed on the first batch after one untimed warm-up of each (the code the
-    work runs, loss and log-softmax included: :mod:`.batch_rows`)."""
+    work runs, loss and log-softmax included: :mod:`.batch_rows`), and (``draw``) the
+    seconds of one whole-model draw and its restore (:class:`.gibbs.Perturber`, as the σ
+    searches draw). A Hessian-vector product is not timed: on a few rows its fixed costs
+    dwarf it (MiniLM-L6: 2.5 s per row from 8 rows, 0.69 s per row in the trace itself), and
+    on a batch it costs seconds; the estimate counts :data:`HVP_COST` plain forwards."""
     from .batch_rows import first_monte_carlo_step, first_data_pass
 
     rows = int(next(iter(batched.batches[0][0].values())).shape[0])
@@ -98,21 +113,49 @@ def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool) -> dict[
 
     out: dict[str, Any] = {"rows": rows, "plain": timed(first_data_pass)}
     out["noisy"] = timed(first_monte_carlo_step) if noisy else out["plain"]
+    if draw:
+        out["draw"] = rows * timed(_whole_model_draw)
     return out
 
 
+def _whole_model_draw(tm: Any, batched: Any, device: torch.device) -> None:
+    """One whole-model posterior draw at σ = 10⁻³ and its restore (``batched`` unused)."""
+    from .gibbs import Perturber
+
+    pert = Perturber(tm.model)
+    try:
+        pert.draw(1e-3)
+    finally:
+        pert.restore()
+
+
 def estimate(plan: list[Stage], speed: dict[str, Any]) -> float:
-    """Seconds the stages take at the calibrated speeds."""
-    return sum(s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"] for s in plan)
+    """Seconds of the whole command: those spent before the plan (``speed["spent"]``, 0 when
+    absent) and those the stages take at the calibrated speeds (their forwards, and their
+    whole-model draws at ``speed["draw"]``, 0 when not calibrated)."""
+    return speed.get("spent", 0.0) + sum(_stage_seconds(s, speed) for s in plan)
+
+
+def _stage_seconds(s: Stage, speed: dict[str, Any]) -> float:
+    """One stage's seconds: its row forwards at the calibrated speed (a Hessian-vector product
+    as :data:`HVP_COST` plain forwards) and its whole-model draws at ``speed["draw"]``."""
+    if s.kind == "hvp":
+        return s.passes * s.rows * HVP_COST * speed["plain"] + s.draws * speed.get("draw", 0.0)
+    return s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"] \
+        + s.draws * speed.get("draw", 0.0)
 
 
 def plan_text(plan: list[Stage], speed: dict[str, Any], seconds: float) -> str:
     """'plan: data pass 1 × 1000 rows; Monte Carlo, 7 σ × 20 draws 140 × 1000 rows; … ≈ 2.1 h
     here (calibrated on 32 rows: 0.012 s per row, 0.031 s with a draw per row)'."""
     parts = [f"{s.what}: {s.passes} × {s.rows} rows" for s in plan]
-    return (f"plan: {'; '.join(parts)}; ≈ {duration_text(seconds)} here (calibrated on "
-            f"{speed['rows']} rows: {speed['plain']:.3g} s per row, {speed['noisy']:.3g} s "
-            "with a draw per row; an estimate, not a bound)")
+    spent = speed.get("spent")
+    before = ("" if spent is None else f"{duration_text(spent)} spent before the plan "
+              "(loading, the weights side, reading the data), ")
+    draw = f", {speed['draw']:.3g} s a whole-model draw" if "draw" in speed else ""
+    return (f"plan: {'; '.join(parts)}; ≈ {duration_text(seconds)} here in all ({before}"
+            f"calibrated on {speed['rows']} rows: {speed['plain']:.3g} s per row, "
+            f"{speed['noisy']:.3g} s with a draw per row{draw}; an estimate, not a bound)")
 
 
 def check(plan: list[Stage], seconds: float) -> None:
