@@ -419,8 +419,11 @@ def bound_posterior_step(out: Path, cfg: LMConfig,
             "gibbs_bits_stderr": _unit_stderr(fin) * to_bits,
             "mean_bits": float(chunk_bits(tm.model, units).mean()),
             "note": f"the Gibbs predictor's smoothed loss (α = {cfg.smoothing}) in bits per "
-                    f"predicted byte, {fin.how}; and the mean μ's plain bits: estimates for "
-                    "the report, no choice uses them"}
+                    f"predicted byte: {fin.passes} Monte Carlo passes over the {len(units)} "
+                    f"held-out chunks, one weight draw per {fin.rows_per_unit} chunk(s), "
+                    f"N = {fin.n_losses} (its standard error at most √(Ê(1−Ê)/N)·log2(V/α)); "
+                    "and the mean μ's plain bits: estimates for the report, no choice uses "
+                    "them"}
     rec = stats.provenance["gibbs_learned"]
     rec["mean_model"], rec["held_out"] = str(out / "posterior_bound"), held
     tm.model.save_pretrained(out / "posterior_bound")
