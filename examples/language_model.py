@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         if r.get("certifies"):
             print(f"{'':32s} certifies {r['certifies']}")
         if "heldout_bits" in r:
-            print(f"{'':32s} held-out {r['heldout_bits']:.3f} bits per predicted byte "
-                  f"(standard error ≤ {r['heldout_bits_stderr']:.3f}): this Gibbs predictor's "
-                  "smoothed loss on the held-out chunks (Monte Carlo)")
+            print(f"{'':32s} held-out {r['heldout_bits']:.3f} ± {r['heldout_bits_stderr']:.3f} "
+                  "bits per predicted byte: this Gibbs predictor's smoothed loss on the "
+                  "held-out chunks (Monte Carlo)")
     if rep.get("minimum"):
         print(f"\n{rep['minimum']['text']}")
     if rep["certified_other"]:
