@@ -220,8 +220,10 @@ def test_training_lowers_the_objective_and_a_language_model_needs_its_smoothing(
                                                   objective="classic"))
     assert learned.history[-1] < learned.history[0]
     lm = TaskModel(tm.model, "causal_lm", "x", 30)
-    with pytest.raises(BoundcalcError, match="smoothing α must lie"):
+    with pytest.raises(BoundcalcError, match="smoothing α"):
         train_bound_posterior(lm, tp, data, CPU, groups, sig, BoundTraining())
+    with pytest.raises(BoundcalcError, match="smoothing must lie in"):
+        BoundTraining(smoothing=1.0).check()
 
 
 def test_learned_scale_moves_prior_and_posterior_together_from_the_prior():
@@ -319,8 +321,8 @@ def _smoothed_by_hand(logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> 
 def test_lm_surrogate_is_the_smoothed_loss_at_a_weight_draw_by_hand():
     tm, tp, data = _tiny_lm()
     groups, sig = _sigmas(tm, 0.05)
-    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), data.n,
-                       torch.Generator().manual_seed(4), ALPHA)
+    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(smoothing=ALPHA), data.n,
+                       torch.Generator().manual_seed(4))
     x, _ = data.batches[0]
     with torch.no_grad(), f.hooks:
         got = f.surrogate(x, None).numpy()
@@ -335,15 +337,14 @@ def test_lm_surrogate_is_the_smoothed_loss_at_a_weight_draw_by_hand():
     assert got == pytest.approx(_smoothed_by_hand(logits, ids, mask), rel=1e-10)
     assert not np.allclose(got, _smoothed_by_hand(plain, ids, mask), rtol=1e-3)  # noise counts
     with pytest.raises(BoundcalcError, match="smoothing"):
-        BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), data.n,
-                       torch.Generator(), None)
+        BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), data.n, torch.Generator())
 
 
 def test_lm_kl_and_its_gradient_by_hand():
     tm, tp, data = _tiny_lm(1)
     groups, sig = _sigmas(tm, 0.05)
-    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), data.n,
-                       torch.Generator().manual_seed(0), ALPHA)
+    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(smoothing=ALPHA), data.n,
+                       torch.Generator().manual_seed(0))
     r = torch.linspace(-0.2, 0.3, len(f.groups), dtype=torch.float64)
     with torch.no_grad():
         f.log_ratio.copy_(r)
@@ -370,7 +371,7 @@ def test_lm_learned_gibbs_risk_matches_explicit_draws_within_its_interval():
     before = {n: p.detach().clone() for n, p in tm.model.named_parameters()}
     learned = train_bound_posterior(tm, tp, data, CPU, groups, sig,
                                     BoundTraining(epochs=3, lr_mu=0.05, lr_sigma=0.3,
-                                                  sigma="scale"), alpha=ALPHA)
+                                                  sigma="scale", smoothing=ALPHA))
     assert learned.steps == 18 and learned.scale_factor != 1.0
     assert any(not torch.equal(p, before[n]) for n, p in tm.model.named_parameters())
     sig_of = {n: dict(zip(learned.groups, learned.sigma_post))[g] for n, g in groups.items()}

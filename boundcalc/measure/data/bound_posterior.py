@@ -35,6 +35,7 @@ One host synchronisation per epoch (the objective's running sum), none per step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -73,7 +74,9 @@ class BoundTraining:
     snapped afterwards to the declared grid, whose cost the formula already charges;
     ``init``: μ starts at the trained model (``model``) or at the prior's weights (``prior``);
     ``p_min`` the probability floor of the bounded cross-entropy; ``delta`` the δ of the
-    objective's confidence term; ``seed`` of the draws."""
+    objective's confidence term; ``seed`` of the draws; ``smoothing`` the prediction smoothing
+    α of a language model's loss (required for one, in (0, 1); :func:`add_bound_posterior`
+    sets it from the stats it measures into)."""
 
     objective: str = "quad"
     epochs: int = 1
@@ -85,6 +88,7 @@ class BoundTraining:
     seed: int = 0
     sigma: str = "groups"
     init: str = "model"
+    smoothing: float | None = None
 
     def check(self) -> None:
         """Refuse settings outside their domains (one line naming the setting)."""
@@ -107,6 +111,9 @@ class BoundTraining:
         if not 0 < self.p_min < 1 or not 0 < self.delta < 1 or not 0 <= self.momentum < 1:
             raise BoundcalcError("bound-trained posterior: p_min and delta must lie in (0, 1) "
                                  "and momentum in [0, 1)")
+        if self.smoothing is not None and not 0 < self.smoothing < 1:
+            raise BoundcalcError(f"bound-trained posterior: smoothing must lie in (0, 1), got "
+                                 f"{self.smoothing}")
 
 
 def bounded_cross_entropy(logits: torch.Tensor, y: torch.Tensor, p_min: float) -> torch.Tensor:
@@ -291,12 +298,11 @@ class BoundObjective:
     ln t, the learned factor of the prior's scale (``spec.sigma == "scale"``: σ_P,g and σ_Q,g
     are both t·``sigma_prior``; else t stays 1), ``hooks`` the draws (a context to enter):
     row-wise (:class:`GradRowNoise`) for a classifier, whole-weight (:class:`WeightDraws`)
-    for a language model, whose loss is the smoothed log-loss at ``alpha``."""
+    for a language model, whose loss is the smoothed log-loss at ``spec.smoothing``."""
 
     def __init__(self, tm: TaskModel, prior: TaskModel, device: torch.device,
                  groups: Mapping[str, str], sigma_prior: Mapping[str, float],
-                 spec: BoundTraining, n: int, generator: torch.Generator,
-                 alpha: float | None = None) -> None:
+                 spec: BoundTraining, n: int, generator: torch.Generator) -> None:
         self.model = tm.model.to(device).eval()
         self.named = _params(self.model)
         self.groups = sorted(set(groups[n] for n, _ in self.named))
@@ -325,10 +331,11 @@ class BoundObjective:
                         p.copy_(q)
         for _, p in self.named:
             p.requires_grad_(True)
-        self.spec, self.n, self.device, self.tm, self.alpha = spec, n, device, tm, alpha
-        if tm.is_lm and not (alpha is not None and 0 < alpha < 1):
-            raise BoundcalcError(f"bound-trained posterior of a language model: the smoothing α "
-                                 f"must lie in (0, 1), got {alpha}")
+        self.spec, self.n, self.device, self.tm = spec, n, device, tm
+        spec.check()
+        if tm.is_lm and spec.smoothing is None:
+            raise BoundcalcError("bound-trained posterior of a language model: its smoothing α "
+                                 "(BoundTraining.smoothing) must lie in (0, 1), got None")
         draws = WeightDraws if tm.is_lm else GradRowNoise
         self.hooks = draws(self.model, {name: index[groups[name]] for name, _ in self.named},
                            generator)
@@ -370,7 +377,7 @@ class BoundObjective:
             logits = self.hooks.forward(**inputs).logits
             if self.tm.task == "causal_lm":
                 logits = logits[:, :-1]
-            return smoothed_token_loss(logits.double(), targets, keep, self.alpha)
+            return smoothed_token_loss(logits.double(), targets, keep, self.spec.smoothing)
         y = y.to(self.device)
         self.hooks.start_pass(int(y.shape[0]))
         return bounded_cross_entropy(self.model(**inputs).logits, y, self.spec.p_min)
@@ -400,13 +407,12 @@ class BoundObjective:
 def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
                           device: torch.device, groups: Mapping[str, str],
                           sigma_prior: Mapping[str, float], spec: BoundTraining,
-                          progress: Progress | None = None, *,
-                          alpha: float | None = None) -> Learned:
+                          progress: Progress | None = None) -> Learned:
     """Train μ (``tm.model``'s weights, in place) and σ_Q,g (one per group of ``groups``,
     ``{parameter name: group}``, starting at ``sigma_prior``) on ``data`` (S) by the pathwise
     gradient of ``spec.objective`` with prior N(``prior`` weights, diag ``sigma_prior``²); see
     the module docstring. The model is left in eval mode (dropout off, as in the certificate).
-    A language model is trained on its smoothed log-loss at ``alpha`` (required, in (0, 1)).
+    A language model is trained on its smoothed log-loss at ``spec.smoothing`` (required).
 
     μ takes SGD steps (momentum): Adam's per-coordinate steps of size ~lr would move every
     coordinate, and the KL counts every coordinate's move. ln(σ_Q,g/σ_P,g) takes Adam steps of
@@ -414,7 +420,7 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
     spec.check()
     t0 = time.monotonic()
     gen = torch.Generator(device=device).manual_seed(spec.seed + 20_000)
-    f = BoundObjective(tm, prior, device, groups, sigma_prior, spec, data.n, gen, alpha)
+    f = BoundObjective(tm, prior, device, groups, sigma_prior, spec, data.n, gen)
     order = np.random.default_rng(spec.seed + 30_000)
     opt_mu = torch.optim.SGD([p for _, p in f.named], lr=spec.lr_mu, momentum=spec.momentum)
     leaf = f.learned()
@@ -488,9 +494,10 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
         raise BoundcalcError("provenance.gibbs_groups: its groups are not the model's")
     c0 = float(rec["scale"])
     alpha = _smoothing(stats) if tm.is_lm else 0.0
+    if tm.is_lm:
+        spec = dataclasses.replace(spec, smoothing=alpha)
     learned = train_bound_posterior(tm, prior, data, device, groups,
-                                    {g: c0 * r for g, r in shape.items()}, spec, progress,
-                                    alpha=alpha if tm.is_lm else None)
+                                    {g: c0 * r for g, r in shape.items()}, spec, progress)
     names = learned.groups
     dist = group_distances(tm.model, prior.model, groups)
     sizes = [dist[g][0] for g in names]
