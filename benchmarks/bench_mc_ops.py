@@ -83,7 +83,7 @@ def counts() -> dict:
 
 def timing(repeats: int) -> dict:
     from boundcalc.measure.data.dataset_io import Batched
-    from boundcalc.measure.data.gibbs import device_generator, gibbs_estimate
+    from boundcalc.measure.data.gibbs import MonteCarlo, device_generator, gibbs_estimate
     from boundcalc.measure.data.hf import TaskModel
     from boundcalc.measure.data.row_noise import RowNoise
 
@@ -114,7 +114,8 @@ def timing(repeats: int) -> dict:
             return [model(**b).logits for b, _ in data]
 
     def mc_pass():
-        return gibbs_estimate(tm, bat, torch.device("cpu"), [0.01], 1, 0, 0.01, mode="auto")
+        return gibbs_estimate(tm, bat, torch.device("cpu"), [0.01],
+                              MonteCarlo(1, 0, 0.01, mode="auto"))
 
     t, res = interleaved({"plain": plain, "per_sample": noisy, "plain_loop": plain_loop,
                           "mc_pass": mc_pass}, repeats)

@@ -84,7 +84,8 @@ def main() -> int:
             gibbs.defers = lambda device, d=deferred: d
             replays[0] = 0
             w, c = time.perf_counter(), time.process_time()
-            est = gibbs.gibbs_estimate(tm, data, cpu, [0.0223], 1, 0, 0.01, mode="sample")
+            est = gibbs.gibbs_estimate(tm, data, cpu, [0.0223],
+                                       gibbs.MonteCarlo(1, 0, 0.01, mode="sample"))
             passes.append({"round": r, "hooks": name, "replays": replays[0],
                            "wall_s_per_row": (time.perf_counter() - w) / data.n,
                            "cpu_s_per_row": (time.process_time() - c) / data.n,

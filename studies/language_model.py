@@ -70,7 +70,24 @@ class LMConfig:
     levels: str = "1,16"
     quantizer: str = "kmeans"
     compress: bool = True
+    tune: bool = True  # --tune-data OUT/prior.jsonl: the per-group σ shape, free (disjoint from S)
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
+    # the bound-trained Gibbs posterior (fixed before S is drawn; they do not change the models)
+    bound: bool = True
+    bound_init: str = "prior"  # where μ starts: the prior (as PBB) or the fine-tuned model
+    bound_epochs: int = 3
+    bound_lr: float = 1e-3
+    bound_draws: int = 16  # Monte Carlo passes over S (and over the held-out chunks)
+
+
+# settings of measure and of the bound-trained posterior: an earlier build with other values
+# of these is reused (they do not change the models)
+AFTER_BUILD = ("tune", "bound", "bound_init", "bound_epochs", "bound_lr", "bound_draws")
+
+
+def model_config(cfg: "LMConfig") -> dict[str, Any]:
+    """The configuration recorded with a build: every field but :data:`AFTER_BUILD`."""
+    return {k: v for k, v in asdict(cfg).items() if k not in AFTER_BUILD}
 
 
 FULL = dict(chunk=256, n_bound=20000, n_test=5000, n_embd=384, n_layer=6, n_head=6,
@@ -255,7 +272,8 @@ def build(out: str | Path, cfg: LMConfig | None = None,
         "S": {"draws": draw.tolist(), "rule": f"{cfg.n_bound} i.i.d. uniform draws with "
                                               f"replacement from the pool, seed {cfg.seed + 1}"},
         "heldout": {"chunks": len(held), "evaluated": test_idx.tolist()},
-        "config": asdict(cfg)})
+        "config": model_config(cfg)})
+    _write_jsonl(out / "heldout.jsonl", [held[i] for i in test_idx])
     stage(f"files: " + ", ".join(f"{s} {len(data['files'][s])}" for s in SPLITS)
           + f"; prior {len(prior) / 1e6:.2f} MB, pool {len(pool)} chunks of {cfg.chunk} bytes "
           f"(S = {cfg.n_bound} draws), held-out {len(held)} chunks ({len(test_idx)} evaluated)")
@@ -302,9 +320,9 @@ def build(out: str | Path, cfg: LMConfig | None = None,
 def measure_args(out: Path, cfg: LMConfig) -> list[str]:
     """The one place where the ``boundcalc measure`` flags are chosen (all fixed before S).
 
-    Once they exist, the flags to add are ``--tune-data OUT/prior.jsonl`` (σ chosen on
-    prior-split chunks, free) and the per-sample Monte Carlo draws default; put them in
-    ``extra_flags``."""
+    With ``cfg.tune``: ``--tune-data OUT/prior.jsonl``, the per-group σ shape searched with the
+    prior weights on prior-split chunks (disjoint from S: free), which the bound-trained
+    posterior's prior N(prior, diag (c·ρ_g)²) is made of."""
     args = ["measure", str(out / "model"), "--init", str(out / "prior"),
             "--data", str(out / "S.jsonl"), "--max-length", str(cfg.chunk),
             "--batch-size", "64", "--draws", str(cfg.draws),
@@ -313,6 +331,8 @@ def measure_args(out: Path, cfg: LMConfig) -> list[str]:
         args += ["--device", cfg.device]
     for s in cfg.sigmas:
         args += ["--sigma", str(s)]
+    if cfg.tune:
+        args += ["--tune-data", str(out / "prior.jsonl")]
     if cfg.compress:
         args += ["--compress", "delta", "--quantizer", cfg.quantizer, "--levels", cfg.levels]
     return [*args, *cfg.extra_flags, "-o", str(out / "stats.json"), "--json"]
@@ -352,6 +372,96 @@ def minimum_by_sum(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
                      f"(union bound over the {len(bounds)} rows)")}
 
 
+def bound_posterior_step(out: Path, cfg: LMConfig,
+                         root: str | Path | None = None) -> dict[str, Any]:
+    """The bound-trained Gibbs posterior N(μ, diag σ_Q,g²) of the language model
+    (:func:`boundcalc.measure.data.bound_posterior.add_bound_posterior`: trained on S on the
+    PAC-Bayes bound with the smoothed log-loss / ln(V/α), prior N(prior/, diag (c·ρ_g)²) of
+    measure's per-group σ search on prior-split chunks), added to ``stats.json`` for the row
+    ``pac_bayes_kl_gaussian_learned_mc``; μ saved as ``posterior_bound/``. On the held-out
+    chunks (never used for a choice): the same Gibbs predictor's smoothed bits per predicted
+    byte (:func:`heldout_gibbs`) and the mean μ's plain bits, recorded under
+    ``provenance.gibbs_learned.held_out`` and returned."""
+    from boundcalc.measure.data.batch_rows import read_sized
+    from boundcalc.measure.data.bound_posterior import BoundTraining, add_bound_posterior
+    from boundcalc.measure.data.hf import load_task_model
+    from boundcalc.measure.data.tune import sigma_groups
+    from boundcalc.measure.threads import blas_threads, data_threads
+    from boundcalc.stats import load_stats
+
+    dev = resolve_device(cfg.device)
+    stats = load_stats(out / "stats.json")
+    tm, prior = (load_task_model(out / d, dev) for d in ("model", "prior"))
+    if not (out / "heldout.jsonl").exists():  # a build from before the file was written
+        held = collect(cfg, root)["heldout"]
+        idx = json.loads((out / "splits.json").read_text())["heldout"]["evaluated"]
+        _write_jsonl(out / "heldout.jsonl", [held[i] for i in idx])
+
+    def read(name: str):
+        return read_sized(str(out / name), tm, dev, max_length=cfg.chunk, given=64)
+
+    spec = BoundTraining(sigma="scale", init=cfg.bound_init, epochs=cfg.bound_epochs,
+                         lr_mu=cfg.bound_lr, seed=cfg.seed)
+    stage(f"the bound-trained Gibbs posterior: {cfg.bound_epochs} epochs over S, μ from "
+          f"{cfg.bound_init}, σ the prior's learned scale")
+    with blas_threads(data_threads(tm.model, dev)):
+        learned = add_bound_posterior(stats, tm, prior, read("S.jsonl"), dev, spec,
+                                      draws=cfg.bound_draws, seed=cfg.seed + 40_000,
+                                      prior_source=str(out / "prior"))
+        sig = dict(zip(learned.groups, learned.sigma_post))
+        per = heldout_gibbs(tm, read("heldout.jsonl"), dev,
+                            {n: sig[g] for n, g in sigma_groups(tm.model).items()},
+                            cfg.bound_draws, cfg.seed + 50_000, cfg.smoothing)
+    per = per * math.log2(VOCAB / cfg.smoothing)  # bits per predicted byte
+    units = [json.loads(line)["text"].encode("utf-8")
+             for line in (out / "heldout.jsonl").read_text(encoding="utf-8").splitlines()]
+    held = {"chunks": len(units), "gibbs_bits": float(per.mean()),
+            "gibbs_bits_stderr": float(per.std(ddof=1) / math.sqrt(len(per))),
+            "mean_bits": float(chunk_bits(tm.model, units).mean()),
+            "note": f"the Gibbs predictor's smoothed loss (α = {cfg.smoothing}) in bits per "
+                    f"predicted byte on the {len(units)} held-out chunks, each averaged over "
+                    f"{cfg.bound_draws} weight draws (one draw per pass over all chunks), "
+                    "± the standard error over the chunks; and the mean μ's plain bits: "
+                    "estimates for the report, no choice uses them"}
+    rec = stats.provenance["gibbs_learned"]
+    rec["mean_model"], rec["held_out"] = str(out / "posterior_bound"), held
+    tm.model.save_pretrained(out / "posterior_bound")
+    byte_tokenizer().save_pretrained(out / "posterior_bound")
+    stats.save(out / "stats.json")
+    stage(f"bound-trained posterior: {learned.steps} steps in {learned.seconds:.0f} s; held-out "
+          f"{held['gibbs_bits']:.3f} bits per predicted byte (Gibbs, smoothed), "
+          f"{held['mean_bits']:.3f} (its mean μ)")
+    return held
+
+
+def heldout_gibbs(tm: Any, data: Any, device: Any, sigma: dict[str, float], draws: int,
+                  seed: int, alpha: float) -> np.ndarray:
+    """Per row of ``data``: its bounded (smoothed) loss averaged over ``draws`` weight draws
+    θ + u, u ∼ N(0, diag σ²) (one draw per pass over all rows): the Gibbs predictor's loss on
+    each held-out chunk, for an estimate with a standard error over the chunks."""
+    from boundcalc.measure.data.data_pass import run_pass
+    from boundcalc.measure.data.gibbs import perturbed
+
+    gen = torch.Generator().manual_seed(seed)
+    passes = []
+    for _ in range(draws):
+        with perturbed(tm.model, sigma, gen):
+            passes.append(np.asarray(run_pass(tm, data, device, alpha=alpha,
+                                              norms=False).bounded, dtype=float))
+    return np.mean(passes, axis=0)
+
+
+def _gibbs_about(entry: str, certifies: dict[str, Any] | None) -> str:
+    """Which random model a Gibbs row certifies (its posterior), in words."""
+    if certifies and certifies.get("about") == "bound_posterior":
+        return ("the bound-trained Gibbs posterior N(μ, diag σ_Q,g²): μ and σ trained on S on "
+                "the PAC-Bayes bound (posterior_bound/ holds μ; a random model)")
+    if "groups" in entry:
+        return ("the Gibbs posterior N(w, diag σ_g²) around the fine-tuned weights model/, σ_g "
+                "searched per group (a random model)")
+    return "the Gibbs posterior N(w, σ²I) around the fine-tuned weights model/ (a random model)"
+
+
 def run(out: str | Path, cfg: LMConfig | None = None,
         root: str | Path | None = None, reuse: bool = False) -> dict[str, Any]:
     """Build (or, with ``reuse``, read ``build.json`` of an earlier build with the same
@@ -361,7 +471,7 @@ def run(out: str | Path, cfg: LMConfig | None = None,
 
     cfg = cfg or LMConfig()
     out = Path(out)
-    info = _reused(out, cfg) if reuse else None
+    info = _reused(out, model_config(cfg)) if reuse else None
     info = info or build(out, cfg, root)
     stage(f"held-out {info['heldout_bits']:.3f} ± {info['heldout_bits_stderr']:.3f} bits per "
           f"predicted byte "
@@ -369,6 +479,7 @@ def run(out: str | Path, cfg: LMConfig | None = None,
           f"chunks); S {info['bound_bits']:.3f}; random guess log2 {VOCAB} = "
           f"{info['random_guess_bits']:.3f}")
     run_cli(measure_args(out, cfg), "measure")
+    held_gibbs = bound_posterior_step(out, cfg, root) if cfg.bound else None
     rows = json.loads(run_cli(["compare", "--stats", str(out / "stats.json"), "--json"],
                               "compare"))
     stats = json.loads((out / "stats.json").read_text())
@@ -403,8 +514,10 @@ def run(out: str | Path, cfg: LMConfig | None = None,
         elif units.get(r["id"]) == "gibbs" and r["value"] is not None:
             row["value_normalized"] = r["value"]
             row["value"] = r["value"] * to_bits
-            row["certifies"] = ("the Gibbs posterior N(w, σ²I) around the fine-tuned weights "
-                                "model/ (a random model)")
+            row["certifies"] = _gibbs_about(r["id"], c)
+            if row["about"] == "bound_posterior" and held_gibbs is not None:
+                row["heldout_bits"] = held_gibbs["gibbs_bits"]
+                row["heldout_bits_stderr"] = held_gibbs["gibbs_bits_stderr"]
             row["note"] = (f"Gibbs (noisy) model's smoothed loss (α = {cfg.smoothing}) divided "
                            f"by ln(V/α), times log2(V/α) = {to_bits:.3f}: bits per predicted "
                            f"byte")

@@ -2,7 +2,10 @@
 draws have the law of explicit weight draws, the certificate's Monte Carlo Gibbs risk of the
 learned posterior equals explicit weight draws within its interval, the objective's gradient
 in σ (and in μ) is its finite difference, the objective and KL are the paper's formulas
-computed here by hand, and a short training lowers the objective."""
+computed here by hand, and a short training lowers the objective. For a language model (a tiny
+GPT-2): the surrogate is the smoothed log-loss at a whole-weight draw computed by hand, the KL
+and its gradients are the formulas by hand, and the learned posterior's Monte Carlo Gibbs risk
+equals explicit weight draws within its interval."""
 
 from __future__ import annotations
 
@@ -209,7 +212,7 @@ def test_gradient_in_sigma_and_mu_is_the_finite_difference(hidden):
     assert float(g_sigma.abs().max()) > 1e-6  # σ matters to the objective
 
 
-def test_training_lowers_the_objective_and_refuses_language_models():
+def test_training_lowers_the_objective_and_a_language_model_needs_its_smoothing():
     tm, tp, data = _tiny(3)
     groups, sig = _sigmas(tm, 0.05)
     learned = train_bound_posterior(tm, tp, data, CPU, groups, sig,
@@ -217,8 +220,10 @@ def test_training_lowers_the_objective_and_refuses_language_models():
                                                   objective="classic"))
     assert learned.history[-1] < learned.history[0]
     lm = TaskModel(tm.model, "causal_lm", "x", 30)
-    with pytest.raises(BoundcalcError, match="for classifiers"):
+    with pytest.raises(BoundcalcError, match="smoothing α"):
         train_bound_posterior(lm, tp, data, CPU, groups, sig, BoundTraining())
+    with pytest.raises(BoundcalcError, match="smoothing must lie in"):
+        BoundTraining(smoothing=1.0).check()
 
 
 def test_learned_scale_moves_prior_and_posterior_together_from_the_prior():
@@ -263,3 +268,139 @@ def test_learned_scale_moves_prior_and_posterior_together_from_the_prior():
                                                 learned.sigma_prior], rel=1e-9)
     with pytest.raises(BoundcalcError, match="sigma 'each'"):
         BoundTraining(sigma="each").check()
+
+
+# ---- language models: the smoothed log-loss, whole-weight draws -----------------------------
+
+ALPHA = 0.1
+
+
+def _tiny_lm(seed: int = 0, dtype=torch.float64, rows: int = 48):
+    """A 1-layer GPT-2 (vocabulary 20, width 8; Conv1D layers and tied embeddings, so the
+    Monte Carlo draws whole weights per chunk of rows), its prior (the weights moved a
+    little) and ``rows`` rows of 8 tokens in batches of 8, the last row of each batch padded
+    after its fifth token."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=20, n_positions=16, n_embd=8, n_layer=1, n_head=2,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                     eos_token_id=None, pad_token_id=19)
+    model = GPT2LMHeadModel(cfg).to(dtype).eval()
+    prior = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in prior.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    ids = torch.randint(0, 19, (rows, 8))
+    mask = torch.ones_like(ids)
+    mask[7::8, 5:] = 0
+    ids = ids.masked_fill(mask == 0, 19)
+    batches = [({"input_ids": ids[i:i + 8], "attention_mask": mask[i:i + 8]}, None)
+               for i in range(0, rows, 8)]
+    tm = TaskModel(model, "causal_lm", "GPT2LMHeadModel", 20)
+    tp = TaskModel(prior, "causal_lm", "GPT2LMHeadModel", 20)
+    return tm, tp, Batched(batches, rows, 8, "test rows", f"{rows} test rows")
+
+
+def _smoothed_by_hand(logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per row: the mean over positions t ≥ 1 with mask 1 of −ln((1−α)p_t + α/V)/ln(V/α),
+    p_t the softmax probability of token t given the logits at t − 1 (loops, numpy)."""
+    V = logits.shape[-1]
+    out = []
+    for lg, row, m in zip(logits, ids, mask):
+        vals = []
+        for t in range(1, len(row)):
+            if m[t]:
+                z = np.exp(lg[t - 1] - lg[t - 1].max())
+                p = z[row[t]] / z.sum()
+                vals.append(-math.log((1 - ALPHA) * p + ALPHA / V) / math.log(V / ALPHA))
+        out.append(sum(vals) / len(vals))
+    return np.array(out)
+
+
+def test_lm_surrogate_is_the_smoothed_loss_at_a_weight_draw_by_hand():
+    tm, tp, data = _tiny_lm()
+    groups, sig = _sigmas(tm, 0.05)
+    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(smoothing=ALPHA), data.n,
+                       torch.Generator().manual_seed(4))
+    x, _ = data.batches[0]
+    with torch.no_grad(), f.hooks:
+        got = f.surrogate(x, None).numpy()
+    # the same draw by hand: ε in the order of the named parameters, from the same seed
+    gen, drawn = torch.Generator().manual_seed(4), copy.deepcopy(tm.model)
+    with torch.no_grad():
+        for n, p in drawn.named_parameters():
+            p.add_(sig[groups[n]] * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        logits = drawn(**x).logits.numpy()
+        plain = tm.model(**x).logits.numpy()
+    ids, mask = x["input_ids"].numpy(), x["attention_mask"].numpy()
+    assert got == pytest.approx(_smoothed_by_hand(logits, ids, mask), rel=1e-10)
+    assert not np.allclose(got, _smoothed_by_hand(plain, ids, mask), rtol=1e-3)  # noise counts
+    with pytest.raises(BoundcalcError, match="smoothing"):
+        BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(), data.n, torch.Generator())
+
+
+def test_lm_kl_and_its_gradient_by_hand():
+    tm, tp, data = _tiny_lm(1)
+    groups, sig = _sigmas(tm, 0.05)
+    f = BoundObjective(tm, tp, CPU, groups, sig, BoundTraining(smoothing=ALPHA), data.n,
+                       torch.Generator().manual_seed(0))
+    r = torch.linspace(-0.2, 0.3, len(f.groups), dtype=torch.float64)
+    with torch.no_grad():
+        f.log_ratio.copy_(r)
+    ref = dict(tp.model.named_parameters())
+    d = {g: sum(p.numel() for n, p in tm.model.named_parameters() if groups[n] == g)
+         for g in f.groups}
+    dist = {g: sum(float((p.detach() - ref[n].detach()).double().square().sum())
+                   for n, p in tm.model.named_parameters() if groups[n] == g) for g in f.groups}
+    by_hand = sum(d[g] * 0.5 * (math.exp(2 * ri) - 1 - 2 * ri) + dist[g] / (2 * sig[g] ** 2)
+                  for g, ri in zip(f.groups, r.tolist()))
+    kl = f.kl()
+    assert float(kl.detach()) == pytest.approx(by_hand, rel=1e-10)
+    f.backward(kl)
+    for n, p in tm.model.named_parameters():  # ∂KL/∂μ = (μ − μ₀)/σ_P,g²
+        assert torch.allclose(p.grad, (p - ref[n]).detach() / sig[groups[n]] ** 2,
+                              rtol=1e-9, atol=0)
+    want = [d[g] * (math.exp(2 * ri) - 1) for g, ri in zip(f.groups, r.tolist())]
+    assert f.log_ratio.grad.tolist() == pytest.approx(want, rel=1e-10)
+
+
+def test_lm_learned_gibbs_risk_matches_explicit_draws_within_its_interval():
+    tm, tp, data = _tiny_lm(2, dtype=torch.float32)
+    groups, sig = _sigmas(tm, 0.1)
+    before = {n: p.detach().clone() for n, p in tm.model.named_parameters()}
+    learned = train_bound_posterior(tm, tp, data, CPU, groups, sig,
+                                    BoundTraining(epochs=3, lr_mu=0.05, lr_sigma=0.3,
+                                                  sigma="scale", smoothing=ALPHA))
+    assert learned.steps == 18 and learned.scale_factor != 1.0
+    assert any(not torch.equal(p, before[n]) for n, p in tm.model.named_parameters())
+    sig_of = {n: dict(zip(learned.groups, learned.sigma_post))[g] for n, g in groups.items()}
+    fin = final_risk(tm, data, CPU, sig_of, MonteCarlo(60, 11, ALPHA))
+    assert fin.mode == "chunk" and fin.rows_per_unit == 8 and fin.n_losses == 60 * 6
+
+    def by_hand(logits, x):
+        return torch.from_numpy(_smoothed_by_hand(logits.double().numpy(),
+                                                  x["input_ids"].numpy(),
+                                                  x["attention_mask"].numpy()))
+
+    pert = Perturber(tm.model, torch.Generator().manual_seed(7))
+    means = []
+    try:
+        for _ in range(150):
+            pert.draw(sig_of)
+            with torch.no_grad():
+                means.append(float(torch.cat([by_hand(tm.model(**x).logits, x)
+                                              for x, _ in data.batches]).mean()))
+    finally:
+        pert.restore()
+    exp_mean, exp_se = float(np.mean(means)), float(np.std(means, ddof=1) / math.sqrt(150))
+    from boundcalc.engine.functions import kl_inv_upper
+
+    upper = kl_inv_upper(fin.mean, math.log(2 / 0.01) / fin.n_losses)
+    assert exp_mean - 4 * exp_se <= upper
+    mc_se = float(np.std(means, ddof=1)) * math.sqrt(6) / math.sqrt(fin.n_losses)  # unit spread
+    assert abs(fin.mean - exp_mean) <= 4 * math.hypot(mc_se, exp_se) + 1e-3
+    with torch.no_grad():
+        plain = float(torch.cat([by_hand(tm.model(**x).logits, x)
+                                 for x, _ in data.batches]).mean())
+    assert abs(exp_mean - plain) > 4 * exp_se  # the noise moves the loss: the test can fail

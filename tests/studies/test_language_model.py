@@ -182,3 +182,42 @@ def test_minimum_by_sum_rounds_the_value_up_and_the_probability_down():
     assert m["text"] == ("minimum over 2 certified rows with the sum of their δ's: 3.542 bits "
                          "per predicted byte (a) holds with probability ≥ 1 − Σδ = 0.9399 "
                          "(union bound over the 2 rows)")
+
+
+def test_bound_trained_row_recomputed_to_50_digits_in_bits(built):
+    """The bound-trained Gibbs posterior's row (pac_bayes_kl_gaussian_learned_mc) from
+    stats.json by hand at 50 digits, times log2(V/α): bits per predicted byte; it certifies
+    the bound-trained posterior, whose held-out Gibbs bits stand beside it; μ saved."""
+    import mpmath as mp
+    from transformers import GPT2LMHeadModel
+
+    out, rep = built
+    st = json.loads((out / "stats.json").read_text())
+    rec, curve = st["provenance"]["gibbs_learned"], st["curves"]["gibbs_risk_learned"]
+    assert rec["shape_disjoint_from_S"] is True  # ρ searched on prior-split chunks: free
+    assert rec["training"]["sigma"] == "scale" and rec["training"]["init"] == CFG.bound_init
+    assert "ln(V/α)" in rec["training"]["loss"]
+    E, N = curve["value"][0], curve["n_samples"]
+    assert N == rec["mc"]["units"] and rec["mc"]["mode"] in ("chunk", "whole", "sample")
+    with mp.workdps(50):
+        # per group: d·(σ_Q²/σ_P² − 1 − ln(σ_Q²/σ_P²))/2 + ‖μ − μ₀‖²/(2σ_P²), σ_P = scale·ρ
+        sp = [mp.mpf(rec["scale"]) * mp.mpf(r) for r in rec["shape"]]
+        ratio = [(mp.mpf(a) / b) ** 2 for a, b in zip(rec["sigma_post"], sp)]
+        KL = mp.fsum(mp.mpf(d) * (v - 1 - mp.log(v)) / 2 for d, v in zip(rec["n_params"], ratio))
+        KL += mp.fsum(mp.mpf(q) / (2 * b ** 2) for q, b in zip(rec["dist_sq"], sp))
+        upper = kl_inv_exact(E, mp.log(2 / mp.mpf("0.01")) / N, dps=50)
+        n = CFG.n_bound
+        exact = kl_inv_exact(upper, (KL + mp.log(2 * mp.sqrt(n) / (mp.mpf("0.05") / 17))) / n,
+                             dps=50) * mp.log(VOCAB / mp.mpf(CFG.smoothing)) / mp.log(2)
+    row = next(r for r in rep["certified"] if r["id"] == "pac_bayes_kl_gaussian_learned_mc")
+    assert mp.mpf(row["value"]) >= exact and float(mp.mpf(row["value"]) - exact) <= 1e-9 * exact
+    assert row["about"] == "bound_posterior" and "bound-trained" in row["certifies"]
+    held = rec["held_out"]
+    assert row["heldout_bits"] == held["gibbs_bits"] and 0 < held["gibbs_bits"] < 25
+    assert held["chunks"] == rep["n_test"]
+    mean = GPT2LMHeadModel.from_pretrained(out / "posterior_bound").eval()
+    prior = GPT2LMHeadModel.from_pretrained(out / "prior").eval()
+    with torch.no_grad():
+        dist = sum(float((a - b).double().square().sum())
+                   for a, b in zip(mean.parameters(), prior.parameters()))
+    assert sum(rec["dist_sq"]) == pytest.approx(dist, rel=1e-9)

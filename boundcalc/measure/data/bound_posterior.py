@@ -17,6 +17,15 @@ and per-group standard deviations are trained on S by gradient descent on a PAC-
   σ_Q,g = σ_P,g = t·c·ρ_g (the KL's variance part, which pins σ_Q,g to σ_P,g on a large group,
   is then zero); c·t is snapped to the nearest point of ``SCALE_GRID`` afterwards (the grid the
   formula already pays for). ``init="prior"`` starts μ at the prior's weights.
+* A language model (``tm.is_lm``) is trained on the loss its certificate is about: the
+  prediction-smoothed log-loss −ln((1−α)p_y + α/V)/ln(V/α) per predicted token, averaged over
+  each row's tokens (:func:`.gibbs.smoothed_token_loss`, in [0, 1]; α the smoothing measured
+  with the model, ``smoothing_alpha``), in place of the clipped cross-entropy. Its weights are
+  drawn whole (:class:`WeightDraws`: θ = μ + σ_Q,g·ε on every parameter, one draw per batch,
+  through ``torch.func.functional_call``), as the Monte Carlo of :func:`.tune.final_risk`
+  draws them for a model whose row-wise draws are not exact (GPT-2's Conv1D layers, tied
+  input and output embeddings: one draw per chunk of S); each row's loss then has the law of
+  the certified Gibbs loss, so the gradient is the pathwise gradient of the same objective.
 * The certificate never uses the training draws: the Gibbs risk of the learned Q is measured
   afterwards on S with fresh draws (:func:`.tune.final_risk`), and the record
   ``provenance.gibbs_learned`` and the curve ``gibbs_risk_learned`` feed the formula.
@@ -26,6 +35,7 @@ One host synchronisation per epoch (the objective's running sum), none per step.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping
@@ -40,7 +50,8 @@ from ...errors import BoundcalcError
 from .curvature import _params
 from .dataset_io import Batched
 from .hf import TaskModel
-from .inputs import Progress, to_device
+from .gibbs import smoothed_token_loss
+from .inputs import Progress, lm_targets, to_device
 from .row_noise import RowNoise, refused
 
 OBJECTIVES = ("quad", "classic")
@@ -63,7 +74,9 @@ class BoundTraining:
     snapped afterwards to the declared grid, whose cost the formula already charges;
     ``init``: μ starts at the trained model (``model``) or at the prior's weights (``prior``);
     ``p_min`` the probability floor of the bounded cross-entropy; ``delta`` the δ of the
-    objective's confidence term; ``seed`` of the draws."""
+    objective's confidence term; ``seed`` of the draws; ``smoothing`` the prediction smoothing
+    α of a language model's loss (required for one, in (0, 1); :func:`add_bound_posterior`
+    sets it from the stats it measures into)."""
 
     objective: str = "quad"
     epochs: int = 1
@@ -75,6 +88,7 @@ class BoundTraining:
     seed: int = 0
     sigma: str = "groups"
     init: str = "model"
+    smoothing: float | None = None
 
     def check(self) -> None:
         """Refuse settings outside their domains (one line naming the setting)."""
@@ -97,6 +111,9 @@ class BoundTraining:
         if not 0 < self.p_min < 1 or not 0 < self.delta < 1 or not 0 <= self.momentum < 1:
             raise BoundcalcError("bound-trained posterior: p_min and delta must lie in (0, 1) "
                                  "and momentum in [0, 1)")
+        if self.smoothing is not None and not 0 < self.smoothing < 1:
+            raise BoundcalcError(f"bound-trained posterior: smoothing must lie in (0, 1), got "
+                                 f"{self.smoothing}")
 
 
 def bounded_cross_entropy(logits: torch.Tensor, y: torch.Tensor, p_min: float) -> torch.Tensor:
@@ -222,6 +239,43 @@ class GradRowNoise(RowNoise):
         return out
 
 
+class WeightDraws:
+    """Whole-weight draws θ = μ + σ_Q,g·ε (ε ∼ N(0, I), one per parameter and forward pass)
+    for a model row-wise draws do not cover (a language model such as GPT-2): the forward
+    runs the module on θ by ``torch.func.functional_call`` (tied weights stay tied), so the
+    loss is differentiable in μ (the module's parameters) and in σ (:meth:`set_sigma`). The
+    same interface as :class:`GradRowNoise` (a context; :meth:`start_pass`; ``forward``)."""
+
+    def __init__(self, model: nn.Module, group_of: Mapping[str, int],
+                 generator: torch.Generator) -> None:
+        self.model, self.gen = model, generator
+        self.named = [(n, p) for n, p in _params(model)]
+        self.index = [group_of[n] for n, _ in self.named]
+        self._sigma: torch.Tensor | None = None
+
+    def __enter__(self) -> "WeightDraws":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def set_sigma(self, sigma: torch.Tensor) -> None:
+        """σ_Q per group for the next forward passes (as :meth:`GradRowNoise.set_sigma`)."""
+        self._sigma = sigma
+
+    def start_pass(self, rows: int) -> None:
+        """Nothing to prepare: one draw per forward pass, whatever its rows."""
+
+    def forward(self, **inputs: torch.Tensor) -> Any:
+        """The model's output at one fresh draw θ ∼ N(μ, diag σ_Q,g²)."""
+        from torch.func import functional_call
+
+        theta = {n: p + self._sigma[g] * torch.randn(p.shape, generator=self.gen,
+                                                     device=p.device, dtype=p.dtype)
+                 for (n, p), g in zip(self.named, self.index)}
+        return functional_call(self.model, theta, (), inputs, tie_weights=True)
+
+
 @dataclass
 class Learned:
     """What :func:`train_bound_posterior` learned (μ is the model's weights, trained in place):
@@ -242,8 +296,9 @@ class BoundObjective:
     map: μ is the model's weights, ``log_ratio`` (a float64 leaf tensor, one per group, 0 at
     the start) is ln(σ_Q,g/σ_P,g), ``log_scale`` (a float64 scalar leaf, 0 at the start) is
     ln t, the learned factor of the prior's scale (``spec.sigma == "scale"``: σ_P,g and σ_Q,g
-    are both t·``sigma_prior``; else t stays 1), ``hooks`` the row-wise draws (a context to
-    enter)."""
+    are both t·``sigma_prior``; else t stays 1), ``hooks`` the draws (a context to enter):
+    row-wise (:class:`GradRowNoise`) for a classifier, whole-weight (:class:`WeightDraws`)
+    for a language model, whose loss is the smoothed log-loss at ``spec.smoothing``."""
 
     def __init__(self, tm: TaskModel, prior: TaskModel, device: torch.device,
                  groups: Mapping[str, str], sigma_prior: Mapping[str, float],
@@ -276,9 +331,14 @@ class BoundObjective:
                         p.copy_(q)
         for _, p in self.named:
             p.requires_grad_(True)
-        self.spec, self.n, self.device = spec, n, device
-        self.hooks = GradRowNoise(self.model, {name: index[groups[name]]
-                                               for name, _ in self.named}, generator)
+        self.spec, self.n, self.device, self.tm = spec, n, device, tm
+        spec.check()
+        if tm.is_lm and spec.smoothing is None:
+            raise BoundcalcError("bound-trained posterior of a language model: its smoothing α "
+                                 "(BoundTraining.smoothing) must lie in (0, 1), got None")
+        draws = WeightDraws if tm.is_lm else GradRowNoise
+        self.hooks = draws(self.model, {name: index[groups[name]] for name, _ in self.named},
+                           generator)
 
     def sigma_prior(self) -> torch.Tensor:
         """σ_P per group (float64): the fixed one, times t when the scale is learned."""
@@ -305,12 +365,27 @@ class BoundObjective:
         self.dist = dist.requires_grad_(True)
         return kl_groups(self.dist, self.sizes, self.log_ratio, self.sigma_prior())
 
-    def __call__(self, inputs: Mapping[str, torch.Tensor], y: torch.Tensor) -> torch.Tensor:
-        """The objective on one batch, every row with its own draw (inside ``hooks``)."""
-        inputs, y = to_device(dict(inputs), self.device), y.to(self.device)
+    def surrogate(self, inputs: Mapping[str, torch.Tensor],
+                  y: torch.Tensor | None) -> torch.Tensor:
+        """Per row, the bounded loss at a draw of Q (inside ``hooks``): the clipped
+        cross-entropy of a classifier (every row its own draw), the smoothed log-loss of a
+        language model (one draw per batch)."""
+        inputs = to_device(dict(inputs), self.device)
         self.hooks.set_sigma(self.sigma_post().to(self.named[0][1].dtype))
+        if self.tm.is_lm:
+            inputs, targets, keep = lm_targets(self.tm, inputs)
+            logits = self.hooks.forward(**inputs).logits
+            if self.tm.task == "causal_lm":
+                logits = logits[:, :-1]
+            return smoothed_token_loss(logits.double(), targets, keep, self.spec.smoothing)
+        y = y.to(self.device)
         self.hooks.start_pass(int(y.shape[0]))
-        loss = bounded_cross_entropy(self.model(**inputs).logits, y, self.spec.p_min).mean()
+        return bounded_cross_entropy(self.model(**inputs).logits, y, self.spec.p_min)
+
+    def __call__(self, inputs: Mapping[str, torch.Tensor],
+                 y: torch.Tensor | None) -> torch.Tensor:
+        """The objective on one batch at draws of Q (:meth:`surrogate`)."""
+        loss = self.surrogate(inputs, y).mean()
         return objective(loss.double(), self.kl(), self.n, self.spec.delta,
                          self.spec.objective)
 
@@ -337,14 +412,12 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
     ``{parameter name: group}``, starting at ``sigma_prior``) on ``data`` (S) by the pathwise
     gradient of ``spec.objective`` with prior N(``prior`` weights, diag ``sigma_prior``²); see
     the module docstring. The model is left in eval mode (dropout off, as in the certificate).
+    A language model is trained on its smoothed log-loss at ``spec.smoothing`` (required).
 
     μ takes SGD steps (momentum): Adam's per-coordinate steps of size ~lr would move every
     coordinate, and the KL counts every coordinate's move. ln(σ_Q,g/σ_P,g) takes Adam steps of
     ``lr_sigma``/√d_g (the KL's curvature there is 2·d_g)."""
     spec.check()
-    if tm.is_lm:
-        raise BoundcalcError("the bound-trained posterior is for classifiers (a label per row); "
-                             f"{tm.source} is a language model")
     t0 = time.monotonic()
     gen = torch.Generator(device=device).manual_seed(spec.seed + 20_000)
     f = BoundObjective(tm, prior, device, groups, sigma_prior, spec, data.n, gen)
@@ -404,7 +477,9 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
     ``stats`` (``provenance.gibbs_groups``: ρ, c, and whether ρ is free), then measure its
     Gibbs risk on S with ``draws`` fresh passes (seed ``seed``, never a training seed) and
     write the curve ``gibbs_risk_learned``, the scalar ``gibbs_learned_units`` and the record
-    ``provenance.gibbs_learned`` that ``pac_bayes_kl_gaussian_learned_mc`` reads."""
+    ``provenance.gibbs_learned`` that ``pac_bayes_kl_gaussian_learned_mc`` reads. A language
+    model is trained and measured on its smoothed log-loss at the α of ``stats``
+    (``smoothing_alpha``)."""
     from ...engine.functions import kl_inv_upper
     from ...stats import Curve, Quantity
     from .gibbs import MonteCarlo
@@ -419,6 +494,9 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
     if set(shape) != set(groups.values()):
         raise BoundcalcError("provenance.gibbs_groups: its groups are not the model's")
     c0 = float(rec["scale"])
+    alpha = _smoothing(stats) if tm.is_lm else 0.0
+    if tm.is_lm:
+        spec = dataclasses.replace(spec, smoothing=alpha)
     learned = train_bound_posterior(tm, prior, data, device, groups,
                                     {g: c0 * r for g, r in shape.items()}, spec, progress)
     names = learned.groups
@@ -432,7 +510,7 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
     c, scale_rows = best_scale(sizes, dist_sq, learned.sigma_post, rho, SCALE_GRID)
     sig_of = dict(zip(names, learned.sigma_post))
     fin = final_risk(tm, data, device, {n: sig_of[g] for n, g in groups.items()},
-                     MonteCarlo(draws, seed, 0.0), progress)
+                     MonteCarlo(draws, seed, alpha), progress)
     units, mean = fin.n_losses, fin.mean
     upper = max(mean, kl_inv_upper(mean, math.log(2 / delta_mc) / units))
     stats.curves[CURVE] = Curve(
@@ -464,8 +542,21 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
                      "lr_sigma": spec.lr_sigma, "p_min": spec.p_min, "delta": spec.delta,
                      "seed": spec.seed, "objective_per_epoch": learned.history,
                      "seconds": round(learned.seconds, 2),
-                     "loss": f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g})"},
+                     "loss": (f"−ln((1−α)p_y + α/V)/ln(V/α) per predicted token, α = "
+                              f"{alpha:g} (the certified loss); one weight draw per batch"
+                              if tm.is_lm else
+                              f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g})")},
         "mc": {"mode": fin.mode, "passes": fin.passes, "rows_per_unit": fin.rows_per_unit,
                "units": units, "delta_mc": delta_mc, "seed": seed, "samples_per_pass": data.n},
     }
     return learned
+
+
+def _smoothing(stats: Any) -> float:
+    """The prediction smoothing α the language model's Gibbs risk was measured with
+    (``scalars.smoothing_alpha``); a one-line error when the stats have none."""
+    q = stats.scalars.get("smoothing_alpha")
+    if q is None:
+        raise BoundcalcError("the bound-trained posterior of a language model needs the "
+                             "smoothing α of its measurement (scalars.smoothing_alpha)")
+    return float(q.value)

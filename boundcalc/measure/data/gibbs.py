@@ -302,14 +302,23 @@ def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tenso
     if tm.is_lm:
         if tm.task == "causal_lm":
             logits = logits[:, :-1]
-        lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        V = logits.shape[-1]
-        smooth = -torch.log((1 - alpha) * lp.exp() + alpha / V) / math.log(V / alpha)
-        w = keep.double()
-        loss = (smooth * w).sum(1) / w.sum(1).clamp(min=1)
+        loss = smoothed_token_loss(logits, targets, keep, alpha)
     else:
         loss = (logits.argmax(-1) != y).double()
     return loss.clamp(0.0, 1.0), bad
+
+
+def smoothed_token_loss(logits: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor,
+                        alpha: float) -> torch.Tensor:
+    """Per row, the mean over its kept positions (``keep``) of the prediction-smoothed
+    log-loss −ln((1−α)p_y + α/V)/ln(V/α), a loss in [0, 1] (V = the logits' last size, p_y the
+    probability of the target): the language model's bounded loss, in the logits' dtype.
+    ``logits`` (B × T × V) are already aligned with ``targets`` (B × T); α in (0, 1)."""
+    lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    V = logits.shape[-1]
+    smooth = -torch.log((1 - alpha) * lp.exp() + alpha / V) / math.log(V / alpha)
+    w = keep.to(smooth.dtype)
+    return (smooth * w).sum(1) / w.sum(1).clamp(min=1)
 
 
 def _batch_rows(data: Batched) -> int:
