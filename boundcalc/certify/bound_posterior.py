@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 POSTERIORS = ("proximal", "bound")
+# what the bound training learns of σ and where μ starts (BoundTraining.sigma / .init; the same
+# tuples as boundcalc.measure.data.bound_posterior's, kept here without torch for the CLI)
+BOUND_SIGMAS = ("groups", "scale")
+BOUND_INITS = ("model", "prior")
 FOLDER = "posterior_bound"
 
 
@@ -46,7 +50,8 @@ def bound_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None:
                           given=cfg.batch_size)
 
     S = read(out / "S.jsonl")
-    spec = BoundTraining(epochs=cfg.bound_epochs, lr_mu=cfg.bound_lr, seed=cfg.seed)
+    spec = BoundTraining(epochs=cfg.bound_epochs, lr_mu=cfg.bound_lr, seed=cfg.seed,
+                         sigma=cfg.bound_sigma, init=cfg.bound_init)
     with blas_threads(data_threads(tm.model, dev)):
         learned = add_bound_posterior(stats, tm, prior, S, dev, spec, draws=cfg.group_draws,
                                       seed=cfg.seed + 40_000, prior_source=str(out / "prior"),

@@ -97,11 +97,19 @@ def test_the_saved_mean_is_the_trained_one_and_the_record_is_complete(run):
                     zip(mean.parameters(), model.parameters()))
         dist = sum(float((a - b).double().square().sum()) for a, b in
                    zip(mean.parameters(), prior.parameters()))
-    assert moved > 0  # the bound training moved μ away from model/
+    assert moved > 0  # μ is not model/: it started at the prior and was trained
     assert sum(rec["dist_sq"]) == pytest.approx(dist, rel=1e-9)
     assert all(s > 0 for s in rec["sigma_post"]) and len(rec["sigma_post"]) == len(rec["groups"])
     assert rec["training"]["steps"] == math.ceil(120 / 16) and rec["training"]["objective"] == "quad"
     assert 0 <= rec["held_out"]["mean_error"] <= 1 and rec["held_out"]["rows"] == 100
+    # the defaults: μ from the prior, one learned factor of the prior's scale, snapped to the
+    # declared grid, σ_Q,g = σ_P,g (no variance term)
+    from boundcalc.measure.data.tune import SCALE_GRID
+
+    assert (rec["training"]["sigma"], rec["training"]["init"]) == ("scale", "prior")
+    snap = rec["sigma_post"][0] / rec["shape"][0]
+    assert min(abs(snap / c - 1) for c in SCALE_GRID) < 1e-12
+    assert rec["sigma_post"] == pytest.approx([snap * r for r in rec["shape"]], rel=1e-12)
 
 
 def test_a_stats_file_whose_learned_counts_disagree_is_refused(run, tmp_path):
@@ -142,3 +150,21 @@ def test_resumes_and_the_option_reruns_the_measure_step(run):
     with pytest.raises(BoundcalcError, match="posterior='nope': expected one of proximal, bound"):
         _config(posterior="nope")  # refused when the settings are made, before any training
     assert np.isfinite(plain.report["minimum"]["value"])  # compare's least row at δ/k
+
+
+def test_per_group_sigma_from_model_is_an_option_of_the_measure_step(run):
+    """bound_sigma="groups", bound_init="model" (the settings before the defaults changed): only
+    the measure step re-runs, the record says so, and the choices are measure's own."""
+    from boundcalc.certify import certify
+    from boundcalc.certify.bound_posterior import BOUND_INITS, BOUND_SIGMAS
+    from boundcalc.measure.data.bound_posterior import INITS, SIGMAS
+
+    assert (BOUND_SIGMAS, BOUND_INITS) == (SIGMAS, INITS)
+    w = run["w"]
+    res = certify(run["base"], w / "d.csv", w / "out", w / "t.csv",
+                  _config(bound_sigma="groups", bound_init="model"))
+    assert res.steps["posterior"] == "reused" and res.steps["measure"] == "ran"
+    rec = json.loads((w / "out" / "stats.json").read_text())["provenance"]["gibbs_learned"]
+    assert (rec["training"]["sigma"], rec["training"]["init"]) == ("groups", "model")
+    assert rec["scale_learned"] is None and len(rec["sigma_post"]) == len(rec["groups"])
+    assert ROW in {r["id"] for r in res.report["certified"]}

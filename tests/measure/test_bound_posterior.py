@@ -404,3 +404,54 @@ def test_lm_learned_gibbs_risk_matches_explicit_draws_within_its_interval():
         plain = float(torch.cat([by_hand(tm.model(**x).logits, x)
                                  for x, _ in data.batches]).mean())
     assert abs(exp_mean - plain) > 4 * exp_se  # the noise moves the loss: the test can fail
+
+
+def test_moved_means_train_only_the_groups_the_model_changed():
+    """means="moved": the prior equals the model except in the classifier, so only the head
+    groups' means train; every other weight stays bit for bit, and the KL is the moved group's
+    distance by hand."""
+    tm, tp, data = _tiny(6)
+    with torch.no_grad():  # the prior: the model, but with another classifier
+        for (n, p), q in zip(tm.model.named_parameters(), tp.model.parameters()):
+            if not n.startswith("classifier"):
+                q.copy_(p)
+    groups, sig = _sigmas(tm, 0.05)
+    moved = {groups[n] for n in ("classifier.weight", "classifier.bias")}
+    before = {n: p.detach().clone() for n, p in tm.model.named_parameters()}
+    learned = train_bound_posterior(tm, tp, data, CPU, groups, sig,
+                                    BoundTraining(epochs=2, lr_mu=0.05, means="moved"))
+    assert sorted(learned.trained) == sorted(moved)
+    for n, p in tm.model.named_parameters():
+        if groups[n] in moved:
+            continue
+        assert torch.equal(p.detach(), before[n]), n
+    assert not torch.equal(tm.model.classifier.weight.detach(), before["classifier.weight"])
+    # the KL: the classifier's distance alone (the frozen groups are the prior there)
+    tm2, tp2, _ = _tiny(6)
+    with torch.no_grad():
+        for (n, p), q in zip(tm2.model.named_parameters(), tp2.model.parameters()):
+            q.copy_(p)
+        tm2.model.classifier.weight.add_(0.1)
+    f = BoundObjective(tm2, tp2, CPU, groups, sig, BoundTraining(means="moved"), 100,
+                       torch.Generator().manual_seed(0))
+    cls = groups["classifier.weight"]
+    assert [g for g, t in zip(f.groups, f.trained) if t] == [cls]
+    assert [n for n, p in tm2.model.named_parameters() if p.requires_grad] == [
+        n for n in dict(tm2.model.named_parameters()) if groups[n] == cls]
+    by_hand = tm2.model.classifier.weight.numel() * 0.1 ** 2 / (2 * sig[cls] ** 2)
+    assert float(f.kl().detach()) == pytest.approx(by_hand, rel=1e-5)
+    # lr_sigma = 0: σ stays the prior's and only the head's means move
+    tm3, tp3, data3 = _tiny(6)
+    with torch.no_grad():
+        for (n, p), q in zip(tm3.model.named_parameters(), tp3.model.parameters()):
+            if not n.startswith("classifier"):
+                q.copy_(p)
+    fixed = train_bound_posterior(tm3, tp3, data3, CPU, groups, sig, BoundTraining(
+        sigma="scale", init="prior", means="moved", lr_sigma=0.0, lr_mu=0.05, epochs=2))
+    assert fixed.scale_factor == 1.0 and fixed.sigma_post == pytest.approx(fixed.sigma_prior)
+    ref = dict(tp3.model.named_parameters())
+    assert all(torch.equal(p, ref[n]) for n, p in tm3.model.named_parameters()
+               if groups[n] not in moved)
+    assert not torch.equal(tm3.model.classifier.weight, ref["classifier.weight"])
+    with pytest.raises(BoundcalcError, match="means 'some'"):
+        BoundTraining(means="some").check()

@@ -168,3 +168,40 @@ def test_report_shape_and_certified_values(built):
                               (st["code_bits"]["value"] * math.log(2) + math.log(1 / 0.05))
                               / CFG.n_bound))
     assert occ["value"] == pytest.approx(hand, rel=1e-9) and occ["value"] >= hand
+
+
+def test_bound_posterior_step_and_the_yardstick(built):
+    """--posterior bound on the finished folder: the measurement is reused (same arguments),
+    the bound-trained row is listed apart with the held-out error of its Gibbs predictor, and
+    the yardstick is the prior's test-set bound on S, recomputed here from the prior's errors
+    (50-digit kl inverse)."""
+    import dataclasses
+
+    from boundcalc.measure.data.dataset_io import read_batches
+    from boundcalc.measure.data.hf import load_task_model
+
+    out, _ = built
+    before = (out / "stats.json").read_bytes()
+    cfg = dataclasses.replace(CFG, posterior="bound", bound_draws=1)
+    with single_thread():
+        rep = run(out, cfg, reuse=True)
+    assert (out / "stats.json").read_bytes() == before  # reused, not measured again
+    rows = rep["certified_bound_posterior"]
+    assert [r["id"] for r in rows] == ["pac_bayes_kl_gaussian_learned_mc"]
+    assert "bound-trained Gibbs posterior" in rows[0]["certifies"]
+    bp = rep["bound_posterior"]
+    assert bp["training"]["means"] == "moved" and bp["training"]["init"] == "prior"
+    assert set(bp["training"]["groups_trained"]) == {"head:matrix", "head:vector"}
+    assert 0 <= bp["held_out"]["gibbs_error_estimate"] <= 1
+    assert (out / "posterior_bound" / "config.json").is_file()
+    # the yardstick by hand: the prior's 0-1 errors on S, then kl⁻¹(k/m, ln(1/δ)/m)
+    prior = load_task_model(out / "prior")
+    S = read_batches(str(out / "S.jsonl"), prior, max_length=CFG.max_length, batch_size=16)
+    wrong = 0
+    with torch.no_grad():
+        for x, y in S.batches:
+            wrong += int((prior.model(**x).logits.argmax(-1) != y).sum())
+    b = rep["baseline"]
+    assert (b["errors"], b["m"]) == (wrong, CFG.n_bound)
+    hand = float(kl_inv_exact(wrong / CFG.n_bound, math.log(1 / 0.05) / CFG.n_bound))
+    assert b["value"] == pytest.approx(hand, rel=1e-9) and b["value"] >= hand

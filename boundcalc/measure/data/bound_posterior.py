@@ -26,6 +26,10 @@ and per-group standard deviations are trained on S by gradient descent on a PAC-
   draws them for a model whose row-wise draws are not exact (GPT-2's Conv1D layers, tied
   input and output embeddings: one draw per chunk of S); each row's loss then has the law of
   the certified Gibbs loss, so the gradient is the pathwise gradient of the same objective.
+* ``means="moved"``: only the means of the groups where the trained model differs from the
+  prior are trained (those its own training changed, e.g. the head of a model whose encoder was
+  frozen); the others stay at ``init``. Every choice of how μ and σ_Q are trained is a choice
+  of the posterior, which the bound allows to depend on S: none is paid.
 * The certificate never uses the training draws: the Gibbs risk of the learned Q is measured
   afterwards on S with fresh draws (:func:`.tune.final_risk`), and the record
   ``provenance.gibbs_learned`` and the curve ``gibbs_risk_learned`` feed the formula.
@@ -57,6 +61,7 @@ from .row_noise import RowNoise, refused
 OBJECTIVES = ("quad", "classic")
 SIGMAS = ("groups", "scale")  # what is learned of σ: one σ_Q,g per group, or the prior's scale
 INITS = ("model", "prior")  # where μ starts
+MEANS = ("all", "moved")  # whose means are trained: every group's, or those model ≠ prior
 RECORD, CURVE, UNITS = "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units"
 JITTER = 1e-6  # relative jitter of the Gram in the training draws (training only, not the MC)
 
@@ -67,12 +72,15 @@ class BoundTraining:
 
     ``objective``: ``quad`` (f_quad) or ``classic`` (f_classic) of :func:`objective`;
     ``epochs`` passes over S; ``lr_mu`` the SGD step of the means (momentum ``momentum``);
+    (``lr_sigma`` = 0: σ is not trained and no gradient flows through the draws' noise);
     ``sigma``: ``groups`` learns one σ_Q,g per group against the fixed prior σ_P,g (Adam steps
     of ln σ_Q,g of ``lr_sigma``/√d_g: the KL's curvature in ln σ_Q,g grows like d_g, so on a
     large group σ_Q,g stays near σ_P,g); ``scale`` learns one factor t of the prior's scale with
     σ_Q,g = σ_P,g = t·c·ρ_g (no variance term in the KL; Adam steps of ln t of ``lr_sigma``),
     snapped afterwards to the declared grid, whose cost the formula already charges;
     ``init``: μ starts at the trained model (``model``) or at the prior's weights (``prior``);
+    ``means``: the means of every group are trained (``all``) or only those of the groups where
+    the trained model differs from the prior (``moved``; the others stay at ``init``);
     ``p_min`` the probability floor of the bounded cross-entropy; ``delta`` the δ of the
     objective's confidence term; ``seed`` of the draws; ``smoothing`` the prediction smoothing
     α of a language model's loss (required for one, in (0, 1); :func:`add_bound_posterior`
@@ -89,13 +97,14 @@ class BoundTraining:
     sigma: str = "groups"
     init: str = "model"
     smoothing: float | None = None
+    means: str = "all"
 
     def check(self) -> None:
         """Refuse settings outside their domains (one line naming the setting)."""
         if self.objective not in OBJECTIVES:
             raise BoundcalcError(f"bound-trained posterior: objective {self.objective!r}; "
                                  f"expected one of {', '.join(OBJECTIVES)}")
-        for name, allowed in (("sigma", SIGMAS), ("init", INITS)):
+        for name, allowed in (("sigma", SIGMAS), ("init", INITS), ("means", MEANS)):
             if getattr(self, name) not in allowed:
                 raise BoundcalcError(f"bound-trained posterior: {name} "
                                      f"{getattr(self, name)!r}; expected one of "
@@ -289,6 +298,7 @@ class Learned:
     steps: int = 0
     seconds: float = 0.0
     scale_factor: float = 1.0
+    trained: list[str] = field(default_factory=list)
 
 
 class BoundObjective:
@@ -321,16 +331,27 @@ class BoundObjective:
                                   dtype=dt, device=device)
         self.s_prior = torch.tensor([float(sigma_prior[g]) for g in self.groups], dtype=dt,
                                     device=device)
+        # lr_sigma = 0: σ is not trained, so no gradient flows through the draws' noise (with
+        # means="moved" and a frozen encoder, the backward pass then stops at the head)
+        learn = spec.lr_sigma > 0
         self.log_ratio = torch.zeros(len(self.groups), dtype=dt, device=device,
-                                     requires_grad=True)
-        self.log_scale = torch.zeros((), dtype=dt, device=device, requires_grad=True)
-        if spec.init == "prior":
-            with torch.no_grad():
+                                     requires_grad=learn and spec.sigma == "groups")
+        self.log_scale = torch.zeros((), dtype=dt, device=device,
+                                     requires_grad=learn and spec.sigma == "scale")
+        with torch.no_grad():  # a group moved: the trained model differs from the prior there
+            self.trained = [spec.means == "all" or any(not torch.equal(p, q) for p, q in ps)
+                            for ps in self.pairs]
+            if spec.init == "prior":
                 for ps in self.pairs:
                     for p, q in ps:
                         p.copy_(q)
-        for _, p in self.named:
-            p.requires_grad_(True)
+            # ‖μ_g − μ₀,g‖² of the groups whose means stay (constant during training)
+            self.fixed = [None if t else sum((p.double() - q.double()).square().sum()
+                                             for p, q in ps)
+                          for t, ps in zip(self.trained, self.pairs)]
+        for g, ps in enumerate(self.pairs):
+            for p, _ in ps:
+                p.requires_grad_(self.trained[g])
         self.spec, self.n, self.device, self.tm = spec, n, device, tm
         spec.check()
         if tm.is_lm and spec.smoothing is None:
@@ -339,6 +360,10 @@ class BoundObjective:
         draws = WeightDraws if tm.is_lm else GradRowNoise
         self.hooks = draws(self.model, {name: index[groups[name]] for name, _ in self.named},
                            generator)
+
+    def trainable(self) -> list[torch.Tensor]:
+        """The means that are trained (the parameters of the groups ``spec.means`` selects)."""
+        return [p for g, ps in enumerate(self.pairs) if self.trained[g] for p, _ in ps]
 
     def sigma_prior(self) -> torch.Tensor:
         """σ_P per group (float64): the fixed one, times t when the scale is learned."""
@@ -356,12 +381,16 @@ class BoundObjective:
         """KL(Q‖P) in float64, differentiable in ``log_ratio`` and in the distances
         ‖μ_g − μ₀,g‖² (a leaf, ``self.dist``: :meth:`backward` carries its gradient to μ, so
         no autograd graph is built over every weight)."""
+        dt = torch.float64
         with torch.no_grad():
-            self.diffs = [[p - q for p, q in ps] for ps in self.pairs]
+            self.diffs = [[p - q for p, q in ps] if t else []
+                          for t, ps in zip(self.trained, self.pairs)]
             # float32 sums (4× faster on a CPU than float64 ones; this only steers training:
             # the certificate's distances are summed in float64 by tune.group_distances)
-            dist = torch.stack([sum(d.square().sum().double() for d in ds)
-                                for ds in self.diffs])
+            dist = torch.stack([sum((d.square().sum().double() for d in ds),
+                                    torch.zeros((), dtype=dt, device=self.device))
+                                if f is None else f
+                                for ds, f in zip(self.diffs, self.fixed)])
         self.dist = dist.requires_grad_(True)
         return kl_groups(self.dist, self.sizes, self.log_ratio, self.sigma_prior())
 
@@ -396,7 +425,7 @@ class BoundObjective:
         coef = (2 * self.dist.grad).to(self.named[0][1].dtype)
         with torch.no_grad():
             for g, ps in enumerate(self.pairs):
-                for (p, _), d in zip(ps, self.diffs[g]):
+                for (p, _), d in zip(ps, self.diffs[g]):  # no diffs: a mean that stays
                     if p.grad is None:
                         p.grad = d * coef[g]
                     else:
@@ -422,26 +451,33 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
     gen = torch.Generator(device=device).manual_seed(spec.seed + 20_000)
     f = BoundObjective(tm, prior, device, groups, sigma_prior, spec, data.n, gen)
     order = np.random.default_rng(spec.seed + 30_000)
-    opt_mu = torch.optim.SGD([p for _, p in f.named], lr=spec.lr_mu, momentum=spec.momentum)
+    means = f.trainable()
+    opt_mu = (torch.optim.SGD(means, lr=spec.lr_mu, momentum=spec.momentum) if means
+              else None)
     leaf = f.learned()
-    opt_s = torch.optim.Adam([leaf], lr=spec.lr_sigma)
+    opt_s = torch.optim.Adam([leaf], lr=spec.lr_sigma) if leaf.requires_grad else None
     step_scale = (torch.ones((), dtype=leaf.dtype, device=device) if spec.sigma == "scale"
                   else 1 / torch.sqrt(f.sizes))
     total = spec.epochs * len(data.batches)
-    out = Learned(groups=f.groups, sigma_post=[], sigma_prior=f.s_prior.tolist())
+    out = Learned(groups=f.groups, sigma_post=[], sigma_prior=f.s_prior.tolist(),
+                  trained=[g for g, t in zip(f.groups, f.trained) if t])
     with f.hooks:
         for _ in range(spec.epochs):
             acc = torch.zeros((), dtype=torch.float64, device=device)
             for b in order.permutation(len(data.batches)):
                 obj = f(*data.batches[int(b)])
-                opt_mu.zero_grad(set_to_none=True)
-                opt_s.zero_grad(set_to_none=True)
+                if opt_mu is not None:
+                    opt_mu.zero_grad(set_to_none=True)
+                if opt_s is not None:
+                    opt_s.zero_grad(set_to_none=True)
                 f.backward(obj)
-                before = leaf.detach().clone()
-                opt_mu.step()
-                opt_s.step()
-                with torch.no_grad():  # the Adam step of group g, scaled by 1/√d_g
-                    leaf.copy_(before + (leaf - before) * step_scale)
+                if opt_mu is not None:
+                    opt_mu.step()
+                if opt_s is not None:
+                    before = leaf.detach().clone()
+                    opt_s.step()
+                    with torch.no_grad():  # the Adam step of group g, scaled by 1/√d_g
+                        leaf.copy_(before + (leaf - before) * step_scale)
                 acc += obj.detach()
                 out.steps += 1
                 if progress:
@@ -537,7 +573,8 @@ def add_bound_posterior(stats: Any, tm: TaskModel, prior: TaskModel, data: Batch
                            f"(it depends on S): charged ln {len(SCALE_GRID)}",
         "scale_search": scale_rows, "prior_centre": prior_source,
         "training": {"objective": spec.objective, "epochs": spec.epochs, "steps": learned.steps,
-                     "sigma": spec.sigma, "init": spec.init,
+                     "sigma": spec.sigma, "init": spec.init, "means": spec.means,
+                     "groups_trained": learned.trained,
                      "lr_mu": spec.lr_mu, "momentum": spec.momentum,
                      "lr_sigma": spec.lr_sigma, "p_min": spec.p_min, "delta": spec.delta,
                      "seed": spec.seed, "objective_per_epoch": learned.history,

@@ -1,0 +1,78 @@
+"""The examples' bound-trained posterior step and their yardstick, on a folder that
+``boundcalc measure`` finished (``model/``, ``prior/``, ``S.jsonl``, a held-out file and
+``stats.json`` with the per-group σ search).
+
+* :func:`yardstick`: the prior's test-set bound on S (``test_set_kl`` of the prior's errors on
+  S, which the prior never saw): what holding S out certifies without PAC-Bayes. Shown beside
+  the certified rows, never claimed (the same baseline as ``certify``'s report).
+* :func:`bound_posterior`: trains the bound-trained Gibbs posterior around ``model/``
+  (:func:`boundcalc.measure.data.bound_posterior.add_bound_posterior`, settings fixed before S
+  is read), measures its Gibbs risk on S with fresh draws, writes the record that
+  ``pac_bayes_kl_gaussian_learned_mc`` certifies into ``stats.json`` and saves its mean as
+  ``posterior_bound/``; the held-out error of that Gibbs predictor (per-row draws, as in the
+  certificate) and of its mean are recorded beside it, for the report only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def yardstick(prior: str | Path, S: str | Path, max_length: int,
+              batch: int = 64) -> dict[str, Any]:
+    """The prior's test-set bound on S, with its errors and δ (see the module docstring)."""
+    import torch
+
+    from boundcalc.certify.claims import Count, test_set_bound
+    from boundcalc.measure.data.data_pass import run_pass
+    from boundcalc.measure.data.dataset_io import read_batches
+    from boundcalc.measure.data.hf import load_task_model
+
+    dev = torch.device("cpu")
+    tm = load_task_model(prior, dev)
+    data = read_batches(str(S), tm, max_length=max_length, batch_size=batch)
+    errors = int(round(float(run_pass(tm, data, dev, alpha=0.0, norms=False).err01.sum())))
+    r = test_set_bound(Count(errors, data.n))
+    return {"id": r.id, "value": r.value, "delta": r.delta, "errors": errors, "m": data.n,
+            "certifies": "the prior (prior/, trained without S)",
+            "how": f"test-set bound: {errors} errors of the prior on the {data.n} rows of S, "
+                   "which it never saw, kl⁻¹(k/m, ln(1/δ)/m)",
+            "note": "the yardstick: shown for comparison, not claimed"}
+
+
+def bound_posterior(out: str | Path, heldout: str | Path, spec: Any, *, draws: int, seed: int,
+                    max_length: int, batch: int = 64,
+                    stats: str | Path | None = None) -> dict[str, Any]:
+    """Train and certify-measure the bound-trained posterior of ``out`` (see the module
+    docstring) into the stats file ``stats`` (default ``out/stats.json``); ``spec`` is a
+    :class:`~boundcalc.measure.data.bound_posterior.BoundTraining`. Returns
+    ``provenance.gibbs_learned`` as written (with ``held_out``)."""
+    import torch
+
+    from boundcalc.certify.bound_posterior import FOLDER, _held_out
+    from boundcalc.certify.train import save_folder
+    from boundcalc.measure.data.bound_posterior import add_bound_posterior
+    from boundcalc.measure.data.dataset_io import read_batches
+    from boundcalc.measure.data.hf import load_task_model
+    from boundcalc.measure.threads import blas_threads, data_threads
+    from boundcalc.stats import load_stats
+
+    out = Path(out)
+    dev = torch.device("cpu")
+    path = Path(stats) if stats is not None else out / "stats.json"
+    stats = load_stats(path)
+    tm = load_task_model(out / "model", dev)
+    prior = load_task_model(out / "prior", dev)
+    S = read_batches(str(out / "S.jsonl"), tm, max_length=max_length, batch_size=batch)
+    T = read_batches(str(heldout), tm, max_length=max_length, batch_size=batch)
+    with blas_threads(data_threads(tm.model, dev)):
+        learned = add_bound_posterior(stats, tm, prior, S, dev, spec, draws=draws, seed=seed,
+                                      prior_source=str(out / "prior"))
+        rec = stats.provenance["gibbs_learned"]
+        rec["held_out"] = _held_out(tm, T, dev, learned, seed + 10_000)
+    rec["mean_model"] = str(out / FOLDER)
+    save_folder(tm.model, tm.tokenizer, out / FOLDER, {"step": "bound-trained posterior",
+                                                        "posterior": "bound"})
+    stats.save(path)
+    return rec
