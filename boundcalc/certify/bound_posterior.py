@@ -12,10 +12,6 @@ from pathlib import Path
 from typing import Any
 
 POSTERIORS = ("proximal", "bound")
-# what the bound training learns of σ and where μ starts (BoundTraining.sigma / .init; the same
-# tuples as boundcalc.measure.data.bound_posterior's, kept here without torch for the CLI)
-BOUND_SIGMAS = ("groups", "scale")
-BOUND_INITS = ("model", "prior")
 FOLDER = "posterior_bound"
 
 

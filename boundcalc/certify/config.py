@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
-from ..measure.data.options import MeasureOptions
+from ..measure.data.options import BOUND_INITS, BOUND_SIGMAS, MeasureOptions
 from ..options import Record, Spec, like, spec
-from .bound_posterior import BOUND_INITS, BOUND_SIGMAS, POSTERIORS
+from .bound_posterior import POSTERIORS
 
 # the longest training a run may ask for (an epoch count beyond it is a typo, not a plan)
 MAX_EPOCHS = 1000

@@ -156,7 +156,7 @@ def test_per_group_sigma_from_model_is_an_option_of_the_measure_step(run):
     """bound_sigma="groups", bound_init="model" (the settings before the defaults changed): only
     the measure step re-runs, the record says so, and the choices are measure's own."""
     from boundcalc.certify import certify
-    from boundcalc.certify.bound_posterior import BOUND_INITS, BOUND_SIGMAS
+    from boundcalc.certify.config import BOUND_INITS, BOUND_SIGMAS
     from boundcalc.measure.data.bound_posterior import INITS, SIGMAS
 
     assert (BOUND_SIGMAS, BOUND_INITS) == (SIGMAS, INITS)

@@ -56,12 +56,12 @@ from .dataset_io import Batched
 from .hf import TaskModel
 from .gibbs import smoothed_token_loss
 from .inputs import Progress, lm_targets, to_device
+from .options import BOUND_INITS, BOUND_MEANS, BOUND_SIGMAS
 from .row_noise import RowNoise, refused
 
 OBJECTIVES = ("quad", "classic")
-SIGMAS = ("groups", "scale")  # what is learned of σ: one σ_Q,g per group, or the prior's scale
-INITS = ("model", "prior")  # where μ starts
-MEANS = ("all", "moved")  # whose means are trained: every group's, or those model ≠ prior
+# declared with the options (torch-free, for certify's CLI): .options
+SIGMAS, INITS, MEANS = BOUND_SIGMAS, BOUND_INITS, BOUND_MEANS
 RECORD, CURVE, UNITS = "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units"
 JITTER = 1e-6  # relative jitter of the Gram in the training draws (training only, not the MC)
 
@@ -313,6 +313,10 @@ class BoundObjective:
     def __init__(self, tm: TaskModel, prior: TaskModel, device: torch.device,
                  groups: Mapping[str, str], sigma_prior: Mapping[str, float],
                  spec: BoundTraining, n: int, generator: torch.Generator) -> None:
+        spec.check()  # before the model is moved or a weight copied
+        if tm.is_lm and spec.smoothing is None:
+            raise BoundcalcError("bound-trained posterior of a language model: its smoothing α "
+                                 "(BoundTraining.smoothing) must lie in (0, 1), got None")
         self.model = tm.model.to(device).eval()
         self.named = _params(self.model)
         self.groups = sorted(set(groups[n] for n, _ in self.named))
@@ -353,10 +357,6 @@ class BoundObjective:
             for p, _ in ps:
                 p.requires_grad_(self.trained[g])
         self.spec, self.n, self.device, self.tm = spec, n, device, tm
-        spec.check()
-        if tm.is_lm and spec.smoothing is None:
-            raise BoundcalcError("bound-trained posterior of a language model: its smoothing α "
-                                 "(BoundTraining.smoothing) must lie in (0, 1), got None")
         draws = WeightDraws if tm.is_lm else GradRowNoise
         self.hooks = draws(self.model, {name: index[groups[name]] for name, _ in self.named},
                            generator)
@@ -445,8 +445,8 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
 
     μ takes SGD steps (momentum): Adam's per-coordinate steps of size ~lr would move every
     coordinate, and the KL counts every coordinate's move. ln(σ_Q,g/σ_P,g) takes Adam steps of
-    ``lr_sigma``/√d_g (the KL's curvature there is 2·d_g)."""
-    spec.check()
+    ``lr_sigma``/√d_g (the KL's curvature there is 2·d_g). ``spec`` is checked by
+    :class:`BoundObjective` before anything moves."""
     t0 = time.monotonic()
     gen = torch.Generator(device=device).manual_seed(spec.seed + 20_000)
     f = BoundObjective(tm, prior, device, groups, sigma_prior, spec, data.n, gen)

@@ -22,6 +22,10 @@ from .sigma_grid import snapped_sigmas
 # declared here, with the options that choose them, so that reading them loads no torch
 MODES = ("auto", "sample", "whole")
 PRECISIONS = ("fp32", "tf32", "bf16")
+# the bound-trained posterior's choices (bound_posterior.BoundTraining; certify's --bound-*)
+BOUND_SIGMAS = ("groups", "scale")  # what is learned of σ: σ_Q,g per group, or the prior's scale
+BOUND_INITS = ("model", "prior")  # where μ starts
+BOUND_MEANS = ("all", "moved")  # whose means are trained: every group's, or those model ≠ prior
 
 # keyword names a caller may use for a field (measure_task's older argument names)
 ALIASES = {"alpha": "smoothing"}

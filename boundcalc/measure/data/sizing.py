@@ -202,7 +202,7 @@ def search_split(tune: Any, opts: MeasureOptions) -> Any:
     m = searched_rows(opts, tune.n if tune is not None else None)
     if tune is None or m is None or m >= tune.n:
         return tune
-    sizes = [next(iter(inputs.values())).shape[0] for inputs, _ in tune.batches]
+    sizes = [_rows(b) for b in tune.batches]
     classes = not any(y is None or y.ndim != 1 or y.is_floating_point()
                       for _, y in tune.batches)  # one class label per row
     labels = torch.cat([y for _, y in tune.batches]).tolist() if classes else None

@@ -139,9 +139,8 @@ def estimate(plan: list[Stage], speed: dict[str, Any]) -> float:
 def _stage_seconds(s: Stage, speed: dict[str, Any]) -> float:
     """One stage's seconds: its row forwards at the calibrated speed (a Hessian-vector product
     as :data:`HVP_COST` plain forwards) and its whole-model draws at ``speed["draw"]``."""
-    if s.kind == "hvp":
-        return s.passes * s.rows * HVP_COST * speed["plain"] + s.draws * speed.get("draw", 0.0)
-    return s.row_forwards * speed["noisy" if s.kind == "noisy" else "plain"] \
+    forwards = s.passes * s.rows * HVP_COST if s.kind == "hvp" else s.row_forwards
+    return forwards * speed["noisy" if s.kind == "noisy" else "plain"] \
         + s.draws * speed.get("draw", 0.0)
 
 
