@@ -190,7 +190,7 @@ def run_command(cmd: list[str], rec: dict, write, limit: float) -> None:
     try:
         for line in proc.stdout:
             now = time.monotonic() - t0
-            rec["progress"].append([round(now, 2), line.rstrip()[:300]])
+            rec["progress"].append([round(now, 6), line.rstrip()[:300]])
             mc = monte_carlo_rate(rec["progress"])
             if mc:
                 mc["fraction_of_plain"] = mc["samples_per_s"] / rec["plain_samples_per_s"]
