@@ -16,14 +16,17 @@ equality, one word says what the row is about:
 * ``unknown``: no record (hand-set code lengths, or a stats file from before the record).
 
 Only ``measured`` rows are about the user's model; the others are listed apart. So is a row on
-the bound-trained Gibbs posterior (``about`` = ``bound_posterior``: its mean was trained on the
-bound after the measured model, :mod:`boundcalc.measure.data.bound_posterior`).
+a posterior a route trained after the measured model (:data:`POSTERIOR_ROUTES`: the
+bound-trained Gibbs posterior, ``about`` = ``bound_posterior``, whose mean was trained on the
+bound, :mod:`boundcalc.measure.data.bound_posterior`). Every certified row's predictor, these
+and the others, is named by :mod:`boundcalc.claim`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 MIN_AGREEMENT = 0.95
 PRIOR_TOLERANCE = 0.01
@@ -99,15 +102,42 @@ def bound_posterior(record: Any) -> dict[str, Any]:
                     + "), not the measured model's own weights"}
 
 
+@dataclass(frozen=True)
+class PosteriorRoute:
+    """A posterior that a route trains after the measured model and certifies instead of it:
+    ``key`` (the word in ``about``), ``stat`` (the curve its certified rows read),
+    ``record`` (its ``stats.provenance`` entry), ``heading`` (the predictor in a table's
+    title) and ``describe(record)`` (the ``{"about", "text"}`` of a row, from that record)."""
+
+    key: str
+    stat: str
+    record: str
+    heading: str
+    describe: Callable[[Any], dict[str, Any]]
+
+
+# The posteriors certified apart from the measured model, one line each: a new posterior
+# route (a subspace posterior, …) declares its predictor here, and certify's tables, report.json,
+# compare and LaTeX name it from this line (boundcalc.claim).
+POSTERIOR_ROUTES: tuple[PosteriorRoute, ...] = (
+    PosteriorRoute("bound_posterior", LEARNED_STAT, "gibbs_learned",
+                   "the bound-trained Gibbs posterior (not model/'s own weights)",
+                   bound_posterior),
+)
+
+
 def certified_model(entry: Any, stats: Any) -> dict[str, Any] | None:
-    """For a certified compression entry: :func:`classify` of the stats file's compression
-    record; for a certified row on the bound-trained Gibbs posterior: :func:`bound_posterior`;
-    None for every other entry."""
+    """For a certified row on a posterior of :data:`POSTERIOR_ROUTES`: its ``describe`` of
+    its provenance record; for a certified compression entry: :func:`classify` of the stats
+    file's compression record; None for every other entry."""
     prov = getattr(stats, "provenance", None) if stats is not None else None
     if getattr(entry, "kind", None) != "certified":
         return None
-    if any(s.stat == LEARNED_STAT for s in entry.symbols.values()):
-        return bound_posterior(prov.get("gibbs_learned") if isinstance(prov, Mapping) else None)
+    read = {s.stat for s in entry.symbols.values()}
+    for route in POSTERIOR_ROUTES:
+        if route.stat in read:
+            return route.describe(prov.get(route.record) if isinstance(prov, Mapping)
+                                  else None)
     if not is_compression_entry(entry):
         return None
     record = prov.get("compression") if isinstance(prov, Mapping) else None

@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "boundcalc"
 ROOMS: list[tuple[int, str, tuple[str, ...]]] = [
     (0, "base", ("boundcalc", "boundcalc.errors", "boundcalc._lazy", "boundcalc.result",
                  "boundcalc.prior_spec", "boundcalc.codecheck", "boundcalc.which_model",
-                 "boundcalc.hints", "boundcalc.bundled", "boundcalc.words",
+                 "boundcalc.claim", "boundcalc.hints", "boundcalc.bundled", "boundcalc.words",
                  "boundcalc.rounding", "boundcalc.options", "boundcalc.task_facts")),
     (1, "budgets", ("boundcalc.limits", "boundcalc.plan")),
     (1, "engine", ("boundcalc.engine.*",)),

@@ -22,11 +22,10 @@ not counted.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import numpy as np
+from ..claim import Claim, Predictor, gibbs_sigma, predictor_of, predictor_text  # noqa: F401
 
 TEST_SET_ID = "test_set_kl"
 TEST_SET_DELTA = 0.05  # fixed before any held-out row is read
@@ -75,10 +74,10 @@ def test_set_row(ev: Evidence) -> dict[str, Any] | None:
         return None
     r = test_set_bound(ev.model_test)
     c = ev.model_test
-    return {"id": r.id, "certifies": "model/ itself", "value": r.value, "delta": r.delta,
-            "is_bound": r.is_bound, "errors": c.errors, "m": c.m, "on": "the held-out rows",
-            "how": f"test-set bound: {c.errors} errors of model/ on {c.m} held-out rows, "
-                   "kl⁻¹(k/m, ln(1/δ)/m)", "source": r.source}
+    return Claim.of(r, Predictor("model", "model/ itself"), "the held-out rows",
+                    errors=c.errors, m=c.m, source=r.source,
+                    how=f"test-set bound: {c.errors} errors of model/ on {c.m} held-out rows, "
+                        "kl⁻¹(k/m, ln(1/δ)/m)").row()
 
 
 # rows about model/ itself; each takes the Evidence and returns a row or None. A new route
@@ -92,41 +91,12 @@ def baseline(ev: Evidence) -> dict[str, Any] | None:
         return None
     r = test_set_bound(ev.prior_on_S)
     c = ev.prior_on_S
-    return {"id": r.id, "certifies": "prior/ (the prior, trained without S)", "value": r.value,
-            "delta": r.delta, "errors": c.errors, "m": c.m, "on": "S", "claimed": False,
-            "how": f"test-set bound: {c.errors} errors of the prior on the {c.m} rows of S, "
-                   "which it never saw", "note": "shown for comparison, not claimed: not in "
-                   "the total probability"}
-
-
-def gibbs_sigma(entry: Any, params: Mapping[str, Any], stats: Any) -> tuple[Any, int] | None:
-    """``(σ, passes)`` of the Gibbs predictor a certified row is about: an isotropic row's σ
-    (its chosen point of ``gibbs_risk_mean``) or a groups row's ``{group: σ_g}``
-    (``provenance.gibbs_groups``); None for a row that is not about a Gibbs predictor."""
-    stat_of = {(s.stat or "") for s in entry.symbols.values()}
-    if "curves.gibbs_risk_groups" in stat_of:
-        rec = (stats.provenance or {}).get("gibbs_groups") or {}
-        if not rec.get("groups") or "scale" not in params:
-            return None
-        if not math.isclose(float(params["scale"]), float(rec["scale"]), rel_tol=1e-9):
-            return None
-        return dict(zip(rec["groups"], map(float, rec["sigma"]))), int(rec["mc"]["passes"])
-    if "curves.gibbs_risk_mean" in stat_of and "sigma" in params:
-        passes = stats.scalars.get("gibbs_passes")
-        return float(params["sigma"]), int(passes.value) if passes is not None else 1
-    return None
-
-
-def predictor_text(sigma: Any) -> str:
-    """The Gibbs predictor in words."""
-    if isinstance(sigma, Mapping):
-        vals = sorted(set(sigma.values()))
-        what = (f"σ = {vals[0]:.4g} on every group" if len(vals) == 1 else
-                f"σ_g from {vals[0]:.3g} to {vals[-1]:.3g} over {len(sigma)} groups")
-        return ("the Gibbs predictor of model/: each input answered by its own draw "
-                f"w ∼ N(model/, diag σ_g²), {what}")
-    return ("the Gibbs predictor of model/: each input answered by its own draw "
-            f"w ∼ N(model/, σ²I), σ = {sigma:.4g}")
+    return Claim.of(r, Predictor("prior", "prior/ (the prior, trained without S)"), "S",
+                    claimed=False, errors=c.errors, m=c.m,
+                    how=f"test-set bound: {c.errors} errors of the prior on the {c.m} rows of "
+                        "S, which it never saw",
+                    note="shown for comparison, not claimed: not in the total "
+                         "probability").row()
 
 
 def _gibbs_error(ev: Evidence, sigma: Any, passes: int) -> dict[str, Any] | None:
@@ -140,28 +110,18 @@ def _gibbs_error(ev: Evidence, sigma: Any, passes: int) -> dict[str, Any] | None
 
 
 def _row(r: Any, entry: Any, stats: Any, ev: Evidence) -> dict[str, Any]:
+    """The claim of one certified result on ``stats.json``, with the held-out error of the
+    Gibbs predictor it certifies (at the row's σ) and its floor."""
     from ..floor import breakdown_text
 
     f = r.floor or {}
     gs = gibbs_sigma(entry, r.parameters, stats) if r.is_bound else None
     sigma, passes = gs if gs is not None else (None, 0)
-    return {
-        "id": r.id, "value": r.value if np.isfinite(r.value) else None, "label": r.label,
-        "is_bound": r.is_bound, "vacuous": r.vacuous, "vacuous_against": r.vacuous_text,
-        "vacuous_at": r.vacuous_threshold, "delta": r.delta,
-        "certifies": predictor_text(sigma) if sigma is not None else None,
-        "sigma": sigma, "gibbs_test_error": _gibbs_error(ev, sigma, passes),
-        "floor": f.get("own"), "dominates": breakdown_text(r.floor, short=True)
-        if r.floor else None, "breakdown": breakdown_text(r.floor) if r.floor else None}
-
-
-def _other_text(record: Any) -> str:
-    """What a certified row that is not a Gibbs row certifies (a compression row: the model its
-    code decodes to, in :mod:`boundcalc.which_model`' words)."""
-    if isinstance(record, Mapping) and record.get("text"):
-        text = str(record["text"])
-        return text[len("certifies "):] if text.startswith("certifies ") else text
-    return "the predictor its entry states (not a Gibbs row; see its entry)"
+    return Claim.of(r, predictor_of(entry, r.parameters, stats), "S",
+                    sigma=sigma, gibbs_test_error=_gibbs_error(ev, sigma, passes),
+                    floor=f.get("own"), dominates=breakdown_text(r.floor, short=True)
+                    if r.floor else None,
+                    breakdown=breakdown_text(r.floor) if r.floor else None).row()
 
 
 def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
@@ -191,9 +151,8 @@ def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
         own = next(x for x in report["certified"] if x["id"] == m["id"])
         # values rounded up to 4 digits first: minimum_line's %.4g then prints them as they are
         shown = {**m, "value": round_up(m["value"], 4), "row_value": round_up(m["row_value"], 4)}
-        m.update(line=minimum_line(shown), sigma=sigma,
-                 certifies=predictor_text(sigma) if sigma is not None else
-                 _other_text(m.get("certifies")),
+        m.update(line=minimum_line(shown), sigma=sigma, certifies=own["certifies"],
+                 predictor=own["predictor"], about=own["about"],
                  gibbs_test_error=_gibbs_error(ev, sigma, passes),
                  model_test_error=ev.model_test.rate if ev.model_test else None,
                  floor=own["floor"], dominates=own["dominates"],

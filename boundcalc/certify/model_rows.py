@@ -15,12 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from ..claim import THROUGH_GIBBS, Claim, Predictor
 
 MODEL_STATS = "stats_model.json"
 ENTRIES = ("disagreement_gibbs_groups_mc",)
 GIBBS_ROW = "pac_bayes_kl_gaussian_groups_mc"  # the Gibbs row each one starts from
-CERTIFIES = "model/ itself (through the Gibbs posterior)"
+CERTIFIES = THROUGH_GIBBS
 
 
 def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int | None,
@@ -48,9 +48,10 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
         return []
     stats = load_stats(out / "stats.json")
     if "gibbs_groups" not in stats.provenance:
-        return [{"id": e, "value": None, "certifies": CERTIFIES,
-                 "skipped": "no per-group Gibbs measurement on S (measure with tune_data)"}
-                for e in ENTRIES]
+        return [Claim(e, None, None, "certified", False, Predictor("model", CERTIFIES),
+                      "the held-out texts and S", fields={
+                          "skipped": "no per-group Gibbs measurement on S (measure with "
+                                     "tune_data)"}).row() for e in ENTRIES]
     dev = torch.device(device) if not isinstance(device, torch.device) else device
     tm = load_task_model(out / "model", dev)
     rows = read_sized(out / "test.jsonl", tm, dev, max_length=max_length, given=batch_size)
@@ -68,11 +69,9 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
                               contributions=False), entry, stats, test_error)
         conf = {s: float(r.inputs[s]) for s, spec in entry.symbols.items()
                 if spec.role == "confidence" and s in r.inputs}
-        found.append({
-            "id": r.id, "value": r.value if np.isfinite(r.value) else None, "label": r.label,
-            "is_bound": r.is_bound, "vacuous": r.vacuous, "vacuous_against": r.vacuous_text,
-            "vacuous_at": r.vacuous_threshold, "delta": r.delta, "delta_split": conf,
-            "terms": {k: float(v) for k, v in r.terms.items()}, "test_error": r.test_error,
-            "certifies": CERTIFIES, "gibbs_row": GIBBS_ROW,
-            "disagreements": got.count, "rows": got.rows, "stats": str(out / MODEL_STATS)})
+        found.append(Claim.of(
+            r, Predictor("model", CERTIFIES), "the held-out texts and S",
+            delta_split=conf, terms={k: float(v) for k, v in r.terms.items()},
+            test_error=r.test_error, gibbs_row=GIBBS_ROW, disagreements=got.count,
+            rows=got.rows, stats=str(out / MODEL_STATS)).row())
     return found

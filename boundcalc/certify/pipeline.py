@@ -56,7 +56,8 @@ from .train import Progress, TrainSpec, save_folder
 
 # in the keys of their steps: a folder made by an earlier rule re-runs that step
 SPLIT_RULE = "seeded permutation, no label read; classes from the prior's rows"
-REPORT_FORM = "minimum at delta/k; test-set rows; baseline; Gibbs held-out error"
+REPORT_FORM = ("minimum at delta/k; test-set rows; baseline; Gibbs held-out error; every row "
+               "a claim naming its predictor")
 CERTIFIES = ("the PAC-Bayes (Gibbs) rows: the Gibbs predictor of model/, a random classifier "
              "that answers each input with its own draw w ∼ N(model/, σ²) (not model/ itself); "
              "the test-set rows (model_rows): model/ itself; the baseline: the prior, not "

@@ -112,33 +112,46 @@ def _up(x) -> str:
     return "—" if x is None else upper_text(x, 4)
 
 
-def certified_rows_table(rep: dict):
-    """One row per certified bound: its value (rounded up), its δ, vacuous or not, the held-out
-    error of the predictor it certifies (the Gibbs predictor at the row's σ) and the floor
-    (what dominates: in the line on the least row, and in report.json)."""
+def claim_rows(rep: dict) -> list:
+    """Every row of the report a table shows: the certified bounds on S, the rows about
+    model/ itself that were evaluated, and the baseline (each a :meth:`boundcalc.claim.Claim.row`,
+    naming its predictor)."""
+    return [r for r in rep["certified"] if r["is_bound"]] + \
+        [r for r in rep.get("model_rows", []) if r.get("value") is not None] + \
+        ([rep["baseline"]] if rep.get("baseline") else [])
+
+
+def certified_rows_tables(rep: dict) -> list:
+    """One table per predictor the rows certify (:func:`boundcalc.claim.grouped`: the Gibbs
+    predictor of model/, a trained posterior, the decoded model, model/ itself, the prior),
+    titled by it; each row's value (rounded up), δ, vacuous or not, the held-out error of the
+    Gibbs predictor it certifies (at the row's σ) and the floor (what dominates: in the line on
+    the least row, and in report.json)."""
     from rich.table import Table
 
+    from ..claim import grouped
     from ..rounding import lower_text
 
-    rows = [r for r in rep["certified"] if r["is_bound"]]
-    t = Table(title="certified rows, each at its own δ: the Gibbs predictor of model/ (not "
-                    "model/ itself)",
-              caption="held-out: the error of the Gibbs predictor of the row (Monte Carlo mean "
-                      "over per-row draws at the row's σ); floor: kl⁻¹(ê, c(δ)/n), the value "
-                      "with zero complexity; what dominates each: report.json"
-                      + (f"; {len(rep['certified']) - len(rows)} estimated row(s), not bounds, "
-                         "left out" if len(rows) < len(rep["certified"]) else ""),
-              caption_justify="left", pad_edge=False)
-    t.add_column("id", no_wrap=True)
-    for col in ("value ≤", "δ", "vacuous", "held-out", "floor"):
-        t.add_column(col, justify="right", no_wrap=True, min_width=len(col))
-    for r in rows:
-        g = r.get("gibbs_test_error")
-        t.add_row(r["id"], _up(r["value"]), f"{r['delta']:.3g}",
-                  "—" if r["vacuous"] is None else ("yes" if r["vacuous"] else "no"),
-                  "—" if not g else f"{g['value']:.4f}",
-                  "—" if r.get("floor") is None else lower_text(r["floor"], 3))
-    return t
+    left = sum(1 for r in rep["certified"] if not r["is_bound"])
+    tables = []
+    for heading, rows in grouped(claim_rows(rep)):
+        t = Table(title=f"certified rows about {heading}, each at its own δ",
+                  caption="held-out: the error of the Gibbs predictor of the row (Monte Carlo "
+                          "mean over per-row draws at the row's σ); floor: kl⁻¹(ê, c(δ)/n), "
+                          "the value with zero complexity; what dominates each: report.json"
+                          + (f"; {left} estimated row(s), not bounds, left out" if left else ""),
+                  caption_justify="left", pad_edge=False)
+        t.add_column("id", no_wrap=True)
+        for col in ("value ≤", "δ", "on", "vacuous", "held-out", "floor"):
+            t.add_column(col, justify="right", no_wrap=col != "on", min_width=len(col))
+        for r in rows:
+            g = r.get("gibbs_test_error")
+            t.add_row(r["id"], _up(r["value"]), f"{r['delta']:.3g}", r["on"],
+                      "—" if r.get("vacuous") is None else ("yes" if r["vacuous"] else "no"),
+                      "—" if not g else f"{g['value']:.4f}",
+                      "—" if r.get("floor") is None else lower_text(r["floor"], 3))
+        tables.append(t)
+    return tables
 
 
 def print_result(result) -> None:
@@ -160,8 +173,8 @@ def print_result(result) -> None:
     else:
         say("held-out error: no --test-data given (no test-set bound for model/, no held-out "
             "error of the Gibbs predictor)")
-    if rep.get("certified"):
-        console.print(certified_rows_table(rep))
+    for table in certified_rows_tables(rep):
+        console.print(table)
     m = rep.get("minimum")
     if m is not None and m["delta_total"] >= 1:  # never a bound: Σδ ≥ 1 guarantees nothing
         say(f"no certified minimum: {escape(m['line'])}")
