@@ -29,6 +29,7 @@ from typing import Any, Mapping
 from .which_model import POSTERIOR_ROUTES, certified_model
 
 MODEL = "model/"  # certify's name for the measured model
+MEASURED = ("the measured model", "w")  # its name elsewhere (compare, optimize), and its weights
 
 # the predictors, in the order certify's tables list them; their headings
 PREDICTORS: dict[str, str] = {
@@ -84,16 +85,19 @@ def gibbs_sigma(entry: Any, params: Mapping[str, Any], stats: Any) -> tuple[Any,
     return None
 
 
-def predictor_text(sigma: Any, model: str = MODEL) -> str:
-    """The Gibbs predictor of ``model`` at ``sigma`` (a float, or ``{group: σ_g}``) in words."""
+def predictor_text(sigma: Any, model: str = MODEL, centre: str | None = None) -> str:
+    """The Gibbs predictor of ``model`` (its weights ``centre``, default ``model``) at
+    ``sigma`` (a float, or ``{group: σ_g}``) in words."""
+    centre = centre or model
+    draw = f"{'w' if centre == model else 'w′'} ∼ N({centre}"
     if isinstance(sigma, Mapping):
         vals = sorted(set(sigma.values()))
         what = (f"σ = {vals[0]:.4g} on every group" if len(vals) == 1 else
                 f"σ_g from {vals[0]:.3g} to {vals[-1]:.3g} over {len(sigma)} groups")
         return (f"the Gibbs predictor of {model}: each input answered by its own draw "
-                f"w ∼ N({model}, diag σ_g²), {what}")
+                f"{draw}, diag σ_g²), {what}")
     return (f"the Gibbs predictor of {model}: each input answered by its own draw "
-            f"w ∼ N({model}, σ²I), σ = {sigma:.4g}")
+            f"{draw}, σ²I), σ = {sigma:.4g}")
 
 
 def _words(record: Mapping[str, Any]) -> str:
@@ -101,28 +105,35 @@ def _words(record: Mapping[str, Any]) -> str:
     return text[len("certifies "):] if text.startswith("certifies ") else text
 
 
-def predictor_of(entry: Any, params: Mapping[str, Any], stats: Any,
-                 model: str = MODEL) -> Predictor:
+def predictor_of(entry: Any, params: Mapping[str, Any], stats: Any, model: str = MODEL,
+                 centre: str | None = None) -> Predictor:
     """The predictor a certified row of ``entry`` (at ``params``, on ``stats``) is about
-    (module docstring); ``model``: the measured model's name in the words."""
+    (module docstring); ``model``: the measured model's name in the words, ``centre``: its
+    weights' (default ``model``)."""
     record = certified_model(entry, stats)
     if record is not None:  # a posterior route's row, or a compression row
-        key = record["about"] if record["about"] in PREDICTORS else "decoded"
+        routes = {r.key for r in POSTERIOR_ROUTES}
+        key = record["about"] if record["about"] in routes else "decoded"
         return Predictor(key, _words(record))
     read = {(s.stat or "") for s in entry.symbols.values()}
     if any(s.startswith(ITSELF_STATS) for s in read):
         return Predictor("model", THROUGH_GIBBS.replace(MODEL, model))
     if any(s.startswith(GIBBS_STATS) for s in read):
         gs = gibbs_sigma(entry, params, stats) if stats is not None else None
-        return Predictor("gibbs", predictor_text(gs[0], model) if gs is not None else
-                         f"the Gibbs predictor of {model}: each input answered by its own "
-                         f"draw from a Gaussian posterior around {model}")
+        return Predictor("gibbs", predictor_text(gs[0], model, centre) if gs is not None
+                         else f"the Gibbs predictor of {model}: each input answered by its "
+                              f"own draw from a Gaussian posterior around {centre or model}")
     return Predictor("model", f"{model} itself")
 
 
-def about(predictor: Predictor) -> dict[str, Any]:
-    """``Result.certifies`` of a row about ``predictor`` when no record says more."""
-    return {"about": predictor.key, "text": "certifies " + predictor.text}
+def about(entry: Any, params: Mapping[str, Any], stats: Any) -> dict[str, Any] | None:
+    """``Result.predictor`` of a row of ``entry`` measured on ``stats`` (None for an entry that
+    is not certified, or without a stats file): ``{"about": key, "text": "certifies …"}``,
+    in the words of a measurement outside certify (:data:`MEASURED`)."""
+    if stats is None or getattr(entry, "kind", None) != "certified":
+        return None
+    p = predictor_of(entry, params, stats, *MEASURED)
+    return {"about": p.key, "text": "certifies " + p.text}
 
 
 @dataclass

@@ -216,11 +216,14 @@ def vacuity_level(entry: Entry, stats: Stats | None) -> tuple[float, str]:
 
 def annotate(result: Result, entry: Entry, stats: Stats | None,
              test_error: float | None = None) -> Result:
-    """Attach the trivial predictor's error (for a 0-1 risk bound), a held-out test error and,
-    for a certified compression row, the model its code decodes to (:mod:`.which_model`)."""
+    """Attach the trivial predictor's error (for a 0-1 risk bound), a held-out test error,
+    for a certified compression row the model its code decodes to (:mod:`.which_model`), and
+    for every certified row on a stats file the predictor it is about (:mod:`.claim`)."""
+    from .claim import about
     from .which_model import certified_model
 
     result.certifies = certified_model(entry, stats)
+    result.predictor = about(entry, result.parameters, stats)
     result.unit = unit_of(entry, stats)
     if bounds_zero_one(entry):
         result.trivial = trivial_predictor(stats)

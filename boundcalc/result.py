@@ -47,7 +47,16 @@ class Result:
     test_error: float | None = None
     # for a certified compression row, the model its code decodes to (boundcalc.which_model)
     certifies: dict[str, Any] | None = None
+    # for every certified row on a stats file, the predictor it is about (boundcalc.claim)
+    predictor: dict[str, Any] | None = None
     unit: str | None = None  # of a value that is not a probability ('bits per token')
+
+    @property
+    def about_text(self) -> str | None:
+        """What the row certifies, in words ("certifies …"): the compression or posterior
+        record's (``certifies``), else the predictor's (``predictor``); None without either."""
+        found = self.certifies or self.predictor
+        return found["text"] if found else None
 
     @property
     def failed_assumptions(self) -> list[str]:

@@ -25,27 +25,27 @@ def check_posterior(name: str) -> None:
                              f"{', '.join(POSTERIORS)}")
 
 
-def bound_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None:
+def bound_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = None,
+               loaded: Any = None) -> None:
     """Train, save and measure the bound-trained Gibbs posterior into ``stats`` (see the
-    module docstring); ``cfg`` is the run's :class:`~.pipeline.CertifyConfig`."""
+    module docstring); ``cfg`` is the measure step's
+    :class:`~.config.MeasureSettings`; model/, prior/ and the rows come from ``loaded`` (the
+    run's :class:`~.loaded.Loaded`; a new one without it), μ is trained on a copy of model/."""
     from ..measure.data.bound_posterior import BoundTraining, add_bound_posterior
-    from ..measure.data.hf import load_task_model
-    from ..measure.device import resolve_device
     from ..measure.threads import blas_threads, data_threads
+    from .loaded import Loaded
     from .train import save_folder
 
-    from ..measure.data.batch_rows import read_sized
-
     check_posterior(cfg.posterior)
-    dev = resolve_device(cfg.device)
-    tm = load_task_model(out / "model", dev)
-    prior = load_task_model(out / "prior", dev)
+    loaded = loaded or Loaded(out, device)
+    dev = loaded.device
+    tm = loaded.copy("model")  # trained into μ below: the shared model/ stays as it was
+    prior = loaded.model("prior")
 
-    def read(path: Path):
-        return read_sized(str(path), tm, dev, max_length=cfg.max_length,
-                          given=cfg.batch_size)
+    def read(name: str):
+        return loaded.batches(name, max_length=cfg.max_length, batch_size=cfg.batch_size)
 
-    S = read(out / "S.jsonl")
+    S = read("S.jsonl")
     spec = BoundTraining(epochs=cfg.bound_epochs, lr_mu=cfg.bound_lr, seed=cfg.seed,
                          sigma=cfg.bound_sigma, init=cfg.bound_init)
     with blas_threads(data_threads(tm.model, dev)):
@@ -54,9 +54,9 @@ def bound_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None:
                                       progress=progress)
         rec = stats.provenance["gibbs_learned"]
         rec["mean_model"] = str(out / FOLDER)
-        test = out / "test.jsonl"
-        if test.exists():
-            rec["held_out"] = _held_out(tm, read(test), dev, learned, cfg.seed + 50_000)
+        if (out / "test.jsonl").exists():
+            rec["held_out"] = _held_out(tm, read("test.jsonl"), dev, learned,
+                                        cfg.seed + 50_000)
     save_folder(tm.model, tm.tokenizer, out / FOLDER, {"step": "measure",
                                                         "posterior": "bound"})
 

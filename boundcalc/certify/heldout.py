@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 from ..errors import OutputError
 from ..files import read_json_lines
 from .claims import Count, Evidence
+from .loaded import Loaded
 
 
 def read_jsonl(path: Path) -> tuple[list[str], list[int]]:
@@ -31,27 +32,24 @@ def _count(model: Any, tok: Any, rows: tuple[list[str], list[int]], max_length: 
 
 
 def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, seed: int,
-             device: Any) -> Callable[[Any, int], tuple[float, int, str]]:
+             device: Any, loaded: Loaded | None = None) -> Callable[[Any, int],
+                                                                   tuple[float, int, str]]:
     """``f(sigma, passes)``: the Gibbs predictor of ``out/model`` on ``data`` at ``sigma`` (a
     float, or ``{group: σ_g}`` over :func:`~boundcalc.measure.data.tune.sigma_groups`), as
-    ``(mean 0-1 error, N independent losses, how)``. The model and rows are loaded once."""
-    loaded: dict[str, Any] = {}
+    ``(mean 0-1 error, N independent losses, how)``. The model and rows come from ``loaded``
+    (the run's :class:`~.loaded.Loaded`; a new one without it): loaded once."""
+    loaded = loaded or Loaded(out, device)
 
     def f(sigma: Any, passes: int) -> tuple[float, int, str]:
         from ..measure.device import default_precision, precision
         from ..measure.threads import blas_threads, data_threads
-        from ..measure.data.batch_rows import read_sized
         from ..measure.data.gibbs import MonteCarlo
-        from ..measure.data.hf import load_task_model
         from ..measure.data.options import MeasureOptions
         from ..measure.data.tune import _mapping, final_risk, sigma_groups
 
-        if not loaded:
-            tm = load_task_model(out / "model", device)
-            loaded.update(tm=tm, rows=read_sized(
-                data, tm, next(tm.model.parameters()).device, max_length=max_length,
-                given=batch_size))
-        tm, rows = loaded["tm"], loaded["rows"]
+        tm = loaded.model("model")
+        rows = loaded.batches(str(Path(data).resolve()), max_length=max_length,
+                              batch_size=batch_size)
         names = [n for n, _ in tm.model.named_parameters()]
         sig = _mapping(sigma_groups(tm.model), sigma) if isinstance(sigma, Mapping) else \
             dict.fromkeys(names, float(sigma))
@@ -69,19 +67,19 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, see
 
 
 def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int | None,
-                     seed: int, device: Any) -> Evidence:
+                     seed: int, device: Any, loaded: Loaded | None = None) -> Evidence:
     """model/ and the prior on ``test.jsonl`` (when ``has_test``), the prior on ``S.jsonl``,
     and the Gibbs predictor's held-out error as a function (see :class:`.claims.Evidence`).
     ``batch_size`` None: the sizes chosen per device (32 rows on a CPU; the Gibbs measurement
     reads the held-out rows in batches sized to a card,
     :func:`~boundcalc.measure.data.batch_rows.read_sized`).
-    Both models are loaded by :func:`.train.load_trained`."""
-    from .train import load_trained
-
+    Both models and both splits come from ``loaded`` (the run's :class:`~.loaded.Loaded`;
+    a new one without it)."""
+    loaded = loaded or Loaded(out, device)
     ev = Evidence()
-    test = read_jsonl(out / "test.jsonl") if has_test else None
+    test = loaded.rows("test.jsonl") if has_test else None
     for name in ("model", "prior"):
-        m, tok = load_trained(out / name)
+        m, tok = loaded.model(name).model, loaded.tokenizer(name)
         if test is not None:
             c = _count(m, tok, test, max_length, batch_size, device)
             if name == "model":
@@ -89,8 +87,9 @@ def measure_evidence(out: Path, has_test: bool, max_length: int, batch_size: int
             else:
                 ev.prior_test = c
         if name == "prior":  # S is a held-out set for the prior: it never saw S
-            ev.prior_on_S = _count(m, tok, read_jsonl(out / "S.jsonl"), max_length,
-                                   batch_size, device)
+            ev.prior_on_S = _count(m, tok, loaded.rows("S.jsonl"), max_length, batch_size,
+                                   device)
     if test is not None:
-        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size, seed, device)
+        ev.gibbs = gibbs_on(out, out / "test.jsonl", max_length, batch_size, seed, device,
+                            loaded)
     return ev

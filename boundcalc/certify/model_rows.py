@@ -24,8 +24,8 @@ CERTIFIES = THROUGH_GIBBS
 
 
 def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int | None,
-               seed: int, test_error: float | None = None,
-               progress: Any = None) -> list[dict[str, Any]]:
+               seed: int, test_error: float | None = None, progress: Any = None,
+               loaded: Any = None) -> list[dict[str, Any]]:
     """The rows that certify ``out/model`` itself, measured on ``out/test.jsonl`` (texts only)
     against ``out/stats.json`` (module docstring); ``[]`` without a held-out set. A stats file
     without the per-group Gibbs measurement gives one row with ``value`` None and the reason
@@ -34,10 +34,9 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
     import torch
 
     from ..floor import annotate
-    from ..measure.data.batch_rows import read_sized
     from ..measure.data.dataset_io import Batched
     from ..measure.data.disagreement import add_disagreement
-    from ..measure.data.hf import load_task_model
+    from .loaded import Loaded
     from ..measure.threads import blas_threads, data_threads
     from ..optimize import optimize
     from ..registry import load_registry
@@ -53,8 +52,9 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
                           "skipped": "no per-group Gibbs measurement on S (measure with "
                                      "tune_data)"}).row() for e in ENTRIES]
     dev = torch.device(device) if not isinstance(device, torch.device) else device
-    tm = load_task_model(out / "model", dev)
-    rows = read_sized(out / "test.jsonl", tm, dev, max_length=max_length, given=batch_size)
+    loaded = loaded or Loaded(out, dev)
+    tm = loaded.model("model")
+    rows = loaded.batches("test.jsonl", max_length=max_length, batch_size=batch_size)
     texts_only = Batched([(inputs, None) for inputs, _ in rows.batches], rows.n, rows.seq_len,
                          rows.source, rows.description + ", labels unused", rows.tokens)
     with blas_threads(data_threads(tm.model, dev)):  # as every data-side pass: one thread

@@ -3,7 +3,9 @@ procedure trains (the recipe of ``examples/digits_vit.py``, as one function).
 
 Steps, each an object with its contract (:mod:`.steps`: its name, the sub-record of the settings
 it reads — :class:`~.config.SplitSettings` and its kin —, its key, ``run(context) → outputs``),
-run in order by one chain (:data:`CHAIN`), each writing its output under ``out`` through
+run in order by one chain (:data:`CHAIN`), sharing one loaded model/, prior/ and each split
+(:class:`~.loaded.Loaded`, on the context; dropped when a step rewrites them), each writing its
+output under ``out`` through
 :mod:`boundcalc.files` and reused when it is already there for the same inputs and settings and
 hashes to what the step wrote (so a killed run resumes where it stopped, to the uninterrupted
 run's numbers; the folder is certify's own: :mod:`.run_folder`):
@@ -60,8 +62,10 @@ REPORT_FORM = ("minimum at delta/k; test-set rows; baseline; Gibbs held-out erro
                "a claim naming its predictor")
 CERTIFIES = ("the PAC-Bayes (Gibbs) rows: the Gibbs predictor of model/, a random classifier "
              "that answers each input with its own draw w ∼ N(model/, σ²) (not model/ itself); "
-             "the test-set rows (model_rows): model/ itself; the baseline: the prior, not "
-             "claimed; on the distribution the rows of DATA were drawn from")
+             "the bound-trained posterior's rows: that posterior; the compression rows: the "
+             "model their code decodes to; the test-set rows (model_rows): model/ itself; the "
+             "baseline: the prior, not claimed; each row names its own (certifies, "
+             "predictor); on the distribution the rows of DATA were drawn from")
 MAX_RECORD_BYTES = 1 << 30  # split.json holds every row's index: large, never unbounded
 
 
@@ -254,7 +258,9 @@ class MeasureStep(Step):
         ctx.say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
                 f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte "
                 "Carlo Gibbs risk on S)")
-        _measure(ctx.out, ctx.cfg, ctx.progress)
+        m = ctx.settings(MeasureSettings)
+        _measure(ctx.out, m, ctx.cfg.measure_options(
+            str(ctx.out / "tune.jsonl") if ctx.cfg.tune_rows else None), ctx)
         return {}
 
 
@@ -283,10 +289,9 @@ class CompareStep(Step):
                 "bounds; the Gibbs predictor on the held-out rows")
         m, out, record = ctx.settings(MeasureSettings), ctx.out, ctx.found["split"]
         ev = measure_evidence(out, "test" in record, m.max_length, m.batch_size, m.seed,
-                              ctx.device)
+                              ctx.device, ctx.loaded)
         ev.extra_model_rows = _model_rows(
-            out, ctx.cfg, ctx.device, ev.model_test.rate if ev.model_test else None,
-            ctx.progress)
+            out, m, ctx.device, ev.model_test.rate if ev.model_test else None, ctx)
         certified, report = claims.build(out / "stats.json", ev)
         prior_lr, post_lr, prior_epochs = ctx.rates
         report.update({"sizes": ctx.found["sizes"], "n_test": record.get("test", {}).get("n"),
@@ -347,34 +352,37 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     return CertifyResult(ctx.out, dict(folder.status), report, ctx.found["certified"])
 
 
-def _measure(out: Path, cfg: CertifyConfig, progress: Progress | None) -> None:
+def _measure(out: Path, m: MeasureSettings, options: Any, ctx: Context) -> None:
+    """Measure model/ on S (``options``: the data side's), with the compression and the
+    bound-trained posterior when ``m`` asks for them, model/ and prior/ from ``ctx.loaded``."""
     from ..measure.data.task_measure import measure_task
 
     then = None
-    if cfg.compress:  # on the model and the rows of S the measurement loaded
+    if m.compress:  # on the model and the rows of S the measurement loaded
         from ..measure.compress.compression import after_measure
         from ..measure.compress.options import CompressOptions, parse_levels
 
         then = after_measure(CompressOptions(select="delta", quantizer="kmeans",
-                                             levels_grid=parse_levels(cfg.levels)),
+                                             levels_grid=parse_levels(m.levels)),
                              str(out / "S.jsonl"), str(out / "prior"))
     stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
-                         cfg.measure_options(str(out / "tune.jsonl") if cfg.tune_rows else None),
-                         progress=progress, then=then)
-    if cfg.posterior != "proximal":
+                         options, progress=ctx.progress, then=then, load=ctx.loaded.model)
+    if m.compress:  # the compression moved model/ to the CPU in float32: read afresh
+        ctx.loaded.forget(["model"])
+    if m.posterior != "proximal":
         from .bound_posterior import bound_step
 
-        bound_step(stats, out, cfg, progress)
+        bound_step(stats, out, m, ctx.device, ctx.progress, ctx.loaded)
     stats.save(out / "stats.json")
 
 
-def _model_rows(out: Path, cfg: CertifyConfig, device: Any, test_error: float | None,
-                progress: Progress | None) -> list[dict[str, Any]]:
+def _model_rows(out: Path, m: MeasureSettings, device: Any, test_error: float | None,
+                ctx: Context) -> list[dict[str, Any]]:
     """The rows that certify model/ itself through its Gibbs posterior, with a held-out set
     (its texts only): the Gibbs bound plus the disagreement of model/ with its posterior
     (:mod:`.model_rows`, which writes ``stats_model.json``); ``[]`` without one."""
     from .model_rows import model_rows
 
-    return model_rows(out, device, max_length=cfg.max_length, batch_size=cfg.batch_size,
-                      seed=cfg.seed,
-                      test_error=test_error, progress=progress)
+    return model_rows(out, device, max_length=m.max_length, batch_size=m.batch_size,
+                      seed=m.seed, test_error=test_error, progress=ctx.progress,
+                      loaded=ctx.loaded)

@@ -17,8 +17,9 @@ A :class:`Step` states
 
 :class:`Chain` runs the steps in order: each is reused only when the run folder finds it
 recorded with its key and its files as written (:meth:`.run_folder.RunFolder.fresh`), else it
-runs and is recorded (:meth:`~.run_folder.RunFolder.finish`). What the steps return is
-gathered in :attr:`Context.found`.
+runs and is recorded (:meth:`~.run_folder.RunFolder.finish`), and what was loaded from the
+folders it wrote is dropped from :attr:`Context.loaded`. What the steps return is gathered in
+:attr:`Context.found`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Context:
     """One certify run as the steps see it: the inputs, the settings, where it writes, the
     device and the callbacks; the base's folder, whether it holds weights (``pretrained``) and
     the learning rates and prior epochs filled in for its kind (``rates``); ``found`` gathers
-    what each step returned, ``keys`` each step's key."""
+    what each step returned, ``keys`` each step's key; ``loaded``: the models and rows the
+    steps share (:class:`~.loaded.Loaded`, made for ``out`` and ``device`` when not given)."""
 
     base: str | Path
     data: str | Path
@@ -55,6 +57,13 @@ class Context:
     rates: tuple[float, float, int] = (0.0, 0.0, 0)
     found: dict[str, Any] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
+    loaded: Any = None  # the run's models and rows, loaded once (.loaded.Loaded)
+
+    def __post_init__(self) -> None:
+        if self.loaded is None:
+            from .loaded import Loaded
+
+            self.loaded = Loaded(self.out, self.device)
 
     def settings(self, kind: type[StepSettings]) -> Any:
         """The sub-record ``kind`` of this run's settings."""
@@ -113,4 +122,5 @@ class Chain:
                 ctx.found.update(step.reuse(ctx))
             else:
                 ctx.found.update(step.run(ctx))
+                ctx.loaded.forget(step.outputs(ctx))  # what it rewrote is read afresh
                 folder.finish(step.name, key)

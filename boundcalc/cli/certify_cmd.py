@@ -114,17 +114,18 @@ def _up(x) -> str:
 
 def claim_rows(rep: dict) -> list:
     """Every row of the report a table shows: the certified bounds on S, the rows about
-    model/ itself that were evaluated, and the baseline (each a :meth:`boundcalc.claim.Claim.row`,
-    naming its predictor)."""
+    model/ itself that were evaluated, and the baseline (each a
+    :meth:`boundcalc.claim.Claim.row`, naming its predictor)."""
     return [r for r in rep["certified"] if r["is_bound"]] + \
         [r for r in rep.get("model_rows", []) if r.get("value") is not None] + \
         ([rep["baseline"]] if rep.get("baseline") else [])
 
 
 def certified_rows_tables(rep: dict) -> list:
-    """One table per predictor the rows certify (:func:`boundcalc.claim.grouped`: the Gibbs
-    predictor of model/, a trained posterior, the decoded model, model/ itself, the prior),
-    titled by it; each row's value (rounded up), δ, vacuous or not, the held-out error of the
+    """One ``(title, table)`` per predictor the rows certify (:func:`boundcalc.claim.grouped`:
+    the Gibbs predictor of model/, a trained posterior, the decoded model, model/ itself, the
+    prior), the title naming it (printed on its own line, never cut); each row's value
+    (rounded up), δ, the data it was measured on, vacuous or not, the held-out error of the
     Gibbs predictor it certifies (at the row's σ) and the floor (what dominates: in the line on
     the least row, and in report.json)."""
     from rich.table import Table
@@ -135,12 +136,7 @@ def certified_rows_tables(rep: dict) -> list:
     left = sum(1 for r in rep["certified"] if not r["is_bound"])
     tables = []
     for heading, rows in grouped(claim_rows(rep)):
-        t = Table(title=f"certified rows about {heading}, each at its own δ",
-                  caption="held-out: the error of the Gibbs predictor of the row (Monte Carlo "
-                          "mean over per-row draws at the row's σ); floor: kl⁻¹(ê, c(δ)/n), "
-                          "the value with zero complexity; what dominates each: report.json"
-                          + (f"; {left} estimated row(s), not bounds, left out" if left else ""),
-                  caption_justify="left", pad_edge=False)
+        t = Table(caption_justify="left", pad_edge=False)
         t.add_column("id", no_wrap=True)
         for col in ("value ≤", "δ", "on", "vacuous", "held-out", "floor"):
             t.add_column(col, justify="right", no_wrap=col != "on", min_width=len(col))
@@ -150,7 +146,13 @@ def certified_rows_tables(rep: dict) -> list:
                       "—" if r.get("vacuous") is None else ("yes" if r["vacuous"] else "no"),
                       "—" if not g else f"{g['value']:.4f}",
                       "—" if r.get("floor") is None else lower_text(r["floor"], 3))
-        tables.append(t)
+        tables.append((f"certified rows about {heading}, each at its own δ:", t))
+    if tables:  # said once, under the last
+        tables[-1][1].caption = (
+            "held-out: the error of the Gibbs predictor of the row (Monte Carlo mean over "
+            "per-row draws at the row's σ); floor: kl⁻¹(ê, c(δ)/n), the value with zero "
+            "complexity; what dominates each: report.json"
+            + (f"; {left} estimated row(s), not bounds, left out" if left else ""))
     return tables
 
 
@@ -173,7 +175,8 @@ def print_result(result) -> None:
     else:
         say("held-out error: no --test-data given (no test-set bound for model/, no held-out "
             "error of the Gibbs predictor)")
-    for table in certified_rows_tables(rep):
+    for title, table in certified_rows_tables(rep):
+        say(title)
         console.print(table)
     m = rep.get("minimum")
     if m is not None and m["delta_total"] >= 1:  # never a bound: Σδ ≥ 1 guarantees nothing

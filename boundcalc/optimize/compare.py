@@ -236,7 +236,7 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
         "id": best.id, "row_value": best.value, "delta": best.delta, "k": k,
         "rows": [r.id for r in bounds], "sum_delta": decimal_total(deltas),
         "vacuous": best.vacuous, "vacuous_against": best.vacuous_text,
-        "certifies": best.certifies, "quantity": first,
+        "certifies": best.certifies, "predictor": best.predictor, "quantity": first,
         "parameters": dict(best.parameters)}  # the free parameters of the quoted value
     best_sym = own_delta[bounds.index(best)][0]
     if k == 1 or not best_sym:

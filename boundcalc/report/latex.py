@@ -303,8 +303,8 @@ def _result_section(entry: Entry, r: Result) -> list[str]:
         L.append(r"\\ Vacuous: %s." % esc(r.vacuous_text))
     if r.unit:
         L.append(r"\\ Unit: %s." % esc(r.unit))
-    if r.certifies:
-        L.append(r"\\ About: %s." % esc(r.certifies["text"]))
+    if r.about_text:
+        L.append(r"\\ About: %s." % esc(r.about_text))
     L += _floor_section(r)
     if r.estimated_inputs:
         L.append(r"\\ \textbf{Estimated inputs:} "

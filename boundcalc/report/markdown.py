@@ -66,8 +66,7 @@ def markdown_report(result: Result, plots: Mapping[str, str | Path] | None = Non
               *[f"- condition: {c}" for c in r.conditions],
               f"- source: {r.source}", f"- provenance: {r.provenance}",
               f"- method: {r.method}",
-              *([f"- about: {r.certifies['text']}"]
-                if r.certifies else []),
+              *([f"- about: {r.about_text}"] if r.about_text else []),
               *([f"- unit: {r.unit}"] if r.unit else []),
               f"- certified optimum: {fmt(x.get('certified_optimum'))}"
               + (f" ({x['certified_optimum_reason']})" if x.get("certified_optimum_reason")

@@ -187,8 +187,8 @@ def result_panel(result: Result) -> Group:
                                f"(outward-rounded; the value is its upper end)")
     if result.vacuous is not None:
         _row(head, "vacuous", result.vacuous_text)
-    if result.certifies:
-        _row(head, "about", result.certifies["text"])  # the text says "certifies …"
+    if result.about_text:
+        _row(head, "about", result.about_text)  # the text says "certifies …"
     for name, text in floor_rows(result):
         _row(head, name, text)
     if result.delta is not None:

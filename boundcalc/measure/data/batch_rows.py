@@ -63,19 +63,21 @@ def batch_rows(tm: TaskModel, data: Batched, device: torch.device, given: int | 
 
 def read_sized(path: Any, tm: TaskModel, device: torch.device, *, max_length: int,
                given: int | None = None, per_sample: bool = True,
-               meter: MemoryMeter | None = None) -> Batched:
+               meter: MemoryMeter | None = None, columns: Any = None) -> Batched:
     """``path`` read for ``tm`` (already on ``device``) in batches of :func:`batch_rows` rows:
     read once in batches of ``given`` or :data:`DEFAULT_ROWS` rows, and again in the size the
     card takes when that differs (as :func:`~.task_measure.measure_task` does), so that every
     reader of the data side (certify's held-out and bound-trained passes too) batches alike.
-    ``meter``: as in :func:`batch_rows`."""
-    from .dataset_io import read_batches
+    ``meter``: as in :func:`batch_rows`. ``columns``: ``path``'s columns already read
+    (:func:`~.dataset_io.read_columns`), batched without reading the file again."""
+    from .dataset_io import batches_of, read_columns
 
+    read = columns if columns is not None else read_columns(path, {"text", "label"})
     first = given or DEFAULT_ROWS
-    data = read_batches(path, tm, max_length=max_length, batch_size=first)
+    data = batches_of(read, tm, max_length=max_length, batch_size=first)
     rows, _ = batch_rows(tm, data, device, given, per_sample=per_sample, meter=meter)
-    return data if rows == first else read_batches(path, tm, max_length=max_length,
-                                                   batch_size=rows)
+    return data if rows == first else batches_of(read, tm, max_length=max_length,
+                                                 batch_size=rows)
 
 
 def first_data_pass(tm: TaskModel, data: Batched, device: torch.device) -> None:

@@ -172,7 +172,19 @@ def read_batches(data: str | Path, tm: TaskModel, *, text_column: str = "text",
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
         raise DataError(f"{option('max_length')} must be a positive integer, got "
                         f"{max_length!r}")
-    cols, kind, source = read_columns(data, {text_column, label_column})
+    return batches_of(read_columns(data, {text_column, label_column}), tm,
+                      text_column=text_column, label_column=label_column,
+                      max_length=max_length, batch_size=batch_size)
+
+
+def batches_of(read: tuple[Columns, str, str], tm: TaskModel, *, text_column: str = "text",
+               label_column: str = "label", max_length: int = 128,
+               batch_size: int = 32) -> Batched:
+    """:func:`read_batches` from columns already read (``read``: what :func:`read_columns`
+    returned), so that one read serves batches of several sizes and other readers."""
+    if batch_size < 1:
+        raise DataError(f"batch size must be >= 1, got {batch_size}")
+    cols, kind, source = read
     if tm.task == "image_classification":
         return _image_batches(cols, tm, source, kind, label_column, batch_size)
     return _token_batches(cols, tm, source, kind, text_column, label_column, max_length,

@@ -37,12 +37,13 @@ def _has_head(init: Any) -> bool:
     return task_of(read_config(Path(init))) is not None
 
 
-def prior_task_model(init: Any, tm: TaskModel, head_init: Any,
-                     device: torch.device) -> tuple[TaskModel, dict[str, Any]]:
+def prior_task_model(init: Any, tm: TaskModel, head_init: Any, device: torch.device, *,
+                     load: Any = None) -> tuple[TaskModel, dict[str, Any]]:
     """The prior centre of ``tm`` as a runnable :class:`TaskModel`, and a provenance record
-    (module docstring)."""
+    (module docstring). ``load(path, device)``: the loader of a prior folder with a task head
+    (default :func:`~.hf.load_task_model`)."""
     if _has_head(init):
-        prior = load_task_model(init, device)
+        prior = (load or load_task_model)(init, device)
         if prior.n_outputs != tm.n_outputs or prior.task != tm.task:
             raise CheckpointError(f"{init}: its head ({prior.architecture}, {prior.n_outputs} "
                                   f"outputs) is not the model's ({tm.architecture}, "

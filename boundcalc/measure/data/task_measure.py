@@ -48,7 +48,8 @@ __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "me
 
 def measure_task(model: str, data: str, init: str | None = None,
                  options: MeasureOptions | None = None, *, progress: Any = None,
-                 say: Any = None, then: Any = None, **keywords: Any) -> Stats:
+                 say: Any = None, then: Any = None, load: Any = None,
+                 **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
     ``options`` (:class:`~.options.MeasureOptions`, checked when built) says what to measure;
@@ -82,6 +83,10 @@ def measure_task(model: str, data: str, init: str | None = None,
     loaded here, so that a measurement on top of this one loads and reads nothing twice (the
     compression of ``measure --compress``: :func:`boundcalc.measure.compress.compression.
     after_measure`).
+
+    ``load(path, device)``: the loader of the model folder and of a prior folder with a task
+    head (default :func:`~.hf.load_task_model`); certify passes its run's cache
+    (:class:`boundcalc.certify.loaded.Loaded`), so that later steps reuse what is loaded here.
     """
     from ..weights.pipeline import measure
 
@@ -99,12 +104,13 @@ def measure_task(model: str, data: str, init: str | None = None,
     check(device="cuda")  # lower bounds, before loading
     if opts.groups:
         _check_tune(data, init, opts.tune_data)
-    tm = load_task_model(model, dev)
+    load = load or load_task_model
+    tm = load(model, dev)
     prior = prior_record = None
     if opts.groups:  # the prior as a predictor, built (or refused) before any pass over data
         from .prior_model import prior_task_model
 
-        prior, prior_record = prior_task_model(init, tm, opts.head_init, dev)
+        prior, prior_record = prior_task_model(init, tm, opts.head_init, dev, load=load)
     n_params = sum(p.numel() for p in tm.model.parameters())
     check(n_params=n_params, device=dev.type)
 
