@@ -37,13 +37,18 @@ class Loaded:
     def _path(self, name: str | Path) -> Path:
         return (self.out / name).resolve()
 
-    def model(self, name: str | Path, device: Any = None) -> Any:
-        """The :class:`~boundcalc.measure.data.hf.TaskModel` of folder ``name`` (relative to
-        ``out``, or a path), loaded on the first call. ``device`` is accepted for the loader's
-        signature (``measure_task``'s ``load``) and must be the run's."""
+    def model(self, name: str | Path) -> Any:
+        """The :class:`~boundcalc.measure.data.hf.TaskModel` of folder ``name`` of ``out``,
+        loaded on the first call (:meth:`load`)."""
+        return self.load(self.out / name)
+
+    def load(self, path: str | Path, device: Any = None) -> Any:
+        """The task model of folder ``path`` (as given: relative to the working directory),
+        loaded on the first call; the loader ``measure_task`` takes (``device`` is the run's,
+        already)."""
         from ..measure.data.hf import load_task_model
 
-        key = self._path(name)
+        key = Path(path).resolve()
         if key not in self._models:
             self._models[key] = load_task_model(key, self.device)
         return self._models[key]

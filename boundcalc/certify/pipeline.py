@@ -366,7 +366,7 @@ def _measure(out: Path, m: MeasureSettings, options: Any, ctx: Context) -> None:
                                              levels_grid=parse_levels(m.levels)),
                              str(out / "S.jsonl"), str(out / "prior"))
     stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
-                         options, progress=ctx.progress, then=then, load=ctx.loaded.model)
+                         options, progress=ctx.progress, then=then, load=ctx.loaded.load)
     if m.compress:  # the compression moved model/ to the CPU in float32: read afresh
         ctx.loaded.forget(["model"])
     if m.posterior != "proximal":

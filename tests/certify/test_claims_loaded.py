@@ -41,9 +41,10 @@ def _count_everywhere(monkeypatch, module_name: str, name: str, seen: Counter) -
             monkeypatch.setattr(mod, name, counting)
 
 
-def _counted_certify(w: Path, n: int, **settings):
-    """certify on ``n`` synthetic rows and ``n // 2`` held-out rows into ``w / "out"``, every
-    model load and data read counted: ``(result, loads, reads)`` by file or folder name."""
+def _counted_certify(w: Path, n: int, out: Path | None = None, **settings):
+    """certify on ``n`` synthetic rows and ``n // 2`` held-out rows into ``out`` (default
+    ``w / "out"``), every model load and data read counted: ``(result, loads, reads)`` by file
+    or folder name."""
     import transformers
 
     import boundcalc.certify.heldout  # noqa: F401 (imported before the counting wraps them)
@@ -68,7 +69,7 @@ def _counted_certify(w: Path, n: int, **settings):
                              ("boundcalc.files", "read_json_lines"),
                              ("boundcalc.measure.data.dataset_io", "read_batches")):
             _count_everywhere(mp, module, name, reads)
-        res = certify(base, w / "d.csv", w / "out", w / "t.csv", CertifyConfig(
+        res = certify(base, w / "d.csv", out or w / "out", w / "t.csv", CertifyConfig(
             prior_lr=3e-3, post_lr=1e-3, batch_size=16, max_length=24, sigmas=(0.01,),
             draws=1, tune_draws=1, posterior="bound", **settings))
     return res, loads, reads
@@ -92,11 +93,13 @@ def test_each_model_folder_is_loaded_once_and_test_jsonl_read_once(run):
     assert reads["test.jsonl"] == 1
 
 
-def test_without_compression_model_is_loaded_once(tmp_path):
-    """The same recipe without compression (a smaller run of its own): model/ once, prior/
-    twice (training, shared), test.jsonl once."""
-    _, loads, reads = _counted_certify(tmp_path, 100, prior_epochs=2, tune_rows=24,
-                                       group_draws=1)
+def test_without_compression_model_is_loaded_once(tmp_path, monkeypatch):
+    """The same recipe without compression (a smaller run of its own, its output folder given
+    relative to the working directory, as on a command line): model/ once, prior/ twice
+    (training, shared), test.jsonl once."""
+    monkeypatch.chdir(tmp_path)
+    _, loads, reads = _counted_certify(tmp_path, 100, Path("out"), prior_epochs=2,
+                                       tune_rows=24, group_draws=1)
     assert (loads["model"], loads["prior"], reads["test.jsonl"]) == (1, 2, 1)
 
 
@@ -154,3 +157,26 @@ def test_the_terminal_tables_are_titled_by_the_predictor_of_their_rows(run, monk
         assert after and after[-1] == key, (ident, after)
     # the old title, which claimed every row was about the Gibbs predictor, is gone
     assert "each at its own δ: the Gibbs predictor of model/ (not model/ itself)" not in text
+
+
+def test_compare_and_latex_name_the_predictor_of_every_certified_row(run, tmp_path):
+    """The same claim words outside certify: ``compare --json`` gives every certified row its
+    predictor, and ``optimize``'s LaTeX says what a Gibbs row is about."""
+    import json
+
+    from boundcalc.claim import PREDICTORS
+    from tests._cli_helpers import invoke
+
+    stats = run[0].out / "stats.json"
+    doc = json.loads(invoke("compare", "--stats", stats, "--json").stdout)
+    rows = {r["id"]: r for r in doc["certified"]}
+    assert rows and all(r["predictor"]["about"] in PREDICTORS and
+                        r["predictor"]["text"].startswith("certifies ") for r in rows.values())
+    for ident in ("pac_bayes_kl_gaussian_mc", "pac_bayes_kl_gaussian_learned_mc", "occam_kl"):
+        assert rows[ident]["predictor"]["about"] == KINDS[ident]
+    assert rows["pac_bayes_kl_gaussian_mc"]["certifies"] is None  # no compression record
+    tex = tmp_path / "o.tex"
+    res = invoke("optimize", "pac_bayes_kl_gaussian_mc", "--stats", stats, "--no-what-if",
+                 "--latex", tex)
+    assert res.exit_code == 0, res.output
+    assert "About: certifies the Gibbs predictor of the measured model" in tex.read_text()
