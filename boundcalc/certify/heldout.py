@@ -6,6 +6,7 @@ where that is exact, in the precision the measurement used)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -48,8 +49,8 @@ def gibbs_on(out: Path, data: Path, max_length: int, batch_size: int | None, see
         from ..measure.data.tune import _mapping, final_risk, sigma_groups
 
         tm = loaded.model("model")
-        rows = loaded.batches(str(Path(data).resolve()), max_length=max_length,
-                              batch_size=batch_size)
+        rows = loaded.batches(os.path.relpath(Path(data).resolve(), Path(out).resolve()),
+                              max_length=max_length, batch_size=batch_size)
         names = [n for n, _ in tm.model.named_parameters()]
         sig = _mapping(sigma_groups(tm.model), sigma) if isinstance(sigma, Mapping) else \
             dict.fromkeys(names, float(sigma))

@@ -73,8 +73,8 @@ class Loaded:
         from ..measure.data.dataset_io import read_columns
 
         key = self._path(name)
-        if key not in self._columns:
-            self._columns[key] = read_columns(key, {"text", "label"})
+        if key not in self._columns:  # read by the name as given: the rows' source says it
+            self._columns[key] = read_columns(self.out / name, {"text", "label"})
         return self._columns[key]
 
     def rows(self, name: str) -> tuple[list[str], list[int]]:
@@ -91,7 +91,7 @@ class Loaded:
 
         key = (self._path(name), max_length, batch_size)
         if key not in self._batches:
-            self._batches[key] = read_sized(key[0], self.model(model), self.device,
+            self._batches[key] = read_sized(self.out / name, self.model(model), self.device,
                                             max_length=max_length, given=batch_size,
                                             columns=self._read(name))
         return self._batches[key]
