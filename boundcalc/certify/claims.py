@@ -1,14 +1,19 @@
 """The compare step of ``certify``: what is claimed, about which predictor, at which δ.
 
-Three kinds of rows, each saying what it certifies:
+Every row is a :class:`boundcalc.claim.Claim` (built by :meth:`~boundcalc.claim.Claim.of` from
+its result, written by :meth:`~boundcalc.claim.Claim.row`): its value, δ, kind, the data it
+was measured on and the predictor it certifies (``certifies`` in words, never None;
+``predictor``, the key certify's tables group rows by). Three kinds of rows:
 
-* **Gibbs rows** (every certified PAC-Bayes row on ``stats.json``): they certify the *Gibbs
+* **Rows on stats.json** (every certified entry): a PAC-Bayes row certifies the *Gibbs
   predictor* of model/, the random classifier that answers each input with its own draw
   w ∼ N(model/, σ²) (σ per parameter group for the ``groups`` rows), not model/ itself. Beside
   each, that predictor's held-out error, measured with the per-row draws the certificate uses
   (:func:`boundcalc.measure.data.tune.final_risk`, at the row's σ). Their least is quoted as
   ``compare`` quotes it (:func:`boundcalc.optimize.compare.least_certified`: the least row
-  re-evaluated at δ/k, probability ≥ 1 − ``delta_total``).
+  re-evaluated at δ/k, probability ≥ 1 − ``delta_total``). The others name theirs
+  (:func:`boundcalc.claim.predictor_of`): a posterior a route trained (the bound-trained
+  Gibbs posterior), the decoded model of a compression code, model/ itself.
 * **Rows about model/ itself** (:data:`MODEL_ROWS`, one function each, a list to extend): the
   test-set bound of model/ on the held-out rows (``test_set_kl``), when they were given.
 * **The baseline**, shown, never claimed: the test-set bound of the *prior* on S (the prior
@@ -25,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..claim import Claim, Predictor, gibbs_sigma, predictor_of, predictor_text  # noqa: F401
+from ..claim import Claim, Predictor, gibbs_sigma, predictor_of
 
 TEST_SET_ID = "test_set_kl"
 TEST_SET_DELTA = 0.05  # fixed before any held-out row is read
