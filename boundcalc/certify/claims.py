@@ -14,8 +14,9 @@ was measured on and the predictor it certifies (``certifies`` in words, never No
   re-evaluated at δ/k, probability ≥ 1 − ``delta_total``). The others name theirs
   (:func:`boundcalc.claim.predictor_of`): a posterior a route trained (the bound-trained
   Gibbs posterior), the decoded model of a compression code, model/ itself.
-* **Rows about model/ itself** (:data:`MODEL_ROWS`, one function each, a list to extend): the
-  test-set bound of model/ on the held-out rows (``test_set_kl``), when they were given.
+* **Rows about model/ itself** (:data:`MODEL_ROWS`, one function each, a list to extend, the
+  only way they reach the report): the test-set bound of model/ on the held-out rows
+  (``test_set_kl``) and the disagreement route (:mod:`.model_rows`), when they were given.
 * **The baseline**, shown, never claimed: the test-set bound of the *prior* on S (the prior
   never saw S, so S is a held-out set for it): what holding S out would certify without any
   PAC-Bayes machinery.
@@ -53,15 +54,16 @@ class Evidence:
     """What the compare step measured besides ``stats.json``: model/ and the prior on the
     held-out rows (``model_test``, ``prior_test``; None without them), the prior on S
     (``prior_on_S``) and ``gibbs(sigma, passes)``: the held-out error of the Gibbs predictor at
-    a σ (a float, or ``{group: σ}``), as ``(mean, N, how)``; None without held-out rows."""
+    a σ (a float, or ``{group: σ}``), as ``(mean, N, how)``; None without held-out rows;
+    ``disagreement(test_error)``: the disagreement route's rows (:mod:`.model_rows`, measured
+    when called, with model/'s held-out error), None where it is not run."""
 
     model_test: Count | None = None
     prior_test: Count | None = None
     prior_on_S: Count | None = None
     gibbs: Callable[[Any, int], tuple[float, int, str]] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
-    # rows about model/ measured elsewhere (the disagreement route, certify/model_rows.py)
-    extra_model_rows: list[dict[str, Any]] = field(default_factory=list)
+    disagreement: Callable[[float | None], list[dict[str, Any]]] | None = None
 
 
 def test_set_bound(count: Count, delta: float = TEST_SET_DELTA) -> Any:
@@ -85,9 +87,18 @@ def test_set_row(ev: Evidence) -> dict[str, Any] | None:
                         "kl⁻¹(k/m, ln(1/δ)/m)").row()
 
 
-# rows about model/ itself; each takes the Evidence and returns a row or None. A new route
-# (another certificate for model/) is one more function here.
-MODEL_ROWS: list[Callable[[Evidence], dict[str, Any] | None]] = [test_set_row]
+def disagreement_rows(ev: Evidence) -> list[dict[str, Any]]:
+    """model/ itself through its Gibbs posterior: the Gibbs bound plus the disagreement on the
+    held-out texts (:mod:`.model_rows`; ``[]`` where the route is not run)."""
+    if ev.disagreement is None:
+        return []
+    return ev.disagreement(ev.model_test.rate if ev.model_test else None)
+
+
+# rows about model/ itself, the one way they reach the report: each function takes the
+# Evidence and returns a row, a list of rows or None. A new route (another certificate for
+# model/) is one more function here.
+MODEL_ROWS: list[Callable[[Evidence], Any]] = [test_set_row, disagreement_rows]
 
 
 def baseline(ev: Evidence) -> dict[str, Any] | None:
@@ -129,6 +140,11 @@ def _row(r: Any, entry: Any, stats: Any, ev: Evidence) -> dict[str, Any]:
                     breakdown=breakdown_text(r.floor) if r.floor else None).row()
 
 
+def _rows(found: Any) -> list[dict[str, Any]]:
+    """A model row function's answer as a list (a row, rows, or None)."""
+    return [] if found is None else list(found) if isinstance(found, list) else [found]
+
+
 def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
     """The certified results on ``stats.json`` (least first) and the report: ``certified``
     (one row each, with the predictor it certifies and that predictor's held-out error),
@@ -163,8 +179,7 @@ def build(stats_path: Any, ev: Evidence) -> tuple[list[Any], dict[str, Any]]:
                  floor=own["floor"], dominates=own["dominates"],
                  vacuous_at=own["vacuous_at"])
     report["minimum"] = m
-    report["model_rows"] = [x for x in (f(ev) for f in MODEL_ROWS) if x is not None] + \
-        list(ev.extra_model_rows)
+    report["model_rows"] = [row for f in MODEL_ROWS for row in _rows(f(ev))]
     report["baseline"] = baseline(ev)
     parts = ([("Gibbs minimum " + m["id"], m["delta_total"])]
              if m is not None and m["delta_total"] < 1 else []) + \

@@ -290,8 +290,7 @@ class CompareStep(Step):
         m, out, record = ctx.settings(MeasureSettings), ctx.out, ctx.found["split"]
         ev = measure_evidence(out, "test" in record, m.max_length, m.batch_size, m.seed,
                               ctx.device, ctx.loaded)
-        ev.extra_model_rows = _model_rows(
-            out, m, ctx.device, ev.model_test.rate if ev.model_test else None, ctx)
+        ev.disagreement = lambda test_error: _model_rows(out, m, ctx.device, test_error, ctx)
         certified, report = claims.build(out / "stats.json", ev)
         prior_lr, post_lr, prior_epochs = ctx.rates
         report.update({"sizes": ctx.found["sizes"], "n_test": record.get("test", {}).get("n"),
