@@ -56,6 +56,8 @@ class Evidence:
     prior_on_S: Count | None = None
     gibbs: Callable[[Any, int], tuple[float, int, str]] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
+    # passes of the held-out Gibbs error (shown only); None: the certificate's own passes
+    heldout_passes: int | None = None
     # rows about model/ measured elsewhere (the disagreement route, certify/model_rows.py)
     extra_model_rows: list[dict[str, Any]] = field(default_factory=list)
 
@@ -132,6 +134,7 @@ def predictor_text(sigma: Any) -> str:
 def _gibbs_error(ev: Evidence, sigma: Any, passes: int) -> dict[str, Any] | None:
     if ev.gibbs is None or sigma is None:
         return None
+    passes = ev.heldout_passes or passes
     key = repr((sorted(sigma.items()) if isinstance(sigma, Mapping) else sigma, passes))
     if key not in ev.cache:
         mean, n, how = ev.gibbs(sigma, passes)

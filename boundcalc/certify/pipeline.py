@@ -326,6 +326,7 @@ class CompareStep(Step):
         m, out, record = ctx.settings(MeasureSettings), ctx.out, ctx.found["split"]
         ev = measure_evidence(out, "test" in record, m.max_length, m.batch_size, m.seed,
                               ctx.device)
+        ev.heldout_passes = ctx.settings(CompareSettings).heldout_draws
         ev.extra_model_rows = _model_rows(
             out, ctx.cfg, ctx.device, ev.model_test.rate if ev.model_test else None,
             ctx.progress)

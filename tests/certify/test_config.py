@@ -74,7 +74,7 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "proximal", "batch_size", "max_length", "text_column", "label_column", "device",
         "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
         "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init",
-        "duplicates"]
+        "duplicates", "heldout_draws"]
 
 
 @pytest.mark.parametrize("name", ["sigmas", "draws", "tune_draws", "group_draws"])

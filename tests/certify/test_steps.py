@@ -69,7 +69,7 @@ def test_a_key_is_the_hash_of_the_name_the_sub_record_the_key_before_and_the_inp
     assert PosteriorStep().key(_ctx(tmp_path, dataclasses.replace(cfg, proximal=2.0)),
                                "abc") != hand
     form = "minimum at delta/k; test-set rows; baseline; Gibbs held-out error"
-    blob = json.dumps(["compare", {}, "xyz", form], sort_keys=True)
+    blob = json.dumps(["compare", {"heldout_draws": 1}, "xyz", form], sort_keys=True)
     assert CompareStep().key(_ctx(tmp_path, cfg), "xyz") == \
         hashlib.sha256(blob.encode()).hexdigest()[:16]
 

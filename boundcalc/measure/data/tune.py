@@ -35,7 +35,7 @@ import torch
 from ...errors import BoundcalcError
 from ...words import keyword, option
 from .dataset_io import Batched
-from .gibbs import MonteCarlo, gibbs_estimate, gibbs_risk, perturbed, resolve_mode
+from .gibbs import MonteCarlo, gibbs_estimate, perturbed, resolve_mode
 from .hf import TaskModel
 from .options import MeasureOptions
 from .sigma_grid import dr_sigma
@@ -83,11 +83,14 @@ def group_distances(model: torch.nn.Module, prior: torch.nn.Module,
 
 def risk_draws(tm: TaskModel, data: Batched, device: torch.device,
                sigma: float | Mapping[str, float], draws: int, seed: int, alpha: float,
-               progress: Any = None) -> np.ndarray:
+               progress: Any = None, stop_above: float | None = None) -> np.ndarray:
     """``draws`` values of the bounded loss of θ + u over ``data``, u ~ N(0, diag σ²) with a
-    σ per parameter name: one posterior draw per pass (gibbs.py's ``whole`` mode)."""
-    return np.asarray(gibbs_risk(tm, data, device, [sigma],
-                                 MonteCarlo(draws, seed, alpha, mode="whole"), progress))[0]
+    σ per parameter name: one posterior draw per pass (gibbs.py's ``whole`` mode).
+    ``stop_above``: with one draw, the pass may stop once its mean is certain to exceed it
+    (:func:`~.gibbs.gibbs_estimate`), returning a lower bound above it."""
+    return np.asarray(gibbs_estimate(tm, data, device, [sigma],
+                                     MonteCarlo(draws, seed, alpha, mode="whole"), progress,
+                                     stop_above=stop_above).means)[0]
 
 
 @dataclass
@@ -191,6 +194,8 @@ class Shape:
     target: float
     base: float
     kind: str  # "per-group" or "isotropic"
+    # each evaluation's σ indices and tune risk; where search_groups stopped a pass once it
+    # was certain to exceed the target, the lower bound it stopped at (above the target)
     trace: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -407,9 +412,11 @@ def search_groups(tm: TaskModel, data: Batched, device: torch.device, options: M
     base = float(run_pass(s_tm, s_data, device, alpha=alpha, norms=False).bounded.mean())
 
     def shape_risk(sig: Mapping[str, float]) -> float:
+        # choose_shape asks only "risk ≤ base + slack?": a pass stops once its loss is above
+        # that for sure (the same answer, the rest of the rows unread; issue 54)
         tick()
         return float(risk_draws(s_tm, s_data, device, sig, tune_draws, search_seed,
-                                alpha).mean())
+                                alpha, stop_above=base + slack).mean())
 
     shape = choose_shape(shape_risk, groups, sizes, base, slack)
     scale_data = tune if searched else data
