@@ -209,7 +209,8 @@ class HoldoutConfig(Record):
     test-set bound of a classifier you trained yourself on your held-out rows. The reading of
     the rows is :class:`CertifyConfig`'s (:func:`~boundcalc.options.like`)."""
 
-    delta: float = spec(TEST_SET_DELTA, Spec(float, low=0, high=1, open_low=True, open_high=True, help=(
+    delta: float = spec(TEST_SET_DELTA, Spec(float, low=0, high=1, open_low=True,
+                                             open_high=True, help=(
         "confidence of the test-set bound: it holds with probability ≥ 1 − DELTA (fix it "
         "before reading the rows)")))
     max_length: int = like(CertifyConfig, "max_length", help="tokens per text (truncated as "

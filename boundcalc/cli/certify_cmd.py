@@ -160,7 +160,8 @@ def print_result(result) -> None:
         say(f"duplicates dropped before the split: {dup['data']['dropped']} of DATA's "
             f"{dup['data']['rows']} rows" + (f", {t['dropped']} of the {t['rows']} held-out "
                                               "rows" if t else "")
-            + f" ({escape(dup['certifies'])})")
+            + ": the certificates are about the distribution of distinct rows (report.json "
+              "\"duplicates\")")
     if rep.get("test_error") is not None:
         say(f"held-out error ({rep['n_test']} rows): model/ {rep['test_error']:.4f}, prior "
             f"{rep['prior_test_error']:.4f}")

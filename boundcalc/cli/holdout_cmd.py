@@ -14,15 +14,17 @@ from .progress import Stages, check_device, require_paths
 from .record_options import takes
 
 
+MODEL_HELP = ("your trained sequence classifier: a Hugging Face folder saved with "
+              "save_pretrained (config.json, weights, tokenizer)")
+TEST_DATA_HELP = ("held-out labelled rows the model never saw and was not selected on: CSV, "
+                  "JSON Lines, Parquet or a datasets.save_to_disk folder")
+
+
 @app.command("holdout")
 @takes(HoldoutConfig)
 def holdout_cmd(
-    model: str = typer.Argument(..., help="your trained sequence classifier: a Hugging Face "
-                                "folder saved with save_pretrained (config.json, weights, "
-                                "tokenizer)"),
-    test_data: str = typer.Option(..., "--test-data", help="held-out labelled rows the model "
-                                  "never saw and was not selected on: CSV, JSON Lines, Parquet "
-                                  "or a datasets.save_to_disk folder"),
+    model: str = typer.Argument(..., help=MODEL_HELP),
+    test_data: str = typer.Option(..., "--test-data", help=TEST_DATA_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the record as JSON"),
     latex: Optional[str] = typer.Option(None, "--latex", metavar="FILE", help="also write "
                                         "the instantiated bound's LaTeX (align*) to FILE"),

@@ -35,7 +35,7 @@ import torch
 from ...errors import BoundcalcError
 from ...words import keyword, option
 from .dataset_io import Batched
-from .gibbs import MonteCarlo, gibbs_estimate, perturbed, resolve_mode
+from .gibbs import MonteCarlo, gibbs_estimate, gibbs_risk, perturbed, resolve_mode
 from .hf import TaskModel
 from .options import MeasureOptions
 from .sigma_grid import dr_sigma
@@ -83,14 +83,21 @@ def group_distances(model: torch.nn.Module, prior: torch.nn.Module,
 
 def risk_draws(tm: TaskModel, data: Batched, device: torch.device,
                sigma: float | Mapping[str, float], draws: int, seed: int, alpha: float,
-               progress: Any = None, stop_above: float | None = None) -> np.ndarray:
+               progress: Any = None) -> np.ndarray:
     """``draws`` values of the bounded loss of θ + u over ``data``, u ~ N(0, diag σ²) with a
-    σ per parameter name: one posterior draw per pass (gibbs.py's ``whole`` mode).
-    ``stop_above``: with one draw, the pass may stop once its mean is certain to exceed it
-    (:func:`~.gibbs.gibbs_estimate`), returning a lower bound above it."""
-    return np.asarray(gibbs_estimate(tm, data, device, [sigma],
-                                     MonteCarlo(draws, seed, alpha, mode="whole"), progress,
-                                     stop_above=stop_above).means)[0]
+    σ per parameter name: one posterior draw per pass (gibbs.py's ``whole`` mode)."""
+    return np.asarray(gibbs_risk(tm, data, device, [sigma],
+                                 MonteCarlo(draws, seed, alpha, mode="whole"), progress))[0]
+
+
+def search_risk(tm: TaskModel, data: Batched, device: torch.device,
+                sigma: Mapping[str, float], mc: MonteCarlo, stop_above: float) -> float:
+    """The mean bounded loss of ``mc.passes`` whole-model draws over ``data`` at ``sigma``, as
+    a search that asks only "≤ ``stop_above``?" needs it: with one pass, the pass stops once
+    its mean is certainly above ``stop_above`` (:func:`~.gibbs.gibbs_estimate`; the answer
+    is the full pass's)."""
+    return float(gibbs_estimate(tm, data, device, [sigma], mc,
+                                stop_above=stop_above).means.mean())
 
 
 @dataclass
@@ -415,8 +422,9 @@ def search_groups(tm: TaskModel, data: Batched, device: torch.device, options: M
         # choose_shape asks only "risk ≤ base + slack?": a pass stops once its loss is above
         # that for sure (the same answer, the rest of the rows unread; issue 54)
         tick()
-        return float(risk_draws(s_tm, s_data, device, sig, tune_draws, search_seed,
-                                alpha, stop_above=base + slack).mean())
+        return search_risk(s_tm, s_data, device, sig,
+                           MonteCarlo(tune_draws, search_seed, alpha, mode="whole"),
+                           stop_above=base + slack)
 
     shape = choose_shape(shape_risk, groups, sizes, base, slack)
     scale_data = tune if searched else data
