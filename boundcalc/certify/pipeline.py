@@ -177,6 +177,10 @@ class SplitStep(Step):
                 f"{record['seed']}, no label read); σ search on {sizes['tune']} rows of the "
                 "prior's data" + (f"; held-out {record['test']['n']}" if "test" in record
                                   else "; no held-out set"))
+        from .run_plan import plan_text  # the plan, before anything slow
+
+        ctx.say(plan_text(ctx.cfg, sizes, record.get("test", {}).get("n"), ctx.pretrained,
+                          ctx.rates))
         return {"split": record, "sizes": sizes}
 
 
@@ -375,8 +379,7 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     cfg = config or CertifyConfig()
     say = say or (lambda m: None)
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
-    # files, base, labels, overlaps: before anything slow
-    rows, test_rows = preflight(base, data, test_data, cfg)
+    preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: before anything slow
     ctx = Context(base, data, test_data, Path(out), cfg, device, say, progress,
                   train or train_classifier, train is not None)
     ctx.base_dir, _ = base_folder(base)
@@ -385,9 +388,6 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     # the folder is certify's own (run_folder.py): checked and marked before any write
     folder = RunFolder(ctx.out, STEPS, {"data": data, "test_data": test_data, "base": base,
                                         "tokenizer": cfg.tokenizer}, say)
-    from .run_plan import plan_text
-
-    say(plan_text(cfg, rows, test_rows, ctx.pretrained, ctx.rates))  # the plan, first
     t0 = time.monotonic()
     CHAIN.run(ctx, folder)
     report = ctx.found["report"]

@@ -23,8 +23,7 @@ the culprit, with an exit code of :mod:`boundcalc.errors`.
    refused, each refusal naming the ``duplicates`` option; with ``duplicates`` ``drop`` they
    are not refused here: the split drops them (:mod:`.duplicates`).
 
-Contract: :func:`preflight` returns (the row counts) only when every check passed; it writes
-nothing.
+Contract: :func:`preflight` returns only when every check passed; it writes nothing.
 """
 
 from __future__ import annotations
@@ -42,10 +41,9 @@ ROWS_PER_CALL = 1024  # texts per tokenizer call when rows are keyed
 
 
 def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
-              cfg: Any) -> tuple[int, int | None]:
+              cfg: Any) -> None:
     """Run the checks of the module docstring on certify's inputs (``cfg`` a
-    :class:`~boundcalc.certify.CertifyConfig`); the rows of DATA and of the held-out set
-    (None without one), for the run's plan."""
+    :class:`~boundcalc.certify.CertifyConfig`)."""
     from ..files import input_files
     from ..measure.data.dataset_io import DataError
     from ..measure.data.hf import load_tokenizer
@@ -64,7 +62,6 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
             if test_data is not None else None)
     check_rows(train.texts, train.labels, train.source, tok, cfg.max_length,
                test and (test.texts, test.labels, test.source), cfg.duplicates)
-    return len(train.texts), (len(test.texts) if test is not None else None)
 
 
 def check_base(base: str | Path, folder: Path, raw: dict[str, Any], tokenizer: Any,
