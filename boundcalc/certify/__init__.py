@@ -5,7 +5,8 @@ imported on first use (PEP 562), so that reading the settings' declarations load
 from .._lazy import lazy_names
 
 _WHERE = {"CertifyConfig": "config", "CertifyResult": "pipeline", "certify": "pipeline",
-          "TrainSpec": "train", "train_classifier": "train"}
+          "TrainSpec": "train", "train_classifier": "train", "HoldoutConfig": "config",
+          "holdout": "holdout", "HoldoutResult": "holdout"}
 __all__ = sorted(_WHERE)
 
 

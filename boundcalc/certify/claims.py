@@ -64,6 +64,8 @@ class Evidence:
     gibbs: Callable[[Any, int], tuple[float, int, str]] | None = None
     cache: dict[str, Any] = field(default_factory=dict)
     disagreement: Callable[[float | None], list[dict[str, Any]]] | None = None
+    # passes of the held-out Gibbs error (shown only); None: the certificate's own passes
+    heldout_passes: int | None = None
 
 
 def test_set_bound(count: Count, delta: float = TEST_SET_DELTA) -> Any:
@@ -118,6 +120,7 @@ def baseline(ev: Evidence) -> dict[str, Any] | None:
 def _gibbs_error(ev: Evidence, sigma: Any, passes: int) -> dict[str, Any] | None:
     if ev.gibbs is None or sigma is None:
         return None
+    passes = ev.heldout_passes or passes
     key = repr((sorted(sigma.items()) if isinstance(sigma, Mapping) else sigma, passes))
     if key not in ev.cache:
         mean, n, how = ev.gibbs(sigma, passes)

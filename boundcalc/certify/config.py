@@ -13,6 +13,8 @@ from ..measure.compress.options import DELTA_LEVELS_GRID
 from ..measure.data.options import BOUND_INITS, BOUND_SIGMAS, MeasureOptions
 from ..options import Record, Spec, like, spec
 from .bound_posterior import POSTERIORS
+from .claims import TEST_SET_DELTA
+from .duplicates import POLICIES
 
 # the longest training a run may ask for (an epoch count beyond it is a typo, not a plan)
 MAX_EPOCHS = 1000
@@ -89,6 +91,19 @@ class CertifyConfig(Record):
         "its declared grid) or groups (one σ_Q per group)")))
     bound_init: str = spec("prior", Spec(str, choices=BOUND_INITS, help=(
         "where the bound-trained posterior's means start: the prior or model/")))
+    # what a repeated row does (the same tokens within max_length and the same label):
+    # duplicates.py; docs/guide/repeated-rows.md
+    duplicates: str = spec("refuse", Spec(str, choices=POLICIES, help=(
+        "rows of DATA that repeat an earlier row, and held-out rows that are rows of DATA: "
+        "refuse (stop, naming them) or drop (keep one copy of each row of DATA, chosen by "
+        "{seed}, and drop the held-out rows that are rows of DATA, before the split; counted "
+        "in report.json; the certificate is then about the distribution of distinct rows)")))
+    # the held-out error of each certified row's Gibbs predictor is shown beside it, never in a
+    # certificate: one pass (N = m per-row draws) instead of the certificate's own passes
+    # (3 or 6) took the compare step of the real-text run from 3½ min to about 1 (issue 54)
+    heldout_draws: int = spec(1, Spec(int, low=1, high=MAX_EPOCHS, help=(
+        "passes over the held-out rows (each row its own posterior draw) for the held-out "
+        "error shown beside each certified row's Gibbs predictor; shown, never certified")))
 
     def check(self) -> None:
         """The rules between fields: the σ grid (as measure reads it) and the level counts
@@ -124,13 +139,16 @@ class StepSettings:
 
 @dataclass(frozen=True)
 class SplitSettings(StepSettings):
-    """What the split reads: the share, the seed, the σ search's rows, the columns."""
+    """What the split reads: the share, the seed, the σ search's rows, the columns, the
+    duplicate-row policy and the token length by which rows are the same."""
 
     prior_fraction: float
     seed: int
     tune_rows: int
     text_column: str
     label_column: str
+    duplicates: str
+    max_length: int
 
 
 @dataclass(frozen=True)
@@ -178,5 +196,28 @@ class MeasureSettings(StepSettings):
 
 @dataclass(frozen=True)
 class CompareSettings(StepSettings):
-    """compare reads no setting of its own: what it reports follows from the earlier steps'
-    outputs (its key changes with theirs)."""
+    """compare reads one setting of its own, the passes of the held-out Gibbs error it shows;
+    the rest of what it reports follows from the earlier steps' outputs (its key changes with
+    theirs)."""
+
+    heldout_draws: int
+
+
+@dataclass(frozen=True)
+class HoldoutConfig(Record):
+    """Settings of :func:`boundcalc.certify.holdout.holdout` (``boundcalc holdout``): the
+    test-set bound of a classifier you trained yourself on your held-out rows. The reading of
+    the rows is :class:`CertifyConfig`'s (:func:`~boundcalc.options.like`)."""
+
+    delta: float = spec(TEST_SET_DELTA, Spec(float, low=0, high=1, open_low=True,
+                                             open_high=True, help=(
+        "confidence of the test-set bound: it holds with probability ≥ 1 − DELTA (fix it "
+        "before reading the rows)")))
+    max_length: int = like(CertifyConfig, "max_length", help="tokens per text (truncated as "
+                                                               "the model was trained)")
+    batch_size: int | None = like(CertifyConfig, "batch_size", help=(
+        "rows per batch (default: sized to the device: the card when there is one)"))
+    text_column: str = like(CertifyConfig, "text_column")
+    label_column: str = like(CertifyConfig, "label_column", help=(
+        "label column (the model's label names, or class indices)"))
+    device: str = like(CertifyConfig, "device", help="auto | cpu | cuda")

@@ -116,7 +116,8 @@ class SplitStep(Step):
         # the data's hash: the file's bytes are read (cheap) before deciding
         return [splits.file_sha256(ctx.data)] + ([splits.file_sha256(ctx.test_data)]
                                                  if ctx.test_data is not None else []) \
-            + [SPLIT_RULE]
+            + [SPLIT_RULE] + ([_fingerprint(ctx.cfg.tokenizer or ctx.base_dir)]
+                              if ctx.cfg.duplicates == "drop" else [])
 
     def reuse(self, ctx: Context) -> dict[str, Any]:
         return self._said(ctx, _record(ctx.out / "split.json", "split record"))
@@ -124,6 +125,10 @@ class SplitStep(Step):
     def run(self, ctx: Context) -> dict[str, Any]:
         s, out = ctx.settings(SplitSettings), ctx.out
         train = splits.read_labelled(ctx.data, s.text_column, s.label_column)
+        test = (splits.read_labelled(ctx.test_data, s.text_column, s.label_column)
+                if ctx.test_data is not None else None)
+        # the duplicate-row policy (duplicates.py), before anything else reads the rows
+        train, test, dup, rows_of_file = _distinct(ctx, s, train, test)
         # the split reads no label; the classes come from the prior's rows alone, and S is
         # only checked (no unseen class) and encoded after: no label of S reaches the prior
         prior_idx, bound_idx = splits.seeded_split(len(train.labels), s.prior_fraction, s.seed)
@@ -136,6 +141,7 @@ class SplitStep(Step):
                                       replace=False)) if s.tune_rows else prior_idx[:0]
         record: dict[str, Any] = {
             "data": train.source, "data_sha256": train.sha256, "rows": len(y),
+            "duplicates": dup, "indices_are": "row numbers of DATA's file",
             "text_column": s.text_column, "label_column": s.label_column,
             "classes": classes, "seed": s.seed, "prior_fraction": s.prior_fraction,
             "rule": f"a permutation of the rows seeded by {s.seed} (no label read): its first "
@@ -145,14 +151,13 @@ class SplitStep(Step):
         for name, idx in (("prior", prior_idx), ("S", bound_idx), ("tune", tune_idx)):
             texts = [train.texts[i] for i in idx]
             splits.write_jsonl(out / f"{name}.jsonl", texts, y[idx])
-            record[name] = {"n": len(idx), "indices": idx.tolist(),
+            record[name] = {"n": len(idx), "indices": rows_of_file[idx].tolist(),
                             "sha256": splits.rows_sha256(texts, y[idx]),
                             "counts": np.bincount(y[idx], minlength=len(classes)).tolist()}
         if ctx.test_data is None:  # an earlier run's held-out rows are not this run's
             for stale in ("test.jsonl", "stats_model.json"):
                 (out / stale).unlink(missing_ok=True)
         else:
-            test = splits.read_labelled(ctx.test_data, s.text_column, s.label_column)
             splits.check_no_unseen(test.labels, classes, f"the held-out set ({test.source})")
             ty = splits.encode(test.labels, classes, test.source)
             splits.write_jsonl(out / "test.jsonl", test.texts, ty)
@@ -164,12 +169,54 @@ class SplitStep(Step):
     @staticmethod
     def _said(ctx: Context, record: dict[str, Any]) -> dict[str, Any]:
         sizes = {k: record[k]["n"] for k in ("prior", "S", "tune")}
+        dup = record.get("duplicates") or {}
+        if dup.get("policy") == "drop":
+            t = dup.get("test")
+            ctx.say(f"duplicates: dropped {dup['data']['dropped']} of DATA's "
+                    f"{dup['data']['rows']} rows (copies of an earlier row; one copy of each "
+                    "kept, chosen by the seed)" + (
+                        f" and {t['dropped']} of the {t['rows']} held-out rows (rows of DATA)"
+                        if t else "") + f", {option('duplicates', 'drop')}")
         ctx.say(f"split: {record['rows']} rows of {len(record['classes'])} classes → prior's "
                 f"data {sizes['prior']}, bound sample S {sizes['S']} (seeded permutation, seed "
                 f"{record['seed']}, no label read); σ search on {sizes['tune']} rows of the "
                 "prior's data" + (f"; held-out {record['test']['n']}" if "test" in record
                                   else "; no held-out set"))
+        from .run_plan import plan_text  # the plan, before anything slow
+
+        ctx.say(plan_text(ctx.cfg, sizes, record.get("test", {}).get("n"), ctx.pretrained,
+                          ctx.rates))
         return {"split": record, "sizes": sizes}
+
+
+def _distinct(ctx: Context, s: SplitSettings, train: splits.Labelled,
+              test: splits.Labelled | None) -> tuple[Any, Any, dict[str, Any], np.ndarray]:
+    """``(train, test, record, rows_of_file)``: the rows the split reads under the duplicate
+    policy (:mod:`.duplicates`; ``refuse``: all of them, the pre-flight having refused any
+    repeat), the policy's record (counts, rule, what is certified) and, for each row kept,
+    its row number in DATA's file."""
+    from .duplicates import keep_distinct, keep_unseen, record
+
+    n, m = len(train.texts), (len(test.texts) if test is not None else None)
+    if s.duplicates != "drop":
+        return train, test, record(s.duplicates, n, n, m, m), np.arange(n)
+    from ..measure.data.dataset_io import DataError
+    from ..measure.data.hf import load_tokenizer
+    from .preflight import row_keys
+
+    tok = load_tokenizer(Path(ctx.cfg.tokenizer) if ctx.cfg.tokenizer else ctx.base_dir)
+    keys = row_keys(train.texts, train.labels, tok, s.max_length)
+    keep = keep_distinct(keys, s.seed)
+    train = splits.subset(train, keep)
+    if test is not None:
+        test_keep = keep_unseen(row_keys(test.texts, test.labels, tok, s.max_length), keys)
+        if not len(test_keep):
+            raise DataError(
+                f"{option('test_data', test.source)}: each of its {m} rows is a row of DATA "
+                f"{train.source}; with {option('duplicates', 'drop')} no held-out row is "
+                "left: give rows held out from DATA")
+        test = splits.subset(test, test_keep)
+    return train, test, record("drop", n, len(keep), m, test and len(test.texts)), keep
 
 
 class PriorStep(Step):
@@ -291,6 +338,7 @@ class CompareStep(Step):
         ev = measure_evidence(out, "test" in record, m.max_length, m.batch_size, m.seed,
                               ctx.device, ctx.loaded)
         ev.disagreement = lambda test_error: _model_rows(out, m, ctx.device, test_error, ctx)
+        ev.heldout_passes = ctx.settings(CompareSettings).heldout_draws
         certified, report = claims.build(out / "stats.json", ev)
         prior_lr, post_lr, prior_epochs = ctx.rates
         report.update({"sizes": ctx.found["sizes"], "n_test": record.get("test", {}).get("n"),
@@ -302,6 +350,7 @@ class CompareStep(Step):
                        "prior_epochs": prior_epochs,
                        "base": str(ctx.base), "pretrained": ctx.pretrained,
                        "training_loop": loop_record(ctx.custom),
+                       "duplicates": record.get("duplicates"),
                        "certifies": CERTIFIES})
         write_json_record(out / "report.json", report)
         return {"report": report, "certified": certified}

@@ -20,7 +20,8 @@ the culprit, with an exit code of :mod:`boundcalc.errors`.
    ``max_length`` and its label; :func:`row_keys`): a row of DATA repeated (its copies could
    land in both the prior's data and S, so the prior would have seen rows of S) and a row of
    the held-out set that is a row of DATA (its error would be measured on a training row) are
-   refused.
+   refused, each refusal naming the ``duplicates`` option; with ``duplicates`` ``drop`` they
+   are not refused here: the split drops them (:mod:`.duplicates`).
 
 Contract: :func:`preflight` returns only when every check passed; it writes nothing.
 """
@@ -60,7 +61,7 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
     test = (read_labelled(test_data, cfg.text_column, cfg.label_column)
             if test_data is not None else None)
     check_rows(train.texts, train.labels, train.source, tok, cfg.max_length,
-               test and (test.texts, test.labels, test.source))
+               test and (test.texts, test.labels, test.source), cfg.duplicates)
 
 
 def check_base(base: str | Path, folder: Path, raw: dict[str, Any], tokenizer: Any,
@@ -169,10 +170,18 @@ def row_keys(texts: Sequence[str], labels: Sequence[Any], tokenizer: Any,
 
 
 def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokenizer: Any,
-               max_length: int, test: tuple[Sequence[str], Sequence[Any], str] | None) -> None:
+               max_length: int, test: tuple[Sequence[str], Sequence[Any], str] | None,
+               duplicates: str = "refuse") -> None:
     """Refuse a row of DATA that repeats an earlier one, and a row of the held-out set
-    ``test`` (texts, labels, source) that is a row of DATA, by :func:`row_keys`."""
+    ``test`` (texts, labels, source) that is a row of DATA, by :func:`row_keys`; each
+    refusal names the ``duplicates`` option. With ``duplicates`` ``"drop"`` neither is
+    refused (the split drops them, :mod:`.duplicates`)."""
     from ..measure.data.dataset_io import DataError
+
+    if duplicates == "drop":
+        return
+    drop = (f"; or give {option('duplicates', 'drop')} to drop them before the split (seeded, "
+            "counted in report.json)")
 
     same = (f"the same tokens within the first {option('max_length', max_length)} and the "
             "same label")
@@ -188,7 +197,7 @@ def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokeniz
                         f"repeat an earlier row ({same}; row {i} repeats row {j}): certify "
                         "splits DATA's rows between the prior's data and the bound sample S, "
                         "and a row with copies on both sides would let the prior see rows of "
-                        "S (it would be no PAC-Bayes prior); keep one copy of each row")
+                        "S (it would be no PAC-Bayes prior); keep one copy of each row" + drop)
     if test is None:
         return
     t_texts, t_labels, t_source = test
@@ -200,7 +209,7 @@ def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokeniz
                         f"rows are rows of DATA {source} ({same}; its row {i} is DATA's row "
                         f"{j}): the held-out set must share no row with DATA, whose rows train "
                         "the prior and model/, else its errors are measured on training rows; "
-                        "give rows held out from DATA")
+                        "give rows held out from DATA" + drop)
 
 
 def _first(exc: BaseException) -> str:

@@ -64,6 +64,12 @@ def read_labelled(path: str | Path, text_column: str = "text",
     return Labelled(texts, labels, source, file_sha256(path))
 
 
+def subset(rows: Labelled, keep: Sequence[int]) -> Labelled:
+    """The rows ``keep`` of ``rows`` (in that order), from the same file."""
+    return Labelled([rows.texts[i] for i in keep], [rows.labels[i] for i in keep],
+                    rows.source, rows.sha256)
+
+
 def _key(y: Any) -> tuple[int, Any]:
     """Sort key of a label: numbers by value, then strings."""
     if isinstance(y, bool):

@@ -9,7 +9,7 @@ from .app import app, reflow_command_help
 # Each module registers its commands on ``app`` when imported. A module that is not there yet
 # (work in progress) is skipped, so the CLI stays usable.
 _COMMAND_MODULES = ("registry_cmds", "measure_cmd", "optimize_cmds", "report_cmd", "sweep_cmds",
-                    "certify_cmd")
+                    "certify_cmd", "holdout_cmd")
 
 
 def _load_commands() -> None:

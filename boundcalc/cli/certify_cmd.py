@@ -169,6 +169,14 @@ def print_result(result) -> None:
     say(f"prior's data {sz['prior']} rows, bound sample S {sz['S']} rows (n = {sz['S']}), σ "
         f"search on {sz['tune']} rows of the prior's data; output in "
         f"{escape(str(result.out))}")
+    dup = rep.get("duplicates") or {}
+    if dup.get("policy") == "drop":
+        t = dup.get("test") or {}
+        say(f"duplicates dropped before the split: {dup['data']['dropped']} of DATA's "
+            f"{dup['data']['rows']} rows" + (f", {t['dropped']} of the {t['rows']} held-out "
+                                              "rows" if t else "")
+            + ": the certificates are about the distribution of distinct rows (report.json "
+              "\"duplicates\")")
     if rep.get("test_error") is not None:
         say(f"held-out error ({rep['n_test']} rows): model/ {rep['test_error']:.4f}, prior "
             f"{rep['prior_test_error']:.4f}")

@@ -73,7 +73,8 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "prior_fraction", "seed", "prior_epochs", "prior_lr", "post_epochs", "post_lr",
         "proximal", "batch_size", "max_length", "text_column", "label_column", "device",
         "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
-        "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init"]
+        "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init",
+        "duplicates", "heldout_draws"]
 
 
 @pytest.mark.parametrize("name", ["sigmas", "draws", "tune_draws", "group_draws"])

@@ -71,7 +71,7 @@ def test_a_key_is_the_hash_of_the_name_the_sub_record_the_key_before_and_the_inp
     # the report's form (issue 53: every row a claim naming its predictor), by hand
     form = ("minimum at delta/k; test-set rows; baseline; Gibbs held-out error; every row a "
             "claim naming its predictor")
-    blob = json.dumps(["compare", {}, "xyz", form], sort_keys=True)
+    blob = json.dumps(["compare", {"heldout_draws": 1}, "xyz", form], sort_keys=True)
     assert CompareStep().key(_ctx(tmp_path, cfg), "xyz") == \
         hashlib.sha256(blob.encode()).hexdigest()[:16]
 

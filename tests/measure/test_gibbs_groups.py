@@ -111,11 +111,16 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
     calls = []
     real_risk, real_final, real_scale = (tune_mod.risk_draws, tune_mod.final_risk,
                                          tune_mod.choose_scale)
+    real_search = tune_mod.search_risk  # the shape search's risk (it may stop a pass early)
     stage = {"now": "shape"}
 
     def spy_risk(tmx, data, *a, **k):
         calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
         return real_risk(tmx, data, *a, **k)
+
+    def spy_search(tmx, data, *a, **k):
+        calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
+        return real_search(tmx, data, *a, **k)
 
     def spy_final(tmx, data, *a, **k):
         calls.append((stage["now"], tmx is prior, tmx is tm, data is T, data is guarded))
@@ -129,6 +134,7 @@ def test_S_never_reaches_the_search(vits, monkeypatch):
         return got
 
     monkeypatch.setattr(tune_mod, "risk_draws", spy_risk)
+    monkeypatch.setattr(tune_mod, "search_risk", spy_search)
     monkeypatch.setattr(tune_mod, "final_risk", spy_final)
     monkeypatch.setattr(tune_mod, "choose_scale", spy_scale)
     _Guarded.open = False
@@ -360,3 +366,35 @@ def test_final_risk_draws_per_sample_where_exact_else_per_chunk(vits, monkeypatc
         assert (tied.mode, tied.n_losses, tied.rows_per_unit) == ("chunk", 10, 60)
         assert "not exact" in tied.how
 
+
+
+def test_a_search_pass_stops_once_above_its_target_with_the_same_answer(vits):
+    """issue 54: the shape search asks only "risk ≤ target?"; a pass of whole-model draws
+    (gibbs_estimate's ``stop_above``, as search_groups' shape risk calls it)
+    stops once its summed loss exceeds target·rows and returns that partial mean, a lower bound
+    still above the target: the answer is the full pass's for every target tried, and a pass
+    that stops read fewer rows (its mean below the full one)."""
+    from boundcalc.measure.data.dataset_io import read_batches
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
+
+    def risk_draws(tm, data, dev, sigma, draws, seed, alpha, stop_above=None):
+        return gibbs_estimate(tm, data, dev, [sigma], MonteCarlo(draws, seed, alpha, mode="whole"),
+                              stop_above=stop_above).means[0]
+
+    out, tm, prior, S, T = vits
+    dev = torch.device("cpu")
+    T50 = read_batches(str(out / "prior.npz"), prior, batch_size=50)  # 6 batches of 50
+    for sigma in (0.003, 0.03, 0.3):
+        full = float(risk_draws(prior, T50, dev, sigma, 1, 7, 0.1).mean())
+        assert full == float(risk_draws(prior, T50, dev, sigma, 1, 7, 0.1,
+                                        stop_above=2.0).mean())  # never reached: the same
+        for target in (0.0, full / 3, full * 0.99, full, full * 1.01, 0.5, 0.99):
+            got = float(risk_draws(prior, T50, dev, sigma, 1, 7, 0.1,
+                                   stop_above=target).mean())
+            assert (got <= target) == (full <= target), (sigma, target, got, full)
+            assert got <= full + 1e-12
+            if got < full - 1e-12:  # stopped early: certainly above the target already
+                assert got > target
+    # the first batch alone exceeds a target of 0: the pass read 50 of its 300 rows
+    first = float(risk_draws(prior, T50, dev, 0.3, 1, 7, 0.1, stop_above=0.0).mean())
+    assert 0 < first < float(risk_draws(prior, T50, dev, 0.3, 1, 7, 0.1).mean())

@@ -353,10 +353,17 @@ def _pass_batches(data: Batched, m: int | None, rng: np.random.Generator, chunk:
 
 def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
                    sigmas: Sequence[Sigma], mc: MonteCarlo,
-                   progress: Progress | None = None) -> GibbsEstimate:
+                   progress: Progress | None = None,
+                   stop_above: float | None = None) -> GibbsEstimate:
     """The Gibbs risk at every σ in ``sigmas`` (a float or a ``{parameter name: σ}`` mapping
     each), drawn as ``mc`` says; see the module docstring for the modes and ``mc.samples``
-    (≥ 1 rows or None, as :class:`.options.MeasureOptions` declares it)."""
+    (≥ 1 rows or None, as :class:`.options.MeasureOptions` declares it).
+
+    ``stop_above`` (one pass of whole-model draws only, as a σ search asks): a pass stops as
+    soon as its summed loss exceeds ``stop_above``·rows (every loss is ≥ 0, so its mean is then
+    certainly above ``stop_above``) and its mean is that partial sum over the rows: a lower
+    bound still above ``stop_above``, so a search that only asks "risk ≤ target?" of it gets
+    the answer the full pass gives."""
     from .row_noise import RowNoise
 
     passes, seed, alpha, mode, samples = mc.passes, mc.seed, mc.alpha, mc.mode, mc.samples
@@ -397,9 +404,12 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
                                  f"Gibbs risk σ={label}, {rows} samples per step{per_batch}")
                     if engine == "weights":
                         pert.draw(sig)
+                    stop = (stop_above * rows if stop_above is not None and passes == 1
+                            and engine == "weights" else None)
                     total_loss, bad = _one_pass(tm, _pass_batches(data, samples, rng, chunk),
                                                 device, alpha, hooks,
-                                                pert.draw if engine == "loop" else None, sig)
+                                                pert.draw if engine == "loop" else None, sig,
+                                                stop)
                     if bad > 0:
                         raise BoundcalcError(f"{tm.source}: the perturbed model produced NaN or "
                                              f"infinite logits at σ={label}")
@@ -412,14 +422,17 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
 
 
 def _one_pass(tm: TaskModel, batches, device: torch.device, alpha: float,
-              hooks: Any, draw: Callable | None, sig: dict[str, float]) -> tuple[float, float]:
+              hooks: Any, draw: Callable | None, sig: dict[str, float],
+              stop: float | None = None) -> tuple[float, float]:
     """``(summed bounded loss, count of non-finite logits)`` of one pass over ``batches``, with
     one host synchronisation: the per-batch sums and the hooks' counts of rows whose Gram had no
     factor (:class:`.row_noise.RowNoise`, deferred) are read together at the end; a batch with
     such rows is then run again with :meth:`~.row_noise.RowNoise.replay` (same draws, those
     rows repaired) and its figures replaced. ``draw``: a weight draw before each batch (the
-    ``loop`` engine)."""
+    ``loop`` engine). ``stop`` (no hooks): the pass ends once the summed loss exceeds it (a
+    host synchronisation per batch then), its sum so far returned."""
     sums, bads, fails = [], [], []
+    running = 0.0
     for batch in batches:
         inputs, y = _on_device(batch, device)
         full = mask_is_full(batch[0])
@@ -435,6 +448,10 @@ def _one_pass(tm: TaskModel, batches, device: torch.device, alpha: float,
         failed = hooks.failures() if hooks is not None else None
         if failed is not None:
             fails.append((len(sums) - 1, failed.double(), mark, batch))
+        if stop is not None and hooks is None:
+            running += float(sums[-1])
+            if running > stop:  # the mean is above stop/rows whatever the other rows give
+                break
     got = torch.stack([*sums, *bads, *(f[1] for f in fails)]).tolist()  # the pass's one sync
     n = len(sums)
     for (k, _, mark, batch), count in zip(fails, got[2 * n:]):
