@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from boundcalc.errors import BoundcalcError
+from boundcalc.measure.data.lm_loss import token_logprob
 from boundcalc.measure.device import resolve_device
 from boundcalc.rounding import probability_text, upper_text
 from .stdlib_text import (SPLITS, iid_draws, package_of, run_cli, split_by_file, stage,
@@ -228,9 +229,8 @@ def chunk_bits(model, units: list[bytes], batch: int = 64) -> np.ndarray:
     with torch.no_grad():
         for lo in range(0, len(units), batch):
             x, m = (t.to(dev) for t in encode(units[lo:lo + batch]))
-            lp = torch.log_softmax(model(input_ids=x, attention_mask=m).logits[:, :-1].double(),
-                                   -1)
-            nll = -lp.gather(-1, x[:, 1:, None]).squeeze(-1)
+            # float64 one row at a time, never the batch's whole vocabulary (issue 51)
+            nll = -token_logprob(model(input_ids=x, attention_mask=m).logits[:, :-1], x[:, 1:])
             w = m[:, 1:].double()
             out.append(((nll * w).sum(1) / w.sum(1).clamp(min=1) / math.log(2)).cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)
