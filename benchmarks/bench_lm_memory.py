@@ -85,13 +85,16 @@ def run_command(code: Path, m: Path, i: Path, d: Path) -> dict:
     cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "boundcalc", "measure", str(m),
            "--init", str(i), "--data", str(d), *COMMAND, "-o", str(d.parent / "s.json")]
     t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    # cwd = the code: ``python -m`` puts the working directory before PYTHONPATH
+    res = subprocess.run(cmd, env=env, cwd=code, capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
     if res.returncode != 0:
         raise SystemExit(f"measure failed (exit {res.returncode}): {res.stderr[-2000:]}")
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr).group(1))
+    stats = json.loads((d.parent / "s.json").read_text())
     return {"wall_s": round(wall, 2), "peak_rss_gb": round(rss_kb / 1e6, 3),
-            "stats": json.loads((d.parent / "s.json").read_text()).get("scalars", {})}
+            "batch_size": (stats.get("provenance") or {}).get("batch_size"),
+            "stats": stats.get("scalars", {})}
 
 
 def main() -> None:

@@ -196,17 +196,28 @@ def byte_tokenizer():
 
 def _train(model, batches, steps: int, lr: float, warm: bool) -> None:
     """AdamW on the model's device (batches moved there); with ``warm``, a cosine schedule
-    with warm-up and a progress line at least every 10 s (steps/s, ETA) and every fifth."""
+    with warm-up and a progress line at least every 10 s (steps/s, ETA) and every fifth.
+
+    On CUDA (issue 51): the forward and loss under bf16 autocast (weights, gradients and Adam's
+    state stay float32), TF32 matmuls, the fused AdamW, batches copied without blocking; the
+    loss is read back only on a progress line. On a CPU the loop is the float32 one it always
+    was (same seed, same weights: ``tests/studies/test_language_model_train.py``)."""
     dev = next(model.parameters()).device
+    cuda = dev.type == "cuda"
     t0 = last = time.monotonic()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
+                            **({"fused": True} if cuda else {}))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / 50) * (0.5 * (1 + math.cos(math.pi * i / steps)))
         if warm else 1.0)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
     model.train()
     for i in range(steps):
-        x, m = (t.to(dev) for t in batches(i))
-        loss = model(input_ids=x, attention_mask=m, labels=x.masked_fill(m == 0, -100)).loss
+        x, m = (t.to(dev, non_blocking=True) for t in batches(i))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            loss = model(input_ids=x, attention_mask=m,
+                         labels=x.masked_fill(m == 0, -100)).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
