@@ -91,8 +91,18 @@ def model_config(cfg: "LMConfig") -> dict[str, Any]:
     return {k: v for k, v in asdict(cfg).items() if k not in AFTER_BUILD}
 
 
+# for a card: about 4.9 min of computation at 10 % of an H200's bf16 peak by the FLOP count of
+# studies.lm_flops (29 PFLOP, 73 % of it the prior's training; benchmarks/plan_lm_presets.py)
 FULL = dict(chunk=256, n_bound=20000, n_test=5000, n_embd=384, n_layer=6, n_head=6,
             train_steps=20000, batch=64, lr=1e-3, post_steps=50, draws=20)
+# GPT-2 small's body (12 layers of width 768, 12 heads) on bytes: 85.4 M weights (GPT-2's own
+# 124 M include a 38.6 M BPE embedding table; no BPE vocabulary ships offline, and bytes keep
+# the bits per byte of every preset comparable). About 7 min of computation at 10 % of an
+# H200's bf16 peak (studies.lm_flops), inside a 15-minute lease; compression off (k-means over
+# 85 M weights runs on the host, uncounted by the plan)
+GPT2 = dict(chunk=256, n_bound=5000, n_test=1000, n_embd=768, n_layer=12, n_head=12,
+            train_steps=4000, batch=64, lr=6e-4, post_steps=20, draws=10, bound_epochs=1,
+            bound_draws=8, compress=False)
 
 
 def collect(cfg: LMConfig, root: str | Path | None = None) -> dict[str, Any]:
