@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 
+import pytest
 import torch
 
 from studies.language_model import LMConfig, _gpt2, _train
@@ -57,3 +58,27 @@ def test_cpu_training_is_the_plain_float32_loop_bit_for_bit(capsys):
         assert a.dtype == torch.float32 and torch.equal(a, b)
         moved += int(not torch.equal(a, p0))
     assert moved > 0 and not model.training
+
+
+def test_card_training_rate_script_runs_its_self_test_on_the_cpu(tmp_path):
+    """benchmarks/bench_lm_train.py (run by gpu_check.sh on a card) on tiny models on the CPU:
+    it writes a record with a rate, a TFLOP/s figure consistent with the counted FLOPs of a
+    training row, and the fraction of the peak (the code path, not a speed)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    from studies.lm_flops import H200_BF16_PEAK
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_lm_train.py"
+    spec = importlib.util.spec_from_file_location("bench_lm_train_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with single_thread():
+        assert mod.main(["--self-test", "--out", str(tmp_path)]) == 0
+    rec = json.loads((tmp_path / "lm_train_gpu.json").read_text())
+    assert set(rec["presets"]) == {"--full", "--gpt2"}
+    for got in rec["presets"].values():
+        assert got["steps"] >= 10 and got["steps_per_s"] > 0
+        assert got["fraction_of_peak"] == pytest.approx(got["tflops"] * 1e12 / H200_BF16_PEAK,
+                                                        rel=1e-2, abs=1e-4)
