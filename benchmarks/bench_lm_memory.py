@@ -11,7 +11,9 @@ seeded move, so that ``--init`` differs from it), 64 rows of 128 token ids drawn
 under ``/usr/bin/time -v`` (its "Maximum resident set size" is the peak RSS; issue 51's target
 ≤ 1.5 GB, 7.7 GB before), and its wall time divided by the wall time of one plain forward pass
 over the same 64 rows with a chunked loss (rows in chunks of 8, float64 log-sum-exp one row at a
-time), timed in this process in the same run (median of 3; target ≤ 6×, 19.4× before).
+time), timed in this process in the same run (median of 3, on torch's threads and on one
+thread, the faster of the two: measure's data side runs a model this narrow on one thread;
+target ≤ 6×, 19.4× before).
 
 ``--code PATH``: run the command with ``PYTHONPATH=PATH`` (e.g. ``/work/main`` for the before
 figure); default: this checkout. Writes ``benchmarks/results/lm_memory_cpu.json`` (or ``--out``);
@@ -58,12 +60,22 @@ def build(tmp: Path) -> tuple[Path, Path, Path]:
     return tmp / "m", tmp / "i", tmp / "d.pt"
 
 
-def plain_forward(model_dir: Path, data: Path, chunk: int = 8) -> float:
+def plain_forward(model_dir: Path, data: Path, chunk: int = 8, threads: int | None = None
+                  ) -> float:
     """Seconds of one forward pass over every row, in chunks of ``chunk`` rows, with the
-    per-row mean token log-loss (float64 log-sum-exp one row at a time): the yardstick."""
+    per-row mean token log-loss (float64 log-sum-exp one row at a time): the yardstick, on
+    ``threads`` threads (default: torch's)."""
     from transformers import GPT2LMHeadModel
 
-    model = GPT2LMHeadModel.from_pretrained(model_dir).eval()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        return _plain_forward(GPT2LMHeadModel.from_pretrained(model_dir).eval(), data, chunk)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _plain_forward(model, data: Path, chunk: int) -> float:
     ids = torch.load(data)["input_ids"]
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -104,17 +116,24 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as t:
         m, i, d = build(Path(t))
-        plain = [plain_forward(m, d) for _ in range(3)]
+        # the yardstick on torch's threads and on one (what measure's data side takes for a
+        # model this narrow, boundcalc.measure.threads.data_threads): the faster counts
+        plain = {n: [plain_forward(m, d, threads=n) for _ in range(2)] for n in (None, 1)}
         load_before = os.getloadavg()
         got = run_command(Path(args.code), m, i, d)
-        plain += [plain_forward(m, d) for _ in range(2)]
-    base = statistics.median(plain)
+        for n in plain:
+            plain[n].append(plain_forward(m, d, threads=n))
+    medians = {str(n or torch.get_num_threads()): statistics.median(v) for n, v in plain.items()}
+    base = min(medians.values())
     scal = got.pop("stats")
     record = {"command": "boundcalc measure m --init i --data d.pt " + " ".join(COMMAND),
               "case": f"GPT-2 width {WIDTH}, {LAYERS} layers, vocabulary {VOCAB}; {ROWS} rows x "
                       f"{TOKENS} tokens",
-              **got, "plain_forward_s": round(base, 3), "plain_forward_runs_s":
-              [round(x, 3) for x in plain], "ratio": round(got["wall_s"] / base, 2),
+              **got, "plain_forward_s": round(base, 3),
+              "plain_forward_s_by_threads": {k: round(v, 3) for k, v in medians.items()},
+              "plain_forward_runs_s": {str(n or torch.get_num_threads()): [round(x, 3) for x in v]
+                                       for n, v in plain.items()},
+              "ratio": round(got["wall_s"] / base, 2),
               "targets": {"peak_rss_gb": 1.5, "ratio": 6.0},
               "loss_mean": (scal.get("loss_mean") or {}).get("value")
               if isinstance(scal.get("loss_mean"), dict) else scal.get("loss_mean"),
