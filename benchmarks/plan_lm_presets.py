@@ -18,16 +18,14 @@ from studies.lm_flops import plan  # noqa: E402
 
 
 def main() -> None:
-    out = {}
-    for name, preset, target in (("default", {}, None), ("--full", FULL, 600),
-                                 ("--gpt2", GPT2, 900)):
-        p = plan(LMConfig(**preset))
-        p["target_seconds"] = target
-        out[name] = p
+    out = {name: {**plan(LMConfig(**preset)), "target_seconds": target}
+           for name, preset, target in (("default", {}, None), ("--full", FULL, 600),
+                                        ("--gpt2", GPT2, 900))}
+    (HERE / "results" / "lm_presets_plan.json").write_text(json.dumps(out, indent=1) + "\n")
+    for name, p in out.items():
         print(f"{name:8s} {p['n_params'] / 1e6:6.1f} M weights  {p['total_flops'] / 1e15:7.2f} "
               f"PFLOP  {p['total_seconds']:7.1f} s at {p['assumed_fraction_of_peak']:.0%} of "
-              f"the H200's bf16 peak (target {target} s)")
-    (HERE / "results" / "lm_presets_plan.json").write_text(json.dumps(out, indent=1) + "\n")
+              f"the H200's bf16 peak (target {p['target_seconds']} s)")
 
 
 if __name__ == "__main__":
