@@ -211,3 +211,17 @@ def test_compression_risk_per_row_values_and_memory(chunked):
     m.check()
     np.testing.assert_allclose(got.smoothed[ALPHA], ref, rtol=1e-9)
     np.testing.assert_array_equal(got.errors, wrong)
+
+
+def test_the_plan_calibration_warms_up_on_one_row_on_a_cpu(chunked):
+    """measure's calibration (work_plan.calibrate) times the data pass on the first batch after
+    an untimed warm-up: on a CPU that warm-up is one row (on the tiny GPT-2 of issue 51 a batch's
+    warm-up cost half a data pass), then the batch of 5 in chunks of 2 + 2 + 1 rows."""
+    from boundcalc.measure.data.work_plan import calibrate
+
+    tm, data, *_ = _lm()
+    seen = []
+    tm.model.register_forward_pre_hook(lambda mod, a, kw: seen.append(kw["input_ids"].shape[0]),
+                                       with_kwargs=True)
+    got = calibrate(tm, data, CPU, noisy=False)
+    assert seen == [1, 2, 2, 1] and got["rows"] == BATCH and got["noisy"] == got["plain"] > 0
