@@ -225,3 +225,24 @@ def test_the_plan_calibration_warms_up_on_one_row_on_a_cpu(chunked):
                                        with_kwargs=True)
     got = calibrate(tm, data, CPU, noisy=False)
     assert seen == [1, 2, 2, 1] and got["rows"] == BATCH and got["noisy"] == got["plain"] > 0
+
+
+def test_nonfinite_counts_the_positions_holding_a_nan_or_an_infinity():
+    x = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(5))
+    assert int(lm_loss.nonfinite(x)) == 0
+    x[0, 1, 2], x[1, 0, 6], x[1, 2, 0], x[1, 2, 1] = math.nan, -math.inf, math.inf, math.inf
+    assert int(lm_loss.nonfinite(x)) == 3 == int((~torch.isfinite(x)).any(-1).sum())
+
+
+def test_a_language_model_with_an_infinite_logit_is_refused_in_the_data_pass_and_the_mc(chunked):
+    from boundcalc.errors import BoundcalcError
+    from boundcalc.measure.data.data_pass import run_pass
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
+
+    tm, data, *_ = _lm()
+    with torch.no_grad():
+        tm.model.lm_head.weight[17, 0] = math.inf  # tied: token 17's embedding too
+    with pytest.raises(BoundcalcError, match="NaN or infinite logits"):
+        run_pass(tm, data, CPU, alpha=ALPHA)
+    with pytest.raises(BoundcalcError, match="NaN or infinite logits"):
+        gibbs_estimate(tm, data, CPU, [0.0], MonteCarlo(1, 0, ALPHA, "whole"))

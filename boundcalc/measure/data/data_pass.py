@@ -31,6 +31,7 @@ from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
 from .lm_loss import logit_rows, row_chunks, row_mean, token_stats
+from .lm_loss import nonfinite as count_nonfinite
 
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
 
@@ -97,7 +98,8 @@ def _pass_rows(tm: TaskModel, host: dict[str, torch.Tensor], y: torch.Tensor | N
         tmax = torch.maximum(tmax, tok.max())
         fmax = torch.maximum(fmax, tok.square().sum(-1).sqrt().max())
     logits = out.logits
-    nonfinite = nonfinite + (~torch.isfinite(logits)).sum()
+    nonfinite = nonfinite + (count_nonfinite(logits) if tm.is_lm else
+                             (~torch.isfinite(logits)).sum())
     if tm.is_lm:
         if tm.task == "causal_lm":
             logits = logits[:, :-1]

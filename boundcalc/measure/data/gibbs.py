@@ -36,7 +36,7 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
-from .lm_loss import logit_rows, smoothed_token_loss
+from .lm_loss import logit_rows, nonfinite, smoothed_token_loss
 from ...options import Record, like
 from .options import MODES, MeasureOptions  # declared with the options that choose them
 
@@ -298,7 +298,7 @@ def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tenso
     if tm.is_lm:
         inputs, targets, keep = lm_targets(tm, inputs)
     logits = tm.model(**model_call(inputs, full_mask)).logits
-    bad = (~torch.isfinite(logits)).sum()
+    bad = nonfinite(logits) if tm.is_lm else (~torch.isfinite(logits)).sum()
     if tm.is_lm:  # the compute-dtype logits, float64 one row at a time (:mod:`.lm_loss`)
         if tm.task == "causal_lm":
             logits = logits[:, :-1]

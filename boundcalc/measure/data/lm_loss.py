@@ -114,6 +114,16 @@ def token_logprob(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return _picked(logits, targets) - _lse_rows(logits)
 
 
+def nonfinite(logits: torch.Tensor) -> torch.Tensor:
+    """The number of positions whose logits hold a NaN or an infinity (0 exactly when every
+    logit is finite), on the device: one read of the logits (each position's least and
+    greatest value, which a NaN or an infinity among them makes non-finite), where
+    ``isfinite`` over every logit reads them five times (a sixth of a language model's data
+    pass on GPT-2's vocabulary)."""
+    lo, hi = torch.aminmax(logits, dim=-1)
+    return (~(torch.isfinite(lo) & torch.isfinite(hi))).sum()
+
+
 def smoothed(lp: torch.Tensor, vocab: int, alpha: float) -> torch.Tensor:
     """The prediction-smoothed log-loss −ln((1−α)e^lp + α/V)/ln(V/α) of each log-probability
     ``lp``, in [0, 1]."""
