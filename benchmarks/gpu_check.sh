@@ -15,9 +15,13 @@
 #    With time left, the same with --posterior bound (issue 45; record minilm_bound).
 # 3. the weights side of the same BERT-base, --device cuda vs --device cpu (weights_gpu.json).
 #    Target: the card no slower than the host.
-# 4. GPT-2 124M, 2048 x 256 ids, 5 sigma x 20 draws, --precision bf16 (gpt2_gpu.json).
+# 4. the language-model example's training loop on the --full and --gpt2 presets' models, 20 s
+#    each (bench_lm_train.py, lm_train_gpu.json): TFLOP/s, the fraction of the bf16 peak beside
+#    the 10 % the presets' FLOP plan assumes, the whole run by the plan at the measured rate.
+#    Targets: --full <= 600 s, --gpt2 <= 900 s.
+# 5. GPT-2 124M, 2048 x 256 ids, 5 sigma x 20 draws, --precision bf16 (gpt2_gpu.json).
 #    Target: <= 120 s.
-# 5. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
+# 6. benchmarks/gpu_check.py: CUDA results equal CPU results to 1e-6 (spectra, norms, Schatten
 #    sums; Hutchinson and Hutch++ with fixed seeds), card recorded.
 # Last, every target beside its figure (gpu_check.py --targets: targets.md), even when a step
 # stopped at its limit. Files come back under $OUT; log.txt has everything printed.
@@ -102,6 +106,7 @@ certify_case() {  # bench_certify.py on MiniLM with $1 seconds on device $2, res
 if [ $self_test -eq 1 ]; then
   echo "self-test: every case on the CPU with tiny models"
   for c in bert gpt2 weights; do bench "$c" 120 --self-test; done
+  timeout 120 "$py" "$here/bench_lm_train.py" --self-test --out "$out"
   "$py" "$here/gpu_check.py" --targets --out "$out"
   exit $?
 fi
@@ -111,6 +116,8 @@ if [ $cuda -eq 1 ]; then  # the user's commands first, each with its share of wh
   # issue 45: the bound-trained posterior on the card, when enough is left for it
   [ "$(left)" -gt 240 ] && certify_case $(( $(left) * 25 / 100 )) cuda cuda minilm_bound --posterior bound
   bench weights $(( $(left) * 25 / 100 ))
+  # issue 51: the language-model example's training rate (--full, --gpt2) against its FLOP plan
+  [ "$(left)" -gt 200 ] && timeout 90 "$py" "$here/bench_lm_train.py" --seconds 20 --out "$out"
   bench gpt2 $(( $(left) * 65 / 100 ))
 else
   echo "no CUDA: the user's commands on the card skipped"

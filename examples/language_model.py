@@ -4,6 +4,7 @@ context and is not scored: 63 of the 64 bytes of a full chunk count).
 
     python examples/language_model.py --out out/language_model        # minutes on 2 CPU cores
     python examples/language_model.py --out out/lm_full --full        # a larger model, for a GPU
+    python examples/language_model.py --out out/lm_gpt2 --gpt2        # GPT-2 small's body, a GPU
 
 The sampling assumption is made true by construction: the unit is a 64-byte chunk, the pool is
 every chunk of the bound-split files, and S is drawn from the pool i.i.d. uniformly with
@@ -46,7 +47,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 def main(argv: list[str] | None = None) -> int:
     from boundcalc.errors import BoundcalcError
-    from studies.language_model import FULL, LMConfig, run
+    from studies.language_model import FULL, GPT2, LMConfig, run
     from boundcalc.report.summary import floor_line
     from boundcalc.rounding import upper_text
 
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("out/language_model"))
     ap.add_argument("--full", action="store_true",
                     help="256-byte chunks, 6 layers of width 384, n = 20000 (for a GPU)")
+    ap.add_argument("--gpt2", action="store_true",
+                    help="GPT-2 small's body on bytes (12 layers of width 768, 85 M weights), "
+                         "n = 5000: for a card's 15 minutes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto",
                     help="where the model trains and is measured: auto (CUDA when present), "
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
             if v is not None}
     if not args.bound:
         over.update(bound=False, tune=False)
-    cfg = LMConfig(seed=args.seed, device=args.device, **{**(FULL if args.full else {}), **over})
+    preset = GPT2 if args.gpt2 else FULL if args.full else {}
+    cfg = LMConfig(seed=args.seed, device=args.device, **{**preset, **over})
     try:
         rep = run(args.out, cfg, reuse=args.reuse)
     except BoundcalcError as exc:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from boundcalc.errors import BoundcalcError
+from boundcalc.measure.data.lm_loss import token_logprob
 from boundcalc.measure.device import resolve_device
 from boundcalc.rounding import probability_text, upper_text
 from .stdlib_text import (SPLITS, iid_draws, package_of, run_cli, split_by_file, stage,
@@ -90,8 +91,18 @@ def model_config(cfg: "LMConfig") -> dict[str, Any]:
     return {k: v for k, v in asdict(cfg).items() if k not in AFTER_BUILD}
 
 
+# for a card: about 4.9 min of computation at 10 % of an H200's bf16 peak by the FLOP count of
+# studies.lm_flops (29 PFLOP, 73 % of it the prior's training; benchmarks/plan_lm_presets.py)
 FULL = dict(chunk=256, n_bound=20000, n_test=5000, n_embd=384, n_layer=6, n_head=6,
             train_steps=20000, batch=64, lr=1e-3, post_steps=50, draws=20)
+# GPT-2 small's body (12 layers of width 768, 12 heads) on bytes: 85.4 M weights (GPT-2's own
+# 124 M include a 38.6 M BPE embedding table; no BPE vocabulary ships offline, and bytes keep
+# the bits per byte of every preset comparable). About 7 min of computation at 10 % of an
+# H200's bf16 peak (studies.lm_flops), inside a 15-minute lease; compression off (k-means over
+# 85 M weights runs on the host, uncounted by the plan)
+GPT2 = dict(chunk=256, n_bound=5000, n_test=1000, n_embd=768, n_layer=12, n_head=12,
+            train_steps=4000, batch=64, lr=6e-4, post_steps=20, draws=10, bound_epochs=1,
+            bound_draws=8, compress=False)
 
 
 def collect(cfg: LMConfig, root: str | Path | None = None) -> dict[str, Any]:
@@ -195,17 +206,28 @@ def byte_tokenizer():
 
 def _train(model, batches, steps: int, lr: float, warm: bool) -> None:
     """AdamW on the model's device (batches moved there); with ``warm``, a cosine schedule
-    with warm-up and a progress line at least every 10 s (steps/s, ETA) and every fifth."""
+    with warm-up and a progress line at least every 10 s (steps/s, ETA) and every fifth.
+
+    On CUDA (issue 51): the forward and loss under bf16 autocast (weights, gradients and Adam's
+    state stay float32), TF32 matmuls, the fused AdamW, batches copied without blocking; the
+    loss is read back only on a progress line. On a CPU the loop is the float32 one it always
+    was (same seed, same weights: ``tests/studies/test_language_model_train.py``)."""
     dev = next(model.parameters()).device
+    cuda = dev.type == "cuda"
     t0 = last = time.monotonic()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0,
+                            **({"fused": True} if cuda else {}))
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / 50) * (0.5 * (1 + math.cos(math.pi * i / steps)))
         if warm else 1.0)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
     model.train()
     for i in range(steps):
-        x, m = (t.to(dev) for t in batches(i))
-        loss = model(input_ids=x, attention_mask=m, labels=x.masked_fill(m == 0, -100)).loss
+        x, m = (t.to(dev, non_blocking=True) for t in batches(i))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            loss = model(input_ids=x, attention_mask=m,
+                         labels=x.masked_fill(m == 0, -100)).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -228,9 +250,8 @@ def chunk_bits(model, units: list[bytes], batch: int = 64) -> np.ndarray:
     with torch.no_grad():
         for lo in range(0, len(units), batch):
             x, m = (t.to(dev) for t in encode(units[lo:lo + batch]))
-            lp = torch.log_softmax(model(input_ids=x, attention_mask=m).logits[:, :-1].double(),
-                                   -1)
-            nll = -lp.gather(-1, x[:, 1:, None]).squeeze(-1)
+            # float64 one row at a time, never the batch's whole vocabulary (issue 51)
+            nll = -token_logprob(model(input_ids=x, attention_mask=m).logits[:, :-1], x[:, 1:])
             w = m[:, 1:].double()
             out.append(((nll * w).sum(1) / w.sum(1).clamp(min=1) / math.log(2)).cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)

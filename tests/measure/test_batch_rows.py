@@ -155,11 +155,13 @@ class LargestTensor(MemoryMeter):
         return self._room
 
 
-def test_a_language_model_is_sized_by_its_float64_log_softmax_not_its_forward():
+def test_a_language_model_is_sized_by_its_forward_not_a_float64_log_softmax():
     """The GPT-2 of the H200 check (2048 × 256 ids, vocabulary 50,257) was sized from its
-    forward alone and the data pass then asked for 131 GiB: the data side takes the
-    log-softmax of float64 logits, rows × (T − 1) × V × 8 bytes, which the calibration must
-    see. Here V = 3,000 and T = 16: that tensor is 8 × 15 × 3,000 × 8 bytes per batch of 8."""
+    forward alone and the data pass then asked for 131 GiB for the float64 log-softmax of every
+    row's logits. Since issue 51 the data side takes that log-sum-exp in float64 one row at a
+    time (:mod:`boundcalc.measure.data.lm_loss`), so the calibration's peak is the forward's own
+    float32 logits, rows × T × V × 4 bytes, and never the batch's float64 rows × (T − 1) × V × 8.
+    Here V = 3,000 and T = 16, batches of 8 rows."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -170,13 +172,13 @@ def test_a_language_model_is_sized_by_its_float64_log_softmax_not_its_forward():
     tm = TaskModel(model, "causal_lm", "gpt2", V)
     data = Batched([({"input_ids": ids, "attention_mask": torch.ones_like(ids)}, None)] * 4,
                    4 * rows, T, "ids", "ids")
-    f64 = rows * (T - 1) * V * 8  # the float64 log-softmax of one batch
-    meter = LargestTensor(room=100 * f64)  # tied embeddings: whole-model draws, no row hooks
+    f32, f64 = rows * T * V * 4, rows * (T - 1) * V * 8
+    meter = LargestTensor(room=100 * f32)  # tied embeddings: whole-model draws, no row hooks
     got, rec = batch_rows(tm, data, CPU, None, per_sample=False, meter=meter)
-    assert rec["peak_bytes"] >= f64  # the forward's float32 logits alone: rows·T·V·4
+    assert rec["peak_bytes"] == f32 < f64  # the logits of the forward, nothing wider
     assert got == 32  # 100 batches' worth of room, capped at the 32 rows of DATA
-    meter = LargestTensor(room=2 * f64)
-    assert batch_rows(tm, data, CPU, None, per_sample=False, meter=meter)[0] <= 2 * rows
+    meter = LargestTensor(room=2 * f32)
+    assert rows < batch_rows(tm, data, CPU, None, per_sample=False, meter=meter)[0] <= 2 * rows
 
 
 def test_certify_readers_take_the_size_the_card_takes(tmp_path, monkeypatch):

@@ -54,6 +54,19 @@ def default_forward(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+def target_prob(logits: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(p_y, argmax)``: the softmax probability of each target in float64 and the predicted
+    class. Per-token logits (B, T, V) take their log-sum-exp in float64 one row at a time
+    (:func:`..data.lm_loss.token_logprob`: never a float64 copy of every row's vocabulary);
+    per-example logits (B, V) are widened whole."""
+    from ..data.lm_loss import token_logprob
+
+    if logits.ndim == 3:
+        return token_logprob(logits, y).exp(), logits.argmax(-1)
+    wide = logits.double()
+    return torch.softmax(wide, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1), wide.argmax(-1)
+
+
 def model_risk(model: torch.nn.Module, sample: DataSample, forward: Forward = default_forward,
                alphas: Sequence[float] = ALPHA_GRID, batch_size: int = 256,
                causal: bool = False) -> Risk:
@@ -83,14 +96,12 @@ def model_risk(model: torch.nn.Module, sample: DataSample, forward: Forward = de
                 raise BoundcalcError(f"forward: logits of shape "
                                      f"{list(getattr(logits, 'shape', []))} do not match targets "
                                      f"of shape {list(y.shape)}")
-            logits = logits.double()
             if not bool(torch.isfinite(logits).all()):
                 raise BoundcalcError("forward: the model produced NaN or infinite logits")
             vocab = int(logits.shape[-1])
             if int(y.min()) < 0 or int(y.max()) >= vocab:
                 raise BoundcalcError(f"{sample.source}: targets must lie in [0, {vocab})")
-            p = torch.softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-            pred = logits.argmax(-1)
+            p, pred = target_prob(logits, y)
             wrong = (pred != y).double()
             red = (lambda t: t.reshape(t.shape[0], -1).mean(1))
             errs.append(red(wrong).numpy())
@@ -111,26 +122,27 @@ def batched_risk(model: torch.nn.Module, tm: Any, batched: Any,
     the masked positions). ``tm`` is the loaded task model (its task and tokenizer); ``model``
     is evaluated in its place (the quantized copy)."""
     from ..data.inputs import lm_targets
+    from ..data.lm_loss import logit_rows, split_batches
 
     errs, preds, units = [], [], []
     smooth: dict[float, list[np.ndarray]] = {float(a): [] for a in alphas}
     vocab = 0
     done = 0
     model.eval()
+    chunk = logit_rows(tm, batched.seq_len, torch.device("cpu"))
     with torch.no_grad():
-        for inputs, y in batched.batches:
+        for inputs, y in split_batches(batched.batches, chunk):
             keep = None
             if tm.is_lm:
                 inputs, y, keep = lm_targets(tm, inputs)
-            logits = model(**inputs).logits.double()
+            logits = model(**inputs).logits
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]
             if not bool(torch.isfinite(logits).all()):
                 raise BoundcalcError(f"{tm.source}: the model produced NaN or infinite logits")
             vocab = int(logits.shape[-1])
             y = y.long()
-            p = torch.softmax(logits, -1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-            pred = logits.argmax(-1)
+            p, pred = target_prob(logits, y)
             wrong = (pred != y).double()
             if keep is None:
                 red = (lambda t: t)

@@ -4,8 +4,9 @@ take DATA in batches of the same size, which is
 * the user's ``batch_size`` when given;
 * on a CPU, :data:`DEFAULT_ROWS` (the default before the card's size was measured);
 * on a card, the most rows whose memory fits the budget: the data side's own code (the data
-  pass, which keeps every layer's hidden states and takes the log-softmax of float64 logits,
-  then a Monte Carlo step with a posterior draw per row where the Monte Carlo passes use the
+  pass, which keeps every layer's hidden states; a language model's logits in chunks of rows
+  and their log-sum-exp in float64 one row at a time, :mod:`.lm_loss`, so the size follows the
+  model, not its vocabulary; then a Monte Carlo step with a posterior draw per row where the Monte Carlo passes use the
   row-wise hooks) runs once on the first batch of
   :data:`DEFAULT_ROWS` rows, and the larger of their measured peaks sizes the rest
   (:func:`~boundcalc.measure.device.rows_that_fit`, as the Hessian's probe stacks are sized),
@@ -82,8 +83,8 @@ def read_sized(path: Any, tm: TaskModel, device: torch.device, *, max_length: in
 
 def first_data_pass(tm: TaskModel, data: Batched, device: torch.device) -> None:
     """The data pass itself (:func:`.data_pass.run_pass`) on ``data``'s first batch: the
-    forward with every layer's hidden states and what follows it (float64 logits and their
-    log-softmax: for a language model of a 50k vocabulary these dwarf the forward)."""
+    forward with every layer's hidden states and what follows it (a language model's logits
+    at most :func:`.lm_loss.logit_rows` rows at a time, float64 one row at a time)."""
     from dataclasses import replace
 
     from .data_pass import run_pass

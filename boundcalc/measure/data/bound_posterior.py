@@ -19,13 +19,14 @@ and per-group standard deviations are trained on S by gradient descent on a PAC-
   formula already pays for). ``init="prior"`` starts μ at the prior's weights.
 * A language model (``tm.is_lm``) is trained on the loss its certificate is about: the
   prediction-smoothed log-loss −ln((1−α)p_y + α/V)/ln(V/α) per predicted token, averaged over
-  each row's tokens (:func:`.gibbs.smoothed_token_loss`, in [0, 1]; α the smoothing measured
+  each row's tokens (:func:`.lm_loss.smoothed_token_loss`, in [0, 1]; α the smoothing measured
   with the model, ``smoothing_alpha``), in place of the clipped cross-entropy. Its weights are
   drawn whole (:class:`WeightDraws`: θ = μ + σ_Q,g·ε on every parameter, one draw per batch,
   through ``torch.func.functional_call``), as the Monte Carlo of :func:`.tune.final_risk`
   draws them for a model whose row-wise draws are not exact (GPT-2's Conv1D layers, tied
   input and output embeddings: one draw per chunk of S); each row's loss then has the law of
   the certified Gibbs loss, so the gradient is the pathwise gradient of the same objective.
+  A batch whose logits exceed :func:`.lm_loss.logit_rows` is cut into such chunks, each a step.
 * ``means="moved"``: only the means of the groups where the trained model differs from the
   prior are trained (those its own training changed, e.g. the head of a model whose encoder was
   frozen); the others stay at ``init``. Every choice of how μ and σ_Q are trained is a choice
@@ -54,10 +55,11 @@ from ...errors import BoundcalcError
 from .curvature import _params
 from .dataset_io import Batched
 from .hf import TaskModel
-from .gibbs import smoothed_token_loss
 from .inputs import Progress, lm_targets, to_device
+from .lm_loss import logit_rows, smoothed_token_loss, split_batches
 from .options import BOUND_INITS, BOUND_MEANS, BOUND_SIGMAS
 from .row_noise import RowNoise, refused
+from .weight_draws import WeightDraws
 
 OBJECTIVES = ("quad", "classic")
 # declared with the options (torch-free, for certify's CLI): .options
@@ -248,43 +250,6 @@ class GradRowNoise(RowNoise):
         return out
 
 
-class WeightDraws:
-    """Whole-weight draws θ = μ + σ_Q,g·ε (ε ∼ N(0, I), one per parameter and forward pass)
-    for a model row-wise draws do not cover (a language model such as GPT-2): the forward
-    runs the module on θ by ``torch.func.functional_call`` (tied weights stay tied), so the
-    loss is differentiable in μ (the module's parameters) and in σ (:meth:`set_sigma`). The
-    same interface as :class:`GradRowNoise` (a context; :meth:`start_pass`; ``forward``)."""
-
-    def __init__(self, model: nn.Module, group_of: Mapping[str, int],
-                 generator: torch.Generator) -> None:
-        self.model, self.gen = model, generator
-        self.named = [(n, p) for n, p in _params(model)]
-        self.index = [group_of[n] for n, _ in self.named]
-        self._sigma: torch.Tensor | None = None
-
-    def __enter__(self) -> "WeightDraws":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    def set_sigma(self, sigma: torch.Tensor) -> None:
-        """σ_Q per group for the next forward passes (as :meth:`GradRowNoise.set_sigma`)."""
-        self._sigma = sigma
-
-    def start_pass(self, rows: int) -> None:
-        """Nothing to prepare: one draw per forward pass, whatever its rows."""
-
-    def forward(self, **inputs: torch.Tensor) -> Any:
-        """The model's output at one fresh draw θ ∼ N(μ, diag σ_Q,g²)."""
-        from torch.func import functional_call
-
-        theta = {n: p + self._sigma[g] * torch.randn(p.shape, generator=self.gen,
-                                                     device=p.device, dtype=p.dtype)
-                 for (n, p), g in zip(self.named, self.index)}
-        return functional_call(self.model, theta, (), inputs, tie_weights=True)
-
-
 @dataclass
 class Learned:
     """What :func:`train_bound_posterior` learned (μ is the model's weights, trained in place):
@@ -406,7 +371,7 @@ class BoundObjective:
             logits = self.hooks.forward(**inputs).logits
             if self.tm.task == "causal_lm":
                 logits = logits[:, :-1]
-            return smoothed_token_loss(logits.double(), targets, keep, self.spec.smoothing)
+            return smoothed_token_loss(logits, targets, keep, self.spec.smoothing)
         y = y.to(self.device)
         self.hooks.start_pass(int(y.shape[0]))
         return bounded_cross_entropy(self.model(**inputs).logits, y, self.spec.p_min)
@@ -458,14 +423,15 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
     opt_s = torch.optim.Adam([leaf], lr=spec.lr_sigma) if leaf.requires_grad else None
     step_scale = (torch.ones((), dtype=leaf.dtype, device=device) if spec.sigma == "scale"
                   else 1 / torch.sqrt(f.sizes))
-    total = spec.epochs * len(data.batches)
+    batches = split_batches(data.batches, logit_rows(tm, data.seq_len, device))
+    total = spec.epochs * len(batches)
     out = Learned(groups=f.groups, sigma_post=[], sigma_prior=f.s_prior.tolist(),
                   trained=[g for g, t in zip(f.groups, f.trained) if t])
     with f.hooks:
         for _ in range(spec.epochs):
             acc = torch.zeros((), dtype=torch.float64, device=device)
-            for b in order.permutation(len(data.batches)):
-                obj = f(*data.batches[int(b)])
+            for b in order.permutation(len(batches)):
+                obj = f(*batches[int(b)])
                 if opt_mu is not None:
                     opt_mu.zero_grad(set_to_none=True)
                 if opt_s is not None:
@@ -482,7 +448,7 @@ def train_bound_posterior(tm: TaskModel, prior: TaskModel, data: Batched,
                 out.steps += 1
                 if progress:
                     progress(out.steps, total, "training the bound-trained posterior")
-            out.history.append(float(acc) / len(data.batches))  # the epoch's one sync
+            out.history.append(float(acc) / len(batches))  # the epoch's one sync
     out.sigma_post = f.sigma_post().detach().tolist()
     out.scale_factor = float(torch.exp(f.log_scale.detach()))
     out.seconds = time.monotonic() - t0

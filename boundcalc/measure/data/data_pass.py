@@ -7,6 +7,8 @@ Per sample (one batch of activations in memory at a time, ``torch.no_grad``):
   masked: every 7th non-special token is masked and predicted), top-1 token error, and the
   bounded loss of prediction smoothing (Lotfi et al. 2023): with p̃ = (1 − α)p + α/V,
   −ln p̃_y ≤ ln(V/α), divided by ln(V/α) so that it lies in [0, 1].
+  A language model runs on chunks of a batch's rows whose logits fit
+  :func:`.lm_loss.logit_rows`, its losses taken in float64 one row at a time (:mod:`.lm_loss`).
 
 The bounded loss (0-1 error for classifiers, the smoothed NLL for language models) is the loss of
 the Monte Carlo Gibbs risk under N(w, σ²I) weight noise (:mod:`.gibbs`): k passes per σ, with
@@ -28,6 +30,8 @@ from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
+from .lm_loss import logit_rows, row_chunks, row_mean, token_stats
+from .lm_loss import nonfinite as count_nonfinite
 
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
 
@@ -53,47 +57,15 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
     err, ce, bounded, margin = [], [], [], []
     zero = torch.zeros((), dtype=torch.float64, device=device)
     tmax, fmax, nonfinite = zero, zero, zero
-    model = tm.model
+    chunk = logit_rows(tm, data.seq_len, device)  # a language model's rows per forward
     with torch.no_grad():
-        for i, (host, y) in enumerate(data.batches):
+        for i, (batch, labels) in enumerate(data.batches):
             if progress:
                 progress(i, len(data.batches), what)
-            inputs = to_device(host, device)
-            if tm.is_lm:
-                inputs, targets, keep = lm_targets(tm, inputs)
-            out = model(**model_call(inputs, mask_is_full(host)), output_hidden_states=norms)
-            if norms:
-                h = out.hidden_states[0].double()  # the embedding output: input of layer 0
-                tok = torch.linalg.vector_norm(h, dim=-1)
-                if "attention_mask" in inputs:
-                    tok = tok * inputs["attention_mask"].to(tok.dtype)
-                tmax = torch.maximum(tmax, tok.max())
-                fmax = torch.maximum(fmax, tok.square().sum(-1).sqrt().max())
-            logits = out.logits.double()
-            nonfinite = nonfinite + (~torch.isfinite(logits)).sum()
-            if tm.is_lm:
-                if tm.task == "causal_lm":
-                    logits = logits[:, :-1]
-                logp = torch.log_softmax(logits, -1)
-                lp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-                V = logits.shape[-1]
-                smooth = -torch.log((1 - alpha) * lp.exp() + alpha / V) / math.log(V / alpha)
-                wrong = (logits.argmax(-1) != targets).double()
-                w = keep.double()
-                cnt = w.sum(1).clamp(min=1)
-                ce.append(((-lp) * w).sum(1) / cnt)
-                bounded.append((smooth * w).sum(1) / cnt)
-                err.append((wrong * w).sum(1) / cnt)
-            else:
-                y = on_device(y, device)
-                logp = torch.log_softmax(logits, -1)
-                ce.append(-logp.gather(1, y[:, None]).squeeze(1))
-                e = (logits.argmax(-1) != y).double()
-                err.append(e)
-                bounded.append(e)
-                fy = logits.gather(1, y[:, None]).squeeze(1)
-                other = logits.scatter(1, y[:, None], -math.inf).max(1).values
-                margin.append(fy - other)
+            for host, y in row_chunks(batch, labels, chunk):
+                tmax, fmax, nonfinite = _pass_rows(tm, host, y, device, alpha, norms,
+                                                   (err, ce, bounded, margin),
+                                                   (tmax, fmax, nonfinite))
     columns = [torch.cat(xs) for xs in (err, ce, bounded, margin) if xs]
     n = columns[0].shape[0]
     packed = torch.cat([*columns, torch.stack([tmax, fmax, nonfinite])]).cpu().numpy()
@@ -102,6 +74,51 @@ def run_pass(tm: TaskModel, data: Batched, device: torch.device, *, alpha: float
     parts = [packed[k * n:(k + 1) * n] for k in range(len(columns))]
     return PassResult(parts[0], parts[1], parts[2], parts[3] if margin else None,
                       float(packed[-3]), float(packed[-2]))
+
+
+def _pass_rows(tm: TaskModel, host: dict[str, torch.Tensor], y: torch.Tensor | None,
+               device: torch.device, alpha: float, norms: bool, columns: tuple[list, ...],
+               maxima: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """The data pass on one piece of rows: per-row figures appended to ``columns`` (err, ce,
+    bounded, margin), the running maxima ``(token norm, Frobenius norm, non-finite count)``
+    returned updated. A language model's losses come from :func:`.lm_loss.token_stats` (the
+    compute-dtype logits of this piece, float64 one row at a time); a classifier's logits are
+    widened to float64 whole (B × classes)."""
+    err, ce, bounded, margin = columns
+    tmax, fmax, nonfinite = maxima
+    inputs = to_device(host, device)
+    if tm.is_lm:
+        inputs, targets, keep = lm_targets(tm, inputs)
+    out = tm.model(**model_call(inputs, mask_is_full(host)), output_hidden_states=norms)
+    if norms:
+        h = out.hidden_states[0].double()  # the embedding output: input of layer 0
+        tok = torch.linalg.vector_norm(h, dim=-1)
+        if "attention_mask" in inputs:
+            tok = tok * inputs["attention_mask"].to(tok.dtype)
+        tmax = torch.maximum(tmax, tok.max())
+        fmax = torch.maximum(fmax, tok.square().sum(-1).sqrt().max())
+    logits = out.logits
+    nonfinite = nonfinite + (count_nonfinite(logits) if tm.is_lm else
+                             (~torch.isfinite(logits)).sum())
+    if tm.is_lm:
+        if tm.task == "causal_lm":
+            logits = logits[:, :-1]
+        nll, smooth, wrong = token_stats(logits, targets, keep, alpha)
+        ce.append(nll)
+        bounded.append(smooth)
+        err.append(wrong)
+    else:
+        logits = logits.double()
+        y = on_device(y, device)
+        logp = torch.log_softmax(logits, -1)
+        ce.append(-logp.gather(1, y[:, None]).squeeze(1))
+        e = (logits.argmax(-1) != y).double()
+        err.append(e)
+        bounded.append(e)
+        fy = logits.gather(1, y[:, None]).squeeze(1)
+        other = logits.scatter(1, y[:, None], -math.inf).max(1).values
+        margin.append(fy - other)
+    return tmax, fmax, nonfinite
 
 
 def ramp_risk(margins: np.ndarray, gamma: float) -> float:
@@ -113,14 +130,16 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
                   rows: int | None = None) -> tuple[list[Callable[[], torch.Tensor]], int]:
     """The mean training loss (cross-entropy / NLL) on the first ``max_samples`` samples, as
     one closure per batch (the batch's summed loss divided by the number used), with graphs
-    for second derivatives; ``rows``: at most that many rows per term (a batch cut in pieces).
+    for second derivatives; ``rows``: at most that many rows per term (a batch cut in pieces),
+    and for a language model at most :func:`.lm_loss.logit_rows` (one term's logits in the
+    compute dtype fit the chunk's budget).
     The terms add up to the mean loss; each is evaluated on its own, so a Hessian estimate
     holds one term's activations at a time, whatever the count."""
     chosen = []
     left = max_samples
     for inputs, y in data.batches:
         size = min(left, next(iter(inputs.values())).shape[0])
-        step = rows or max(size, 1)
+        step = min(rows or max(size, 1), logit_rows(tm, data.seq_len, device))
         for lo in range(0, size, step):
             hi = min(size, lo + step)
             host = {k: v[lo:hi] for k, v in inputs.items()}
@@ -134,14 +153,13 @@ def hessian_terms(tm: TaskModel, data: Batched, device: torch.device, max_sample
 
     def term(inputs: dict[str, torch.Tensor], y: torch.Tensor | None,
              full: bool) -> torch.Tensor:
-        if tm.is_lm:
+        if tm.is_lm:  # in the compute dtype (second derivatives), ``rows`` at a time
             inputs, targets, keep = lm_targets(tm, inputs)
             logits = tm.model(**model_call(inputs, full)).logits
             if tm.task == "causal_lm":
                 logits = logits[:, :-1]
             lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            w = keep.to(lp.dtype)
-            per = -(lp * w).sum(1) / w.sum(1).clamp(min=1)
+            per = -row_mean(lp, keep)
         else:
             logits = tm.model(**model_call(inputs, full)).logits
             per = torch.nn.functional.cross_entropy(logits, y, reduction="none")

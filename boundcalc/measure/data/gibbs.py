@@ -36,6 +36,7 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
+from .lm_loss import logit_rows, nonfinite, smoothed_token_loss
 from ...options import Record, like
 from .options import MODES, MeasureOptions  # declared with the options that choose them
 
@@ -271,7 +272,7 @@ def _row_bytes(tm: TaskModel, seq_len: int) -> int:
               if isinstance(m, torch.nn.Linear)] or [1]
     heads = int(getattr(tm.model.config, "num_attention_heads", 1) or 1)
     elt = next(iter(tm.model.parameters())).element_size()
-    out = tm.n_outputs * (seq_len if tm.is_lm else 1) * 8
+    out = tm.n_outputs * (seq_len * elt if tm.is_lm else 8)  # logits (:mod:`.lm_loss`)
     return elt * seq_len * (8 * max(widths) + 3 * heads * seq_len) + 2 * out
 
 
@@ -297,28 +298,14 @@ def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tenso
     if tm.is_lm:
         inputs, targets, keep = lm_targets(tm, inputs)
     logits = tm.model(**model_call(inputs, full_mask)).logits
-    bad = (~torch.isfinite(logits)).sum()
-    logits = logits.double()
-    if tm.is_lm:
+    bad = nonfinite(logits) if tm.is_lm else (~torch.isfinite(logits)).sum()
+    if tm.is_lm:  # the compute-dtype logits, float64 one row at a time (:mod:`.lm_loss`)
         if tm.task == "causal_lm":
             logits = logits[:, :-1]
         loss = smoothed_token_loss(logits, targets, keep, alpha)
     else:
         loss = (logits.argmax(-1) != y).double()
     return loss.clamp(0.0, 1.0), bad
-
-
-def smoothed_token_loss(logits: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor,
-                        alpha: float) -> torch.Tensor:
-    """Per row, the mean over its kept positions (``keep``) of the prediction-smoothed
-    log-loss −ln((1−α)p_y + α/V)/ln(V/α), a loss in [0, 1] (V = the logits' last size, p_y the
-    probability of the target): the language model's bounded loss, in the logits' dtype.
-    ``logits`` (B × T × V) are already aligned with ``targets`` (B × T); α in (0, 1)."""
-    lp = torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    V = logits.shape[-1]
-    smooth = -torch.log((1 - alpha) * lp.exp() + alpha / V) / math.log(V / alpha)
-    w = keep.to(smooth.dtype)
-    return (smooth * w).sum(1) / w.sum(1).clamp(min=1)
 
 
 def _batch_rows(data: Batched) -> int:
@@ -380,8 +367,9 @@ def gibbs_estimate(tm: TaskModel, data: Batched, device: torch.device,
             if progress:
                 progress(0, len(sigmas) * passes, note)
     per_row = mode == "sample"
-    chunk = rows_per_chunk(tm, data.seq_len, _batch_rows(data)) \
-        if engine == "hooks" else (1 if engine == "loop" else 1 << 62)
+    chunk = min(rows_per_chunk(tm, data.seq_len, _batch_rows(data))
+                if engine == "hooks" else (1 if engine == "loop" else 1 << 62),
+                logit_rows(tm, data.seq_len, device))
     rows = samples if samples is not None else data.n
     per_batch = f", batches of {min(chunk, _batch_rows(data))} rows"
     means = np.empty((len(sigmas), passes))

@@ -27,7 +27,7 @@ estimate exceeds the time budget (:func:`boundcalc.limits.time_budget`, the opti
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -100,9 +100,13 @@ def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
     from .batch_rows import first_monte_carlo_step, first_data_pass
 
     rows = int(next(iter(batched.batches[0][0].values())).shape[0])
+    # the warm-up: on a card the batch itself (kernel choices and the allocator's blocks follow
+    # the shapes); on a CPU one row (first-call costs do not grow with the rows, and a batch of
+    # a large-vocabulary language model costs as much as half its data pass: issue 51)
+    warm = batched if device.type == "cuda" else _first_row(batched)
 
     def timed(run) -> float:
-        run(tm, batched, device)  # warm-up: first-call allocations and kernel choices
+        run(tm, warm, device)  # warm-up: first-call allocations and kernel choices
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
@@ -116,6 +120,13 @@ def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
     if draw:
         out["draw"] = rows * timed(_whole_model_draw)
     return out
+
+
+def _first_row(batched: Any) -> Any:
+    """``batched`` cut to the first row of its first batch."""
+    inputs, y = batched.batches[0]
+    return replace(batched, batches=[({k: v[:1] for k, v in inputs.items()},
+                                      None if y is None else y[:1])], n=1)
 
 
 def _whole_model_draw(tm: Any, batched: Any, device: torch.device) -> None:

@@ -1,0 +1,248 @@
+"""A language model's losses over its vocabulary in chunks (issue 51): the per-row values of
+every stage equal the full-tensor formula ``log_softmax(logits.double())`` (written here, on
+the whole batch) to 1e-9 relative, and a dispatch meter fails the test when any stage — the data
+pass, the Monte Carlo, the Hessian terms, the bound-trained posterior, compression's risk —
+produces a float64 tensor wider than one row's [T, V], or compute-dtype logits of more rows than
+:func:`~boundcalc.measure.data.lm_loss.logit_rows` allows.
+
+The model: a 1-layer GPT-2 of width 16 with a vocabulary of 1,000 (wider than every other axis,
+so a vocabulary-wide tensor is told apart by its last size), 10 rows of 12 tokens in batches of
+5, one row padded after its seventh token; the chunk budget is set to 2 rows' logits, so each
+batch is cut into 2 + 2 + 1 rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from boundcalc.measure.data import lm_loss
+from boundcalc.measure.data.dataset_io import Batched
+from boundcalc.measure.data.hf import TaskModel
+from tests._measure_helpers import single_thread
+
+V, T, ROWS, BATCH, CHUNK, ALPHA = 1000, 12, 10, 5, 2, 0.01
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    with single_thread():
+        yield
+
+
+@pytest.fixture
+def chunked(monkeypatch):
+    """The chunk budget: CHUNK rows of float32 logits over T positions."""
+    monkeypatch.setattr(lm_loss, "CPU_LOGITS_BYTES", CHUNK * T * V * 4)
+
+
+def _lm(seed: int = 0):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=V, n_positions=T, n_embd=16, n_layer=1, n_head=2,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=V - 1,
+                     attn_implementation="eager")  # second derivatives for the Hessian
+    model = GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, V - 1, (ROWS, T))
+    mask = torch.ones_like(ids)
+    mask[3, 7:] = 0
+    ids = ids.masked_fill(mask == 0, V - 1)
+    batches = [({"input_ids": ids[i:i + BATCH], "attention_mask": mask[i:i + BATCH]}, None)
+               for i in range(0, ROWS, BATCH)]
+    tm = TaskModel(model, "causal_lm", "GPT2LMHeadModel", V)
+    return tm, Batched(batches, ROWS, T, "rows", f"{ROWS} rows"), ids, mask
+
+
+def _by_full_tensor(model, ids, mask):
+    """Per row (numpy): mean NLL, mean smoothed loss, top-1 error over the next-token positions
+    that count, by the straightforward formula on the whole [rows, T, V] float64 tensor."""
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits.double()[:, :-1]
+    logp = torch.log_softmax(logits, -1)
+    lp = logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    smooth = -torch.log((1 - ALPHA) * lp.exp() + ALPHA / V) / math.log(V / ALPHA)
+    wrong = (logits.argmax(-1) != ids[:, 1:]).double()
+    w = mask[:, 1:].double()
+    per = lambda t: ((t * w).sum(1) / w.sum(1)).numpy()  # noqa: E731
+    return per(-lp), per(smooth), per(wrong)
+
+
+class Meter(TorchDispatchMode):
+    """Every operator's outputs: the widest float64 tensor whose last axis is the vocabulary,
+    and the most rows × positions of a compute-dtype (float32) one, in elements."""
+
+    def __init__(self):
+        super().__init__()
+        self.f64 = self.f32 = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.ndim >= 2 and t.shape[-1] == V:
+                if t.dtype == torch.float64:
+                    self.f64 = max(self.f64, t.numel())
+                elif t.dtype == torch.float32:
+                    self.f32 = max(self.f32, t.numel())
+        return out
+
+    def check(self) -> None:
+        assert 0 < self.f64 <= T * V, f"a float64 tensor of {self.f64 / V:.0f} positions × V"
+        assert 0 < self.f32 <= CHUNK * T * V, f"float32 logits of {self.f32 / V:.0f} positions"
+
+
+def test_the_meter_sees_the_full_tensor_formula():
+    """The meter is not vacuous: the formula of the tests (today's code before issue 51) trips
+    it."""
+    tm, _, ids, mask = _lm()
+    with Meter() as m:
+        _by_full_tensor(tm.model, ids, mask)
+    with pytest.raises(AssertionError, match="float64 tensor of"):
+        m.check()
+
+
+def test_token_logprob_and_its_gradient_are_the_float64_log_softmax():
+    torch.manual_seed(3)
+    logits = (4 * torch.randn(3, 7, 50)).requires_grad_(True)
+    y = torch.randint(0, 50, (3, 7))
+    g = torch.randn(3, 7, dtype=torch.float64)
+    got = lm_loss.token_logprob(logits, y)
+    (dgot,) = torch.autograd.grad((got * g).sum(), logits)
+    ref = torch.log_softmax(logits.double(), -1).gather(-1, y[..., None]).squeeze(-1)
+    (dref,) = torch.autograd.grad((ref * g).sum(), logits)
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), rtol=1e-13)
+    np.testing.assert_allclose(dgot.numpy(), dref.numpy(), rtol=1e-6, atol=1e-7)  # float32
+    with torch.no_grad():
+        np.testing.assert_allclose(lm_loss.token_logprob(logits, y).numpy(),
+                                   ref.detach().numpy(), rtol=1e-13)
+
+
+def test_logit_rows_follow_the_budget(chunked):
+    tm, *_ = _lm()
+    assert lm_loss.logit_rows(tm, T, CPU) == CHUNK
+    assert lm_loss.logit_rows(tm, 10 * T, CPU) == 1  # never less than one row
+    classifier = TaskModel(tm.model, "sequence_classification", "x", 2)
+    assert lm_loss.logit_rows(classifier, T, CPU) > 1e15
+
+
+def test_data_pass_per_row_values_and_memory(chunked):
+    from boundcalc.measure.data.data_pass import run_pass
+
+    tm, data, ids, mask = _lm()
+    nll, smooth, wrong = _by_full_tensor(tm.model, ids, mask)
+    with Meter() as m:
+        got = run_pass(tm, data, CPU, alpha=ALPHA)
+    m.check()
+    np.testing.assert_allclose(got.ce, nll, rtol=1e-9)
+    np.testing.assert_allclose(got.bounded, smooth, rtol=1e-9)
+    np.testing.assert_array_equal(got.err01, wrong)
+
+
+def test_monte_carlo_at_sigma_zero_is_the_mean_smoothed_loss_and_chunked(chunked):
+    """σ = 0: every draw is the trained weights, so each pass's mean is the data's mean
+    smoothed loss; the passes cut every batch into chunks of 2 rows."""
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
+
+    tm, data, ids, mask = _lm()
+    _, smooth, _ = _by_full_tensor(tm.model, ids, mask)
+    seen = []
+    tm.model.register_forward_pre_hook(lambda mod, a, kw: seen.append(kw["input_ids"].shape[0]),
+                                       with_kwargs=True)
+    with Meter() as m:
+        est = gibbs_estimate(tm, data, CPU, [0.0], MonteCarlo(2, 0, ALPHA, "whole"))
+    m.check()
+    assert est.engine == "weights" and seen == [2, 2, 1] * 4
+    np.testing.assert_allclose(est.means, np.full((1, 2), smooth.mean()), rtol=1e-9)
+
+
+def test_hessian_terms_are_chunked_and_add_up_to_the_mean_nll(chunked):
+    from boundcalc.measure.data.curvature import hutchinson_trace
+    from boundcalc.measure.data.data_pass import hessian_terms
+
+    tm, data, ids, mask = _lm()
+    nll, _, _ = _by_full_tensor(tm.model, ids, mask)
+    terms, used = hessian_terms(tm, data, CPU, ROWS)
+    assert used == ROWS and len(terms) == 6  # 2 + 2 + 1 rows in each batch of 5
+    with torch.no_grad():
+        total = sum(float(t()) for t in terms)
+    assert total == pytest.approx(nll.mean(), rel=1e-5)  # float32 terms
+    for p in tm.model.parameters():
+        p.requires_grad_(True)
+    with Meter() as m:
+        tr = hutchinson_trace(tm.model, terms, n_probes=2, groups=None, seed=0)
+    assert m.f64 <= T * V and 0 < m.f32 <= CHUNK * T * V
+    assert math.isfinite(tr.total.value)
+
+
+def test_bound_posterior_language_model_steps_are_chunked(chunked):
+    from boundcalc.measure.data.bound_posterior import BoundTraining, train_bound_posterior
+    from boundcalc.measure.data.tune import sigma_groups
+
+    tm, data, *_ = _lm()
+    prior = TaskModel(copy.deepcopy(tm.model), tm.task, tm.architecture, V)
+    groups = sigma_groups(tm.model)
+    sig = {g: 0.01 for g in set(groups.values())}
+    with Meter() as m:
+        out = train_bound_posterior(tm, prior, data, CPU, groups, sig,
+                                    BoundTraining(smoothing=ALPHA, lr_sigma=0.0))
+    m.check()
+    assert out.steps == 6 and all(math.isfinite(h) for h in out.history)
+
+
+def test_compression_risk_per_row_values_and_memory(chunked):
+    from boundcalc.measure.compress.risk import batched_risk
+
+    tm, data, ids, mask = _lm()
+    _, _, wrong = _by_full_tensor(tm.model, ids, mask)
+    with torch.no_grad():
+        logits = tm.model(input_ids=ids, attention_mask=mask).logits.double()[:, :-1]
+    p = torch.softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    w = mask[:, 1:].double()
+    ref = ((-torch.log2((1 - ALPHA) * p + ALPHA / V) * w).sum(1) / w.sum(1)).numpy()
+    with Meter() as m:
+        got = batched_risk(tm.model, tm, data, alphas=(ALPHA,))
+    m.check()
+    np.testing.assert_allclose(got.smoothed[ALPHA], ref, rtol=1e-9)
+    np.testing.assert_array_equal(got.errors, wrong)
+
+
+def test_the_plan_calibration_warms_up_on_one_row_on_a_cpu(chunked):
+    """measure's calibration (work_plan.calibrate) times the data pass on the first batch after
+    an untimed warm-up: on a CPU that warm-up is one row (on the tiny GPT-2 of issue 51 a batch's
+    warm-up cost half a data pass), then the batch of 5 in chunks of 2 + 2 + 1 rows."""
+    from boundcalc.measure.data.work_plan import calibrate
+
+    tm, data, *_ = _lm()
+    seen = []
+    tm.model.register_forward_pre_hook(lambda mod, a, kw: seen.append(kw["input_ids"].shape[0]),
+                                       with_kwargs=True)
+    got = calibrate(tm, data, CPU, noisy=False)
+    assert seen == [1, 2, 2, 1] and got["rows"] == BATCH and got["noisy"] == got["plain"] > 0
+
+
+def test_nonfinite_counts_the_positions_holding_a_nan_or_an_infinity():
+    x = torch.randn(2, 3, 7, generator=torch.Generator().manual_seed(5))
+    assert int(lm_loss.nonfinite(x)) == 0
+    x[0, 1, 2], x[1, 0, 6], x[1, 2, 0], x[1, 2, 1] = math.nan, -math.inf, math.inf, math.inf
+    assert int(lm_loss.nonfinite(x)) == 3 == int((~torch.isfinite(x)).any(-1).sum())
+
+
+def test_a_language_model_with_an_infinite_logit_is_refused_in_the_data_pass_and_the_mc(chunked):
+    from boundcalc.errors import BoundcalcError
+    from boundcalc.measure.data.data_pass import run_pass
+    from boundcalc.measure.data.gibbs import MonteCarlo, gibbs_estimate
+
+    tm, data, *_ = _lm()
+    with torch.no_grad():
+        tm.model.lm_head.weight[17, 0] = math.inf  # tied: token 17's embedding too
+    with pytest.raises(BoundcalcError, match="NaN or infinite logits"):
+        run_pass(tm, data, CPU, alpha=ALPHA)
+    with pytest.raises(BoundcalcError, match="NaN or infinite logits"):
+        gibbs_estimate(tm, data, CPU, [0.0], MonteCarlo(1, 0, ALPHA, "whole"))
