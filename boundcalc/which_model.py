@@ -99,6 +99,20 @@ def bound_posterior(record: Any) -> dict[str, Any]:
                     + "), not the measured model's own weights"}
 
 
+SUBSPACE_STAT = "scalars.gibbs_subspace_mean"
+
+
+def subspace_posterior(record: Any) -> dict[str, Any]:
+    """What a row on the subspace Gibbs posterior (``provenance.gibbs_subspace``) is about:
+    that posterior around the prior, not the measured model's weights."""
+    mean = record.get("mean_model") if isinstance(record, Mapping) else None
+    return {"about": "subspace_posterior",
+            "text": "certifies the subspace Gibbs posterior N(z, s_Q² I) on the coordinates of "
+                    "a random subspace around the prior (z and s_Q trained on S on the bound"
+                    + (f"; its mean saved in {mean}" if mean else "")
+                    + "), not the measured model's own weights"}
+
+
 def certified_model(entry: Any, stats: Any) -> dict[str, Any] | None:
     """For a certified compression entry: :func:`classify` of the stats file's compression
     record; for a certified row on the bound-trained Gibbs posterior: :func:`bound_posterior`;
@@ -108,6 +122,9 @@ def certified_model(entry: Any, stats: Any) -> dict[str, Any] | None:
         return None
     if any(s.stat == LEARNED_STAT for s in entry.symbols.values()):
         return bound_posterior(prov.get("gibbs_learned") if isinstance(prov, Mapping) else None)
+    if any(s.stat == SUBSPACE_STAT for s in entry.symbols.values()):
+        return subspace_posterior(prov.get("gibbs_subspace") if isinstance(prov, Mapping)
+                                  else None)
     if not is_compression_entry(entry):
         return None
     record = prov.get("compression") if isinstance(prov, Mapping) else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-POSTERIORS = ("proximal", "bound")
+POSTERIORS = ("proximal", "bound", "subspace")
 FOLDER = "posterior_bound"
 
 
@@ -37,6 +37,10 @@ def bound_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None:
     from ..measure.data.batch_rows import read_sized
 
     check_posterior(cfg.posterior)
+    if cfg.posterior == "subspace":
+        from .subspace_posterior import subspace_step
+
+        return subspace_step(stats, out, cfg, progress)
     dev = resolve_device(cfg.device)
     tm = load_task_model(out / "model", dev)
     prior = load_task_model(out / "prior", dev)
