@@ -193,6 +193,8 @@ class Subspace:
         self.rows = 0
         self.noise = True
         self.gen: torch.Generator | None = None
+        # set to a list to keep every (path, E) drawn (audits and tests: the draw of each row)
+        self.record: list[tuple[str, torch.Tensor]] | None = None
         self._handles: list[Any] = []
 
     @property
@@ -237,6 +239,8 @@ class Subspace:
             if self.noise:
                 eps = torch.randn((R, *site.z.shape), generator=self.gen, device=x.device,
                                   dtype=site.z.dtype)
+                if self.record is not None:
+                    self.record.append((site.path, eps.detach().clone()))
                 sig = torch.exp(self.log_sigma).to(site.z.dtype)
                 h = h + sig * torch.bmm(X, eps.transpose(1, 2))
             if site.basis is not None:
