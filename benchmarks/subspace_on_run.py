@@ -63,6 +63,7 @@ def main() -> int:
     from boundcalc.certify.claims import Count, test_set_bound
     from boundcalc.certify.subspace_posterior import _classes
     from boundcalc.measure.data.batch_rows import read_sized
+    from boundcalc.measure.data.gibbs import MonteCarlo
     from boundcalc.measure.data.hf import load_task_model
     from boundcalc.measure.data.subspace import SubspaceSpec
     from boundcalc.measure.data.subspace_record import held_out, add_subspace_posterior
@@ -83,10 +84,11 @@ def main() -> int:
     y = torch.cat([b[1] for b in S.batches]).numpy()
     prior_errors = int(np.sum(_classes(prior, S, dev) != y))
     stats = Stats()
-    sub, fit = add_subspace_posterior(stats, prior, S, dev, spec, draws=args.draws,
-                                      seed=args.seed + 80_000, prior_source=str(args.run))
+    sub, fit = add_subspace_posterior(stats, prior, S, dev, spec,
+                                      MonteCarlo(args.draws, args.seed + 80_000),
+                                      prior_source=str(args.run))
     rec = stats.provenance["gibbs_subspace"]
-    if (args.run / "test.jsonl").exists():
+    if (args.run / "test.jsonl").exists() and (args.run / "model" / "config.json").exists():
         model = load_task_model(args.run / "model", dev)
         rec["held_out"] = held_out(sub, read("test.jsonl", prior),
                                    _classes(model, read("test.jsonl", model), dev),

@@ -21,6 +21,7 @@ def subspace_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None
     """Train, measure and save the subspace Gibbs posterior into ``stats`` (module docstring);
     ``cfg`` is the run's :class:`~.pipeline.CertifyConfig`."""
     from ..measure.data.batch_rows import read_sized
+    from ..measure.data.gibbs import MonteCarlo
     from ..measure.data.hf import load_task_model
     from ..measure.data.subspace import SubspaceSpec
     from ..measure.data.subspace_record import RECORD, add_subspace_posterior, held_out
@@ -40,8 +41,8 @@ def subspace_step(stats: Any, out: Path, cfg: Any, progress: Any = None) -> None
 
     S = read(out / "S.jsonl", prior)
     with blas_threads(data_threads(prior.model, dev)):
-        sub, _ = add_subspace_posterior(stats, prior, S, dev, spec, draws=cfg.group_draws,
-                                        seed=cfg.seed + 80_000,
+        sub, _ = add_subspace_posterior(stats, prior, S, dev, spec,
+                                        MonteCarlo(cfg.group_draws, cfg.seed + 80_000),
                                         prior_source=str(out / "prior"), progress=progress)
         rec = stats.provenance[RECORD]
         test = out / "test.jsonl"

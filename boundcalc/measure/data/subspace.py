@@ -69,7 +69,8 @@ class SubspaceSpec:
     ``sigma_prior`` is only where training starts; ``epochs`` passes over S; ``lr`` the Adam
     step of z; ``lr_sigma`` the Adam step of ln s_Q (scaled by 1/√d: the KL's curvature in
     ln s_Q is 2d); ``objective`` quad or classic; ``p_min`` the bounded cross-entropy's floor;
-    ``delta`` the objective's δ; ``seed`` of the training draws."""
+    ``delta`` the objective's δ; ``seed`` of the training draws; ``delta_mc`` the δ′ of the
+    certificate's Monte Carlo step."""
 
     rank: int = 4
     layers: str = "all"
@@ -83,6 +84,7 @@ class SubspaceSpec:
     p_min: float = 1e-4
     delta: float = 0.05
     seed: int = 0
+    delta_mc: float = 0.01
 
     def check(self) -> None:
         """Refuse settings outside their domains (one line naming the setting)."""
@@ -97,8 +99,8 @@ class SubspaceSpec:
             bad = "sigma_prior and every point of sigma_grid must be finite and > 0"
         elif not all(math.isfinite(v) and v >= 0 for v in (self.lr, self.lr_sigma)):
             bad = f"lr and lr_sigma must be finite and >= 0 (got {self.lr}, {self.lr_sigma})"
-        elif not (0 < self.p_min < 1 and 0 < self.delta < 1):
-            bad = "p_min and delta must lie in (0, 1)"
+        elif not (0 < self.p_min < 1 and 0 < self.delta < 1 and 0 < self.delta_mc < 1):
+            bad = "p_min, delta and delta_mc must lie in (0, 1)"
         elif len(set(self.sigma_grid)) != len(self.sigma_grid):
             bad = "sigma_grid repeats a value"
         if bad:

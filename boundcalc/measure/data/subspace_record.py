@@ -20,6 +20,7 @@ import torch
 
 from ...errors import BoundcalcError
 from .dataset_io import Batched
+from .gibbs import MonteCarlo
 from .hf import TaskModel
 from .inputs import Progress
 from .subspace import (Subspace, SubspaceFit, SubspaceSpec, best_prior, gibbs_errors,
@@ -32,21 +33,20 @@ PREDICTOR = "the subspace Gibbs posterior"
 
 
 def add_subspace_posterior(stats: Any, prior: TaskModel, data: Batched, device: torch.device,
-                           spec: SubspaceSpec, *, draws: int, seed: int,
-                           delta_mc: float = 0.01, prior_source: str | None = None,
+                           spec: SubspaceSpec, mc: MonteCarlo, *,
+                           prior_source: str | None = None,
                            progress: Progress | None = None) -> tuple[Subspace, SubspaceFit]:
     """Train the subspace Gibbs posterior around ``prior`` (its weights are the centre; the
     model is left unchanged, the posterior lives in the returned :class:`Subspace`'s hooks) on
-    ``data`` (S), measure its Gibbs risk on S with ``draws`` passes of fresh per-row draws
-    (seed ``seed``, never the training seed), and write the scalars and record of the module
-    docstring into ``stats``. ``spec`` is checked before anything moves."""
+    ``data`` (S), measure its Gibbs risk on S with ``mc.passes`` passes of fresh per-row draws
+    (seed ``mc.seed``, never the training seed; δ′ = ``spec.delta_mc``), and write the scalars
+    and record of the module docstring into ``stats``. ``spec`` is checked before anything
+    moves."""
     from ...engine.functions import kl_inv_upper
     from ...stats import Quantity
 
     spec.check()
-    if draws < 1 or not 0 < delta_mc < 1:
-        raise BoundcalcError(f"subspace posterior: draws must be >= 1 and delta_mc in (0, 1) "
-                             f"(got {draws}, {delta_mc})")
+    draws, seed, delta_mc = mc.passes, mc.seed, spec.delta_mc
     if seed == spec.seed + 60_000:
         raise BoundcalcError("subspace posterior: the Monte Carlo seed is the training seed")
     sub = Subspace(prior, spec, device)
