@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = ap.parse_args()
 
     import numpy as np
@@ -69,6 +70,7 @@ def main() -> int:
     from boundcalc.measure.data.subspace_record import held_out, add_subspace_posterior
     from boundcalc.stats import Stats
 
+    torch.set_num_threads(args.threads)
     load0 = os.getloadavg()
     t0 = time.monotonic()
     dev = torch.device("cpu")
