@@ -207,3 +207,32 @@ def test_refusals():
     lm = TaskModel(tp.model, "causal_lm", "GPT2LMHeadModel", 2)
     with pytest.raises(BoundcalcError, match="classifiers only"):
         Subspace(lm, SubspaceSpec(), CPU)
+
+
+def test_the_record_pays_for_a_prior_grid_and_keeps_its_least_kl():
+    """``add_subspace_posterior`` with a grid of prior stds: J = |grid| recorded for the entry,
+    the chosen s_P the grid's least KL by hand; fixed s_P: J = 1; N = passes × n; the Monte
+    Carlo seed may not be the training seed."""
+    from boundcalc.measure.data.gibbs import MonteCarlo
+    from boundcalc.measure.data.subspace_record import add_subspace_posterior
+    from boundcalc.stats import Stats
+
+    tm, tp, data = _tiny()
+    grid = (0.01, 0.05, 0.2)
+    st = Stats()
+    sub, fit = add_subspace_posterior(st, tp, data, CPU, SubspaceSpec(rank=2, epochs=1,
+                                                                      sigma_grid=grid),
+                                      MonteCarlo(2, 123))
+    sc = {k: q.value for k, q in st.scalars.items()}
+    assert sc["subspace_prior_grid"] == 3 and sc["gibbs_subspace_units"] == 2 * data.n
+    kls = {s: kl_subspace(sc["subspace_dist_sq"], sub.dim, fit.sigma_post, s) for s in grid}
+    assert sc["subspace_sigma_prior"] == min(kls, key=kls.get)
+    assert st.scalars["gibbs_subspace_mean"].ci[1] >= sc["gibbs_subspace_mean"]
+    st2 = Stats()
+    add_subspace_posterior(st2, _tiny()[1], data, CPU, SubspaceSpec(rank=2, epochs=0),
+                           MonteCarlo(1, 5))
+    assert st2.scalars["subspace_prior_grid"].value == 1
+    assert st2.scalars["subspace_dist_sq"].value == 0  # no training: z = 0, the prior
+    with pytest.raises(BoundcalcError, match="training seed"):
+        add_subspace_posterior(Stats(), _tiny()[1], data, CPU, SubspaceSpec(epochs=0),
+                               MonteCarlo(1, 60_000))
