@@ -236,3 +236,24 @@ def test_the_record_pays_for_a_prior_grid_and_keeps_its_least_kl():
     with pytest.raises(BoundcalcError, match="training seed"):
         add_subspace_posterior(Stats(), _tiny()[1], data, CPU, SubspaceSpec(epochs=0),
                                MonteCarlo(1, 60_000))
+
+
+def test_a_module_run_twice_in_one_pass_is_refused():
+    from torch import nn
+
+    from boundcalc.measure.data.hf import TaskModel
+
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.head = nn.Linear(4, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.lin(self.lin(x)))
+
+    sub = Subspace(TaskModel(Twice(), "sequence_classification", "Twice", 2), SubspaceSpec(),
+                   CPU)
+    with torch.no_grad(), sub.draws(torch.Generator().manual_seed(0)):
+        sub.start_pass(3)
+        with pytest.raises(BoundcalcError, match="'lin' ran twice"):
+            sub.tm.model(torch.randn(3, 4))

@@ -193,6 +193,7 @@ class Subspace:
         self.log_sigma = torch.tensor(math.log(spec.sigma_prior), dtype=torch.float64,
                                       device=device)
         self.rows = 0
+        self._seen: set[str] = set()  # the sites that ran in this pass
         self.noise = True
         self.gen: torch.Generator | None = None
         # set to a list to keep every (path, E) drawn (audits and tests: the draw of each row)
@@ -214,6 +215,7 @@ class Subspace:
     def start_pass(self, rows: int) -> None:
         """Before each forward pass: the number of rows (each gets its own draw)."""
         self.rows = rows
+        self._seen = set()
 
     @contextmanager
     def draws(self, generator: torch.Generator | None, noise: bool = True) -> Iterator[None]:
@@ -233,6 +235,11 @@ class Subspace:
         def hook(mod: nn.Module, args: tuple, out: torch.Tensor) -> torch.Tensor:
             x = args[0]
             R = self.rows
+            if site.path in self._seen:  # a second call would draw the same weights anew
+                raise BoundcalcError(f"subspace posterior: module '{site.path}' ran twice in "
+                                     "one forward pass (shared weights): its draws would not "
+                                     "be one weight draw per row")
+            self._seen.add(site.path)
             if x.shape[0] != R:
                 raise BoundcalcError(f"subspace posterior: module '{site.path}' saw "
                                      f"{x.shape[0]} rows, expected {R}")
