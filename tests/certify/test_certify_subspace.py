@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from _reference import kl_inv_exact
-from tests._certify_helpers import bert_config_folder, synthetic_rows, write_csv
+from tests._certify_helpers import SMALL_CERTIFY, small_certify_run
 
 ROW = "pac_bayes_kl_gaussian_subspace_mc"
 
@@ -22,23 +22,14 @@ ROW = "pac_bayes_kl_gaussian_subspace_mc"
 def _config(**over):
     from boundcalc.certify import CertifyConfig
 
-    small = dict(prior_epochs=6, prior_lr=3e-3, post_lr=1e-3, batch_size=16, max_length=24,
-                 sigmas=(0.01,), draws=1, tune_rows=48, tune_draws=1, group_draws=2,
-                 posterior="subspace", subspace_rank=2, subspace_epochs=2,
+    small = dict(SMALL_CERTIFY, posterior="subspace", subspace_rank=2, subspace_epochs=2,
                  subspace_lr=1e-2)
     return CertifyConfig(**{**small, **over})
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    from boundcalc.certify import certify
-
-    w = tmp_path_factory.mktemp("certify_subspace")
-    base = bert_config_folder(w / "base", hidden=32, layers=1, heads=2)
-    write_csv(w / "d.csv", synthetic_rows(240, 0))
-    write_csv(w / "t.csv", synthetic_rows(100, 1))
-    res = certify(base, w / "d.csv", w / "out", w / "t.csv", _config())
-    return {"w": w, "base": base, "res": res}
+    return small_certify_run(tmp_path_factory.mktemp("certify_subspace"), _config())
 
 
 def test_the_subspace_row_is_certified_and_names_its_predictor(run):
