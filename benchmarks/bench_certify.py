@@ -47,6 +47,8 @@ def main() -> int:
     ap.add_argument("--minilm", type=Path, help="the MiniLM folder (default: the bundled one)")
     ap.add_argument("--tokenizer", type=Path, help="tokenizer folder for bert2 (default: "
                     "the bundled MiniLM's)")
+    ap.add_argument("--results", default="certify", help="the results file's stem: "
+                    "benchmarks/results/<results>_<device>.json (default certify)")
     ap.add_argument("--name", help="the results' key (default: the base's name)")
     ap.add_argument("extra", nargs="*", help="more certify flags (after --)")
     args = ap.parse_args()
@@ -97,9 +99,10 @@ def main() -> int:
     import torch
 
     device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
-    path = ROOT / "benchmarks" / "results" / f"certify_{device}.json"
+    path = ROOT / "benchmarks" / "results" / f"{args.results}_{device}.json"
     doc = json.loads(path.read_text()) if path.exists() else {}
-    learned = json.loads((run / "stats.json").read_text())["provenance"].get("gibbs_learned")
+    prov = json.loads((run / "stats.json").read_text())["provenance"]
+    learned, subspace = prov.get("gibbs_learned"), prov.get("gibbs_subspace")
     doc[name] = {
         "command": " ".join(["boundcalc"] + cmd[3:]), "rows": args.rows, "noise": args.noise,
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rerun_all_reused_s": round(resume, 1),
@@ -122,6 +125,9 @@ def main() -> int:
     if learned:  # the bound-trained Gibbs posterior (--posterior bound)
         doc[name]["bound_posterior"] = {k: learned.get(k) for k in (
             "training", "held_out", "scale", "sigma_post", "sigma_prior_trained_with", "mc")}
+    if subspace:  # the subspace Gibbs posterior (--posterior subspace)
+        doc[name]["subspace_posterior"] = {k: subspace.get(k) for k in (
+            "spec", "dim", "dist_sq", "sigma_post", "prior_sigma", "training", "held_out", "mc")}
     path.write_text(json.dumps(doc, indent=1))
     print(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
           f"{resume:.1f} s; wrote {path}")

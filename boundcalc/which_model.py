@@ -102,6 +102,20 @@ def bound_posterior(record: Any) -> dict[str, Any]:
                     + "), not the measured model's own weights"}
 
 
+SUBSPACE_STAT = "scalars.gibbs_subspace_mean"
+
+
+def subspace_posterior(record: Any) -> dict[str, Any]:
+    """What a row on the subspace Gibbs posterior (``provenance.gibbs_subspace``) is about:
+    that posterior around the prior, not the measured model's weights."""
+    mean = record.get("mean_model") if isinstance(record, Mapping) else None
+    return {"about": "subspace_posterior",
+            "text": "certifies the subspace Gibbs posterior N(z, s_Q² I) on the coordinates of "
+                    "a random subspace around the prior (z and s_Q trained on S on the bound"
+                    + (f"; its mean saved in {mean}" if mean else "")
+                    + "), not the measured model's own weights"}
+
+
 @dataclass(frozen=True)
 class PosteriorRoute:
     """A posterior that a route trains after the measured model and certifies instead of it:
@@ -123,6 +137,9 @@ POSTERIOR_ROUTES: tuple[PosteriorRoute, ...] = (
     PosteriorRoute("bound_posterior", LEARNED_STAT, "gibbs_learned",
                    "the bound-trained Gibbs posterior (not model/'s own weights)",
                    bound_posterior),
+    PosteriorRoute("subspace_posterior", SUBSPACE_STAT, "gibbs_subspace",
+                   "the subspace Gibbs posterior (around prior/, not model/'s own weights)",
+                   subspace_posterior),
 )
 
 

@@ -60,3 +60,20 @@ def bert_config_folder(out: Path, hidden: int = 64, layers: int = 2, heads: int 
                max_position_embeddings=128).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+# the small settings of the certify route tests (a 1-layer BERT config on 240 synthetic rows)
+SMALL_CERTIFY = dict(prior_epochs=6, prior_lr=3e-3, post_lr=1e-3, batch_size=16, max_length=24,
+                     sigmas=(0.01,), draws=1, tune_rows=48, tune_draws=1, group_draws=2)
+
+
+def small_certify_run(w: Path, config) -> dict:
+    """``certify`` of a 1-layer BERT config (hidden 32) on 240 synthetic rows with 100 held
+    out, into ``w/out``: ``{"w", "base", "res"}``."""
+    from boundcalc.certify import certify
+
+    base = bert_config_folder(w / "base", hidden=32, layers=1, heads=2)
+    write_csv(w / "d.csv", synthetic_rows(240, 0))
+    write_csv(w / "t.csv", synthetic_rows(100, 1))
+    return {"w": w, "base": base, "res": certify(base, w / "d.csv", w / "out", w / "t.csv",
+                                                 config)}

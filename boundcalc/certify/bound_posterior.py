@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-POSTERIORS = ("proximal", "bound")
+POSTERIORS = ("proximal", "bound", "subspace")
 FOLDER = "posterior_bound"
 
 
@@ -37,6 +37,10 @@ def bound_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = Non
     from .train import save_folder
 
     check_posterior(cfg.posterior)
+    if cfg.posterior == "subspace":
+        from .subspace_posterior import subspace_step
+
+        return subspace_step(stats, out, cfg, device, progress, loaded)
     loaded = loaded or Loaded(out, device)
     dev = loaded.device
     tm = loaded.copy("model")  # trained into μ below: the shared model/ stays as it was

@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
-from ..measure.data.options import BOUND_INITS, BOUND_SIGMAS, MeasureOptions
+from ..measure.data.options import (BOUND_INITS, BOUND_SIGMAS, SUBSPACE_LAYERS,
+                                     MeasureOptions)
 from ..options import Record, Spec, like, spec
 from .bound_posterior import POSTERIORS
 from .claims import TEST_SET_DELTA
@@ -79,7 +80,9 @@ class CertifyConfig(Record):
     posterior: str = spec("proximal", Spec(str, choices=POSTERIORS, help=(
         "proximal: certify the Gibbs posteriors around model/ (σ searched); bound: also train "
         "a Gaussian posterior (its means and σ's scale) on the PAC-Bayes bound itself and "
-        "certify it (posterior_bound/)")))
+        "certify it (posterior_bound/); subspace: also train a Gaussian posterior on a few "
+        "coordinates of a random subspace around the prior (adapters and head) on the bound "
+        "and certify it (posterior_subspace/ holds its mean)")))
     bound_epochs: int = spec(1, Spec(int, low=0, high=MAX_EPOCHS, help=(
         "epochs of the bound-trained posterior's means")))
     bound_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, help=(
@@ -104,6 +107,20 @@ class CertifyConfig(Record):
     heldout_draws: int = spec(1, Spec(int, low=1, high=MAX_EPOCHS, help=(
         "passes over the held-out rows (each row its own posterior draw) for the held-out "
         "error shown beside each certified row's Gibbs predictor; shown, never certified")))
+
+    # the subspace posterior (measure/data/subspace.py; row pac_bayes_kl_gaussian_subspace_mc)
+    subspace_rank: int = spec(4, Spec(int, low=1, high=4096, help=(
+        "rank r of each encoder adapter of the subspace posterior (r·d_in coordinates each)")))
+    subspace_layers: str = spec("all", Spec(str, choices=SUBSPACE_LAYERS, help=(
+        "which encoder Linears the subspace posterior adapts: all, attention, or head (none: "
+        "the head's weights alone)")))
+    subspace_sigma: float = spec(0.05, Spec(float, low=0, high=10, open_low=True, help=(
+        "prior std s_P of every subspace coordinate, in units of each module's weight scale "
+        "(fixed before S: free)")))
+    subspace_epochs: int = spec(3, Spec(int, low=0, high=MAX_EPOCHS, help=(
+        "epochs of the subspace posterior's training on the bound")))
+    subspace_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, help=(
+        "Adam step of the subspace posterior's coordinates")))
 
     def check(self) -> None:
         """The rules between fields: the σ grid (as measure reads it) and the level counts
@@ -192,6 +209,11 @@ class MeasureSettings(StepSettings):
     bound_lr: float
     bound_sigma: str
     bound_init: str
+    subspace_rank: int
+    subspace_layers: str
+    subspace_sigma: float
+    subspace_epochs: int
+    subspace_lr: float
 
 
 @dataclass(frozen=True)

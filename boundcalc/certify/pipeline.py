@@ -299,7 +299,7 @@ class MeasureStep(Step):
     name, settings = "measure", MeasureSettings
 
     def outputs(self, ctx: Context) -> tuple[str, ...]:
-        return ("stats.json", "posterior_bound")
+        return ("stats.json", "posterior_bound", "posterior_subspace")
 
     def run(self, ctx: Context) -> dict[str, Any]:
         ctx.say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "

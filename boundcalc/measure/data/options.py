@@ -26,6 +26,8 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 BOUND_SIGMAS = ("groups", "scale")  # what is learned of σ: σ_Q,g per group, or the prior's scale
 BOUND_INITS = ("model", "prior")  # where μ starts
 BOUND_MEANS = ("all", "moved")  # whose means are trained: every group's, or those model ≠ prior
+# the subspace posterior's adapted modules (subspace.SubspaceSpec; certify's --subspace-layers)
+SUBSPACE_LAYERS = ("all", "attention", "head")
 
 # keyword names a caller may use for a field (measure_task's older argument names)
 ALIASES = {"alpha": "smoothing"}
