@@ -11,11 +11,17 @@ from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
 from ..measure.data.options import BOUND_INITS, BOUND_SIGMAS, MeasureOptions
-from ..options import Record, Spec, like, spec
+from ..errors import BoundcalcError
+from ..options import Needs, Record, Spec, like, spec
+from ..words import option
 from .bound_posterior import POSTERIORS
 
 # the longest training a run may ask for (an epoch count beyond it is a typo, not a plan)
 MAX_EPOCHS = 1000
+# the options of the per-group σ (its search and the passes at the chosen vector), which runs
+# only with rows of the prior's data to search on; and those of the bound-trained posterior
+SEARCH = Needs("tune_rows", positive=True, why=" (no σ search)")
+BOUND = Needs("posterior", ("bound",))
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,10 @@ class CertifyConfig(Record):
                       help="Monte Carlo passes over S per σ")
     tune_rows: int = spec(192, Spec(int, low=0, unit="rows", help=(
         "rows of the prior's data on which the per-group σ is searched (0: none)")))
-    tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, help=(
+    tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, needs=SEARCH, help=(
         "Monte Carlo passes per σ vector tried by the search (free: it never sees S)"))
-    group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, help=(
+    group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, needs=SEARCH,
+                            help=(
         "Monte Carlo passes over S at the per-group σ"))
     compress: bool = spec(False, Spec(bool, help=(
         "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
@@ -78,21 +85,27 @@ class CertifyConfig(Record):
         "proximal: certify the Gibbs posteriors around model/ (σ searched); bound: also train "
         "a Gaussian posterior (its means and σ's scale) on the PAC-Bayes bound itself and "
         "certify it (posterior_bound/)")))
-    bound_epochs: int = spec(1, Spec(int, low=0, high=MAX_EPOCHS, help=(
+    bound_epochs: int = spec(1, Spec(int, low=1, high=MAX_EPOCHS, needs=BOUND, help=(
         "epochs of the bound-trained posterior's means")))
-    bound_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, help=(
+    bound_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, needs=BOUND, help=(
         "SGD step of the bound-trained posterior's means (momentum 0.9)")))
     # scale/prior: tighter than groups/model on every data set measured (bert2 0.0659 vs
     # 0.115; the real-text task 0.1768 vs 0.2256; text_classifier 0.5578 vs 0.5742: README)
-    bound_sigma: str = spec("scale", Spec(str, choices=BOUND_SIGMAS, help=(
+    bound_sigma: str = spec("scale", Spec(str, choices=BOUND_SIGMAS, needs=BOUND, help=(
         "what the bound training learns of σ: scale (one factor of the prior's σ, snapped to "
         "its declared grid) or groups (one σ_Q per group)")))
-    bound_init: str = spec("prior", Spec(str, choices=BOUND_INITS, help=(
+    bound_init: str = spec("prior", Spec(str, choices=BOUND_INITS, needs=BOUND, help=(
         "where the bound-trained posterior's means start: the prior or model/")))
 
     def check(self) -> None:
-        """The rules between fields: the σ grid (as measure reads it) and the level counts
+        """The rules between fields: the bound-trained posterior's σ starts from the per-group
+        σ search (rows to search on), the σ grid (as measure reads it) and the level counts
         (as a compression reads them)."""
+        if self.posterior == "bound" and not self.tune_rows:
+            raise BoundcalcError(
+                f"{option('posterior', 'bound')} trains σ from the per-group σ search, which "
+                f"{option('tune_rows', self.tune_rows)} leaves out; give {option('tune_rows')} "
+                "> 0 (rows of the prior's data to search on)")
         self.measure_options(tune=None)
         from ..measure.compress.options import parse_levels
 

@@ -50,7 +50,7 @@ from .callback import loop_record, trained
 from .config import (CertifyConfig, CompareSettings, MeasureSettings, PosteriorSettings,
                      PriorSettings, SplitSettings)
 from .preflight import preflight
-from .run_folder import RunFolder
+from .run_folder import RunFolder, remove_written
 from .steps import Chain, Context, Step
 from .train import Progress, TrainSpec, save_folder
 
@@ -253,6 +253,8 @@ class MeasureStep(Step):
         ctx.say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
                 f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte "
                 "Carlo Gibbs risk on S)")
+        if ctx.cfg.posterior != "bound":  # an earlier run's is not this one's
+            remove_written(ctx.out / "posterior_bound", ctx.say)
         _measure(ctx.out, ctx.cfg, ctx.progress)
         return {}
 

@@ -103,3 +103,11 @@ def takes(*records: type | tuple) -> Callable[[Callable], Callable]:
         return command
 
     return wrap
+
+
+def given_on_command_line(ctx: Any, names: Any) -> set[str]:
+    """Those of ``names`` (parameters of the command of ``ctx``) the user spelled, on the
+    command line or through the environment, as opposed to left at their defaults."""
+    # by name: typer may vendor its own click, with its own enum
+    return {n for n in names if getattr(ctx.get_parameter_source(n), "name", None)
+            in ("COMMANDLINE", "ENVIRONMENT")}
