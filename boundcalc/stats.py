@@ -184,7 +184,18 @@ class Stats:
             "scalars": {k: q.to_json() for k, q in sorted(self.scalars.items())},
             "groups": self.groups,
             **(self._curves_json() if self.curves else {}),
+            **self._learned_json(),
         }
+
+    def _learned_json(self) -> dict[str, Any]:
+        from .stats_checks import learned_digest
+
+        scalars = {k: q.to_json() for k, q in self.scalars.items()}
+        try:
+            digest = learned_digest(scalars, self.provenance)
+        except (TypeError, ValueError):  # not JSON (the writer refuses it) or not finite
+            return {}
+        return {} if digest is None else {"learned_sha256": digest}
 
     def _curves_json(self) -> dict[str, Any]:
         from .stats_checks import curves_digest
@@ -436,9 +447,10 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
                 est = {}
             if not isinstance(est, dict) or not all(isinstance(b, bool) for b in est.values()):
                 raise StatsError("groups.estimated: expected an object of name -> true/false")
-        from .stats_checks import check_digest, check_whole
+        from .stats_checks import check_digest, check_learned_digest, check_whole
 
         check_digest(data)
+        check_learned_digest(data)
         stats = Stats(
             model=model,
             matrices=[_matrix(m, i) for i, m in enumerate(data["matrices"])],
