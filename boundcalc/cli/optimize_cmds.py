@@ -340,10 +340,10 @@ def compare_cmd(
     values = guarded(lambda: parse_sets(sets))
     from ..optimize.compare import compare_entries
 
-    comparison = compare_entries(
+    comparison = guarded(lambda: compare_entries(
         st, values, reg,
         track=lambda es: stages.track(es, len(es), "optimising the applicable entries"),
-        test_error=test_error)
+        test_error=test_error))
     stages.done()
     groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:
