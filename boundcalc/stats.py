@@ -450,7 +450,6 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
         from .stats_checks import check_digest, check_learned_digest, check_whole
 
         check_digest(data)
-        check_learned_digest(data)
         stats = Stats(
             model=model,
             matrices=[_matrix(m, i) for i, m in enumerate(data["matrices"])],
@@ -461,7 +460,8 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             provenance=dict(data.get("provenance", {}) or {}),
             curves=_curves(data.get("curves")),
         )
-        check_whole(stats)
+        check_whole(stats)  # a named contradiction first, then any other edit by its hash
+        check_learned_digest(data)
         return stats
     except StatsError as exc:
         raise StatsError(one_line(f"{source}: {exc}")) from None

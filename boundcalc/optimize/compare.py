@@ -164,7 +164,7 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
             continue
         try:
             r = optimize(entry, stats, own, registry=registry, sensitivity=False,
-                         contributions=False)
+                         contributions=False, what_if=False)
         except BoundcalcError as exc:
             out.failed.append({"id": entry.id, "kind": entry.kind,
                                "error": one_line(str(exc)) if str(exc)
@@ -252,7 +252,7 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     conf = confidence_symbol(entry)
     try:
         again = optimize(entry, stats, {**own, conf: share(best_sym, k)}, registry=registry,
-                         sensitivity=False, contributions=False)
+                         sensitivity=False, contributions=False, what_if=False)
         annotate(again, entry, stats, test_error)
         if not (again.is_bound and math.isfinite(again.value)):
             raise BoundcalcError("not a bound at δ/k")

@@ -12,6 +12,7 @@ import pytest
 import boundcalc as bc
 from boundcalc.optimize import Options, optimize, prepare_entry, quick_value
 from boundcalc.optimize.whatif import bound_table, shrink_factor, smallest_n
+from boundcalc.stats import Stats
 
 FORMULAS = """
 family = "whatif"
@@ -151,9 +152,17 @@ def test_what_it_takes_in_results(reg):
     assert wit["table"]["n"]["rows"]
 
 
-def test_options_default_is_cheap():
+def test_options_default_is_the_clis_and_comparisons_stay_cheap():
+    """The record's defaults are the optimize command's (issue 53: what_if was False here and
+    True there); a comparison of many entries asks for no what-if."""
+    from boundcalc.optimize.compare import compare_entries
+    from boundcalc.registry import load_registry
+
     o = Options()
-    assert o.what_if is False and o.sensitivity and o.use_gp
+    assert o.what_if is True and o.sensitivity and o.use_gp
+    reg = load_registry()
+    got = compare_entries(Stats(), {"n": 1000, "emp_risk": 0.05, "KL": 50.0}, reg)
+    assert got.results and all("what_it_takes" not in r.extra for r in got.results)
 
 
 # ---- issue 44 item 5: 'smallest n' agrees with the table and the vacuity level ----------------
@@ -187,7 +196,7 @@ def test_the_default_target_is_the_vacuity_level(tmp_path):
     """Without --target, 'what would it take' aims below the trivial predictor's error (here
     the majority class errs 0.45), not below 1; the n it names is where the table drops
     below that level."""
-    from boundcalc.stats import Quantity, Stats
+    from boundcalc.stats import Stats
 
     st = Stats(model={"n_layers": 1, "n_heads": 1, "hidden": 4},
                scalars={"n": Quantity(1000.0), "emp_risk": Quantity(0.2),
