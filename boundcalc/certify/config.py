@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
-from ..measure.data.options import BOUND_INITS, BOUND_SIGMAS, MeasureOptions
+from ..measure.data.options import BoundTraining, MeasureOptions
 from ..errors import BoundcalcError
 from ..options import Needs, Record, Spec, like, spec
 from ..words import option
@@ -85,17 +85,11 @@ class CertifyConfig(Record):
         "proximal: certify the Gibbs posteriors around model/ (σ searched); bound: also train "
         "a Gaussian posterior (its means and σ's scale) on the PAC-Bayes bound itself and "
         "certify it (posterior_bound/)")))
-    bound_epochs: int = spec(1, Spec(int, low=1, high=MAX_EPOCHS, needs=BOUND, help=(
-        "epochs of the bound-trained posterior's means")))
-    bound_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, needs=BOUND, help=(
-        "SGD step of the bound-trained posterior's means (momentum 0.9)")))
-    # scale/prior: tighter than groups/model on every data set measured (bert2 0.0659 vs
-    # 0.115; the real-text task 0.1768 vs 0.2256; text_classifier 0.5578 vs 0.5742: README)
-    bound_sigma: str = spec("scale", Spec(str, choices=BOUND_SIGMAS, needs=BOUND, help=(
-        "what the bound training learns of σ: scale (one factor of the prior's σ, snapped to "
-        "its declared grid) or groups (one σ_Q per group)")))
-    bound_init: str = spec("prior", Spec(str, choices=BOUND_INITS, needs=BOUND, help=(
-        "where the bound-trained posterior's means start: the prior or model/")))
+    # the bound-trained posterior's training: BoundTraining's declarations, by reference
+    bound_epochs: int = like(BoundTraining, "epochs", high=MAX_EPOCHS, needs=BOUND)
+    bound_lr: float = like(BoundTraining, "lr_mu", high=1, open_low=True, needs=BOUND)
+    bound_sigma: str = like(BoundTraining, "sigma", needs=BOUND)
+    bound_init: str = like(BoundTraining, "init", needs=BOUND)
 
     def check(self) -> None:
         """The rules between fields: the bound-trained posterior's σ starts from the per-group

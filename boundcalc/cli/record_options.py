@@ -98,6 +98,7 @@ def takes(*records: type | tuple) -> Callable[[Callable], Callable]:
             return fn(**given, values=values)
 
         del command.__wrapped__  # typer reads the signature below, not fn's
+        command.records = {r: {f.name for rr, f, _ in chosen if rr is r} for r, _, _ in chosen}
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
