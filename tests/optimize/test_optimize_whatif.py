@@ -196,7 +196,7 @@ def test_the_default_target_is_the_vacuity_level(tmp_path):
     """Without --target, 'what would it take' aims below the trivial predictor's error (here
     the majority class errs 0.45), not below 1; the n it names is where the table drops
     below that level."""
-    from boundcalc.stats import Stats
+    from boundcalc.stats import Quantity, Stats
 
     st = Stats(model={"n_layers": 1, "n_heads": 1, "hidden": 4},
                scalars={"n": Quantity(1000.0), "emp_risk": Quantity(0.2),

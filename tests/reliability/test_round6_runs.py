@@ -53,7 +53,8 @@ def test_the_learned_entry_optimizes_on_a_real_bound_stats_file(bound_run):
     # var_ratio_div's derivative; σ_Q = σ_P here (scale learned), where it is 0 by hand
     sens = {s["symbol"]: s for s in got["sensitivity"]}
     d = sens["sigma_post"]["scale_derivative"]
-    assert d is not None and abs(d) <= 1e-12, sens["sigma_post"]  # ∂/∂a (a/b)²−1−ln(a/b)² = 0 at a = b
+    # by hand: ∂/∂a [(a/b)² − 1 − ln (a/b)²] = 2a/b² − 2/a = 0 at a = b
+    assert d is not None and abs(d) <= 1e-12, sens["sigma_post"]
     assert sens["E_hat"]["derivative"] > 0 and sens["n"]["derivative"] < 0
     tex = bound_run["w"] / "row.tex"
     assert invoke("latex", ROW, "--stats", stats, "-o", tex).exit_code == 0
