@@ -10,7 +10,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
-from ..measure.data.options import BoundTraining, MeasureOptions
+from ..measure.data.options import (BOUND_INITS, BOUND_SIGMAS,  # noqa: F401 - re-exported
+                                     BoundTraining, MeasureOptions)
 from ..errors import BoundcalcError
 from ..options import Needs, Record, Spec, like, spec
 from ..words import option
