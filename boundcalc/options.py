@@ -28,7 +28,33 @@ from typing import Any, Callable, Iterator
 from .errors import BoundcalcError
 from .words import option
 
-_KIND_WORDS = {int: "a whole number", float: "a number", str: "text", bool: "true or false"}
+_KIND_WORDS = {int: "a whole number", float: "a number", str: "non-empty text",
+               bool: "true or false"}
+
+
+@dataclass(frozen=True)
+class Needs:
+    """A rule between options, as data: the field that declares it acts only while the
+    option ``name`` has one of ``values`` (or, with ``positive``, a value > 0); given
+    otherwise it would do nothing and is refused (:func:`refuse_unused`). ``why``: a few
+    words on what is missing (`` (no σ search)``). A new route of a choice (a posterior, say)
+    declares its own options with ``Needs("posterior", ("its name",))``: the rule follows."""
+
+    name: str
+    values: tuple[Any, ...] = ()
+    positive: bool = False
+    why: str = ""
+
+    def holds(self, record: Any) -> bool:
+        """Whether the field acts in ``record``."""
+        value = getattr(record, self.name)
+        return value > 0 if self.positive else value in self.values
+
+    def wanted(self) -> str:
+        """What would make the field act, in the caller's words."""
+        if self.positive:
+            return f"{option(self.name)} > 0"
+        return " or ".join(option(self.name, v) for v in self.values)
 
 
 @dataclass(frozen=True)
@@ -43,7 +69,9 @@ class Spec:
     what the number counts; ``help``: one sentence for the command's help and the docs, naming
     other options as ``{keyword}`` (:meth:`help_text` writes them in the front end's words);
     ``sep``: a ``many`` field a command line gives as one word, its items joined by ``sep``
-    (``--levels 1,16``), instead of one repeated option per item."""
+    (``--levels 1,16``), instead of one repeated option per item; ``needs``: the rule
+    (:class:`Needs`) under which the field acts at all. Text is never empty: ``''`` is a
+    value given and refused, never read as the option left out."""
 
     kind: type
     low: float | None = None
@@ -58,6 +86,7 @@ class Spec:
     help: str = ""
     sep: str = ""
     error: type[BoundcalcError] = BoundcalcError  # a value outside a formula's domain: DomainError
+    needs: Needs | None = None  # the field acts only under another option's values
 
     def rule(self) -> str:
         """The rule in words: ``a whole number >= 0``, ``a number in (0, 1)``, ``one of auto,
@@ -97,7 +126,7 @@ class Spec:
         if isinstance(value, bool):
             return False
         if self.kind is str:
-            return isinstance(value, str)
+            return isinstance(value, str) and value.strip() != ""
         if self.kind is int and not isinstance(value, int):
             return False
         if self.kind is float:
@@ -126,7 +155,7 @@ class Spec:
             else:
                 out += [math.nan, math.inf, -math.inf]
         elif self.kind is str:
-            out.append(7)
+            out += [7, ""]
         out = [v for v in out if not self.accepts(v)]
         return [(v,) for v in out] + [()] if self.many else out
 
@@ -178,6 +207,20 @@ def refusal(name: str, value: Any, rule: str,
     return error(f"{option(name, shown(value))}: expected {rule}")
 
 
+def refuse_unused(record: Any, given: Any = None) -> None:
+    """Refuse a field whose :class:`Needs` does not hold although it was given: named in
+    ``given`` (the options a command line spelled), or, without ``given`` (the API), set to
+    other than its default. One wording for both front ends."""
+    for f, s in declared(record):
+        n = s.needs
+        if n is None or n.holds(record):
+            continue
+        if (f.name in given) if given is not None else getattr(record, f.name) != f.default:
+            raise BoundcalcError(
+                f"{option(f.name)} does nothing with {option(n.name, getattr(record, n.name))}"
+                f"{n.why}; leave {option(f.name)} out or give {n.wanted()}")
+
+
 def validate(record: Any) -> None:
     """Check every declared field of ``record`` (a sequence field is made a tuple first);
     the first bad value raises :func:`refusal`."""
@@ -204,6 +247,7 @@ class Record:
 
     def __post_init__(self) -> None:
         validate(self)
+        refuse_unused(self)
         self.check()
 
     def check(self) -> None:

@@ -96,6 +96,12 @@ class Sizes:
     device: str = "cpu"
 
 
+def _sampled(gibbs_samples: int, what: str) -> str:
+    """A Monte Carlo item's words: with ``gibbs_samples`` rows drawn per pass, that option
+    first (it sets the rows of every pass: the one to lower when it is large)."""
+    return f"{option('gibbs_samples', gibbs_samples)} × {what}" if gibbs_samples else what
+
+
 def measure_plan(options: Counts, sizes: Sizes = Sizes()) -> list[Item]:
     """The work of ``measure --data`` asked for by ``options`` on data and a model of
     ``sizes`` (see the module docstring)."""
@@ -117,7 +123,8 @@ def measure_plan(options: Counts, sizes: Sizes = Sizes()) -> list[Item]:
         mc_rows = max(gibbs_samples, 1) if gibbs_samples else rows
         mc_batches = math.ceil(mc_rows / max(batch_size, 1))
         items.append(Item(
-            f"{option('draws', draws)} (× {sigmas} σ, {mc_rows:,} rows each)",
+            _sampled(gibbs_samples, f"{option('draws', draws)} (× {sigmas} σ, "
+                                    f"{mc_rows:,} rows each)"),
             8.0 * passes + 12.0 * n_params,  # losses per draw; saved weights + float64 noise
             _seconds(passes * mc_rows, passes * mc_batches, n_params, positions, device)))
     for count, name, n_rows in ((group_draws, "group_draws", rows),
@@ -125,7 +132,9 @@ def measure_plan(options: Counts, sizes: Sizes = Sizes()) -> list[Item]:
         if count > 0:
             mc_rows = max(gibbs_samples, 1) if gibbs_samples and n_rows == rows else n_rows
             items.append(Item(
-                f"{option(name, count)} ({mc_rows:,} rows each)", 8.0 * count + 12.0 * n_params,
+                _sampled(gibbs_samples if n_rows == rows else 0,
+                         f"{option(name, count)} ({mc_rows:,} rows each)"),
+                8.0 * count + 12.0 * n_params,
                 _seconds(float(count) * mc_rows, count * math.ceil(mc_rows / max(batch_size, 1)),
                          n_params, positions, device)))
     if hessian_probes > 0:

@@ -184,7 +184,18 @@ class Stats:
             "scalars": {k: q.to_json() for k, q in sorted(self.scalars.items())},
             "groups": self.groups,
             **(self._curves_json() if self.curves else {}),
+            **self._learned_json(),
         }
+
+    def _learned_json(self) -> dict[str, Any]:
+        from .stats_checks import learned_digest
+
+        scalars = {k: q.to_json() for k, q in self.scalars.items()}
+        try:
+            digest = learned_digest(scalars, self.provenance)
+        except (TypeError, ValueError):  # not JSON (the writer refuses it) or not finite
+            return {}
+        return {} if digest is None else {"learned_sha256": digest}
 
     def _curves_json(self) -> dict[str, Any]:
         from .stats_checks import curves_digest
@@ -436,7 +447,7 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
                 est = {}
             if not isinstance(est, dict) or not all(isinstance(b, bool) for b in est.values()):
                 raise StatsError("groups.estimated: expected an object of name -> true/false")
-        from .stats_checks import check_digest, check_whole
+        from .stats_checks import check_digest, check_learned_digest, check_whole
 
         check_digest(data)
         stats = Stats(
@@ -449,7 +460,8 @@ def stats_from_json(data: Any, source: str = "<stats>") -> Stats:
             provenance=dict(data.get("provenance", {}) or {}),
             curves=_curves(data.get("curves")),
         )
-        check_whole(stats)
+        check_whole(stats)  # a named contradiction first, then any other edit by its hash
+        check_learned_digest(data)
         return stats
     except StatsError as exc:
         raise StatsError(one_line(f"{source}: {exc}")) from None

@@ -11,6 +11,7 @@ naming the fields, a file in which
   ``provenance.gibbs_groups.mc.units`` disagree, or the units are not what the record's passes
   and rows give (sample mode: passes × rows per pass; chunk mode: passes × rows / rows per unit;
   whole mode: passes);
+* ``scalars.n`` is not ``provenance.data_rows`` (the rows the data side read);
 * ``provenance.gibbs_groups`` says the shape ρ is free (``shape_disjoint_from_S``) while the same
   record says it was chosen on S (no ``tune_data``, ``shape_chosen_on`` S itself, or rows of S
   in the tune data);
@@ -25,7 +26,9 @@ naming the fields, a file in which
 
 ``curves_sha256`` (written by :meth:`boundcalc.stats.Stats.to_json` whenever there are curves)
 is the SHA-256 of the curves as JSON (:func:`curves_digest`); a file whose curves do not match
-it was edited after it was written and is refused. A file without it (written before the hash
+it was edited after it was written and is refused; ``learned_sha256`` does the same for the
+bound-trained posterior's record with ``scalars.n`` (:func:`learned_digest`: what its
+certificate reads outside the curves). A file without them (written before the hash
 existed, or by hand) is read as before, with the consistency checks above.
 """
 
@@ -60,6 +63,39 @@ def check_digest(data: dict[str, Any]) -> None:
                          "`boundcalc measure` wrote them; measure again")
 
 
+# what the bound-trained posterior's certificate reads besides the curves, hashed as one
+# record when the file has that posterior (``learned_sha256``): its record, the size of S
+LEARNED = "gibbs_learned"
+
+
+def learned_digest(scalars: Any, provenance: Any) -> str | None:
+    """SHA-256 (hex) of the bound-trained posterior's record ``provenance.gibbs_learned``
+    with ``scalars.n`` and ``provenance.data_rows`` (the JSON forms), or None without that
+    record: μ's distances, σ_Q, the grid, the Monte Carlo counts and n, which no curve holds."""
+    if not isinstance(provenance, dict) or LEARNED not in provenance:
+        return None
+    n = scalars.get("n") if isinstance(scalars, dict) else None
+    return curves_digest({"n": n, "data_rows": provenance.get("data_rows"),
+                          LEARNED: provenance[LEARNED]})
+
+
+def check_learned_digest(data: dict[str, Any]) -> None:
+    """Refuse a bound-trained run's file whose record or n was changed after it was written
+    (when it has ``learned_sha256``); a file with the record but without the hash (written
+    before it existed, or by hand) is read with the consistency checks alone."""
+    want = data.get("learned_sha256")
+    if want is None:
+        return
+    try:
+        got = learned_digest(data.get("scalars"), data.get("provenance"))
+    except ValueError:  # a non-finite number: changed, since a written file has none
+        got = None
+    if got != want:
+        raise StatsError(f"learned_sha256 does not match provenance.{LEARNED}, scalars.n and "
+                         "provenance.data_rows: the bound-trained posterior's record or the "
+                         "size of S was changed after it was written; measure again")
+
+
 def _int(x: Any) -> int | None:
     """A whole number a record gives, else None (a count beyond 2**53 is no count: a float
     cannot hold it, and 10**400 must not reach float())."""
@@ -76,11 +112,20 @@ def _scalar(stats: Any, name: str) -> int | float | None:
 
 def check_whole(stats: Any) -> None:
     """Refuse a stats file whose counts contradict its curves and records (module docs)."""
+    _check_n(stats)
     _check_gibbs_mean(stats)
     _check_groups(stats)
     _check_groups(stats, "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units")
     _check_disagreement(stats)
     _check_sigma_off_sample(stats)
+
+
+def _check_n(stats: Any) -> None:
+    """``scalars.n`` is the number of rows the data side read (``provenance.data_rows``)."""
+    n, rows = _scalar(stats, "n"), stats.provenance.get("data_rows")
+    if n is not None and rows is not None and as_finite_float(rows) != n:
+        raise StatsError(f"scalars.n = {n:g} but provenance.data_rows = {rows!r:.30}: the data "
+                         "side read another number of rows than n says")
 
 
 def _check_gibbs_mean(stats: Any) -> None:

@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the models of an earlier run in OUT with the same settings; "
                          "only measure and compare again")
     args = ap.parse_args(argv)
+    from studies.example_args import COUNT, refused
+
+    bad = refused(args, {"train_steps": COUNT, "draws": COUNT})
+    if bad:  # before any work
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
 
     over = {k: v for k, v in (("train_steps", args.train_steps), ("draws", args.draws))
             if v is not None}

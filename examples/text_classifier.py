@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--posterior", choices=("proximal", "bound"), default="proximal",
                     help="bound: also train and certify the bound-trained Gibbs posterior")
     args = ap.parse_args(argv)
+    from studies.example_args import refused
+
+    bad = refused(args, {})
+    if bad:  # before any work
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
     from boundcalc.errors import BoundcalcError
     from studies.text_classifier import FULL, ClassifierConfig, run
     from boundcalc.report.summary import floor_line

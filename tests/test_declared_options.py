@@ -22,7 +22,7 @@ from boundcalc.cli.words import CLI_WORDS, flag
 from boundcalc.errors import BoundcalcError
 from boundcalc.measure.compress.options import CompressOptions
 from boundcalc.measure.data.gibbs import MonteCarlo
-from boundcalc.measure.data.options import MeasureOptions
+from boundcalc.measure.data.options import BoundTraining, MeasureOptions
 from boundcalc.optimize.core import Options
 from boundcalc.options import Record, Spec, declared, like, spec
 
@@ -78,7 +78,7 @@ def _exit(record, name: str) -> int:
     return next(s.error for f, s in declared(record) if f.name == name).exit_code
 
 
-RECORDS = (MeasureOptions, CertifyConfig, CompressOptions, Options, MonteCarlo)
+RECORDS = (MeasureOptions, CertifyConfig, CompressOptions, Options, MonteCarlo, BoundTraining)
 CASES = [(record, f.name, bad) for record in RECORDS for f, s in declared(record)
          for bad in s.invalid()]
 

@@ -10,15 +10,22 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..measure.compress.options import DELTA_LEVELS_GRID
-from ..measure.data.options import (BOUND_INITS, BOUND_SIGMAS, SUBSPACE_LAYERS,
-                                     MeasureOptions)
-from ..options import Record, Spec, like, spec
+from ..errors import BoundcalcError
+from ..measure.data.options import (BOUND_INITS, BOUND_SIGMAS,  # noqa: F401 - re-exported
+                                     SUBSPACE_LAYERS, BoundTraining, MeasureOptions)
+from ..options import Needs, Record, Spec, like, spec
+from ..words import option
 from .bound_posterior import POSTERIORS
 from .claims import TEST_SET_DELTA
 from .duplicates import POLICIES
 
 # the longest training a run may ask for (an epoch count beyond it is a typo, not a plan)
 MAX_EPOCHS = 1000
+# the options of the per-group σ (its search and the passes at the chosen vector), which runs
+# only with rows of the prior's data to search on; and those of the bound-trained posterior
+SEARCH = Needs("tune_rows", positive=True, why=" (no σ search)")
+BOUND = Needs("posterior", ("bound",))
+SUBSPACE = Needs("posterior", ("subspace",))
 
 
 @dataclass(frozen=True)
@@ -65,9 +72,10 @@ class CertifyConfig(Record):
                       help="Monte Carlo passes over S per σ")
     tune_rows: int = spec(192, Spec(int, low=0, unit="rows", help=(
         "rows of the prior's data on which the per-group σ is searched (0: none)")))
-    tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, help=(
+    tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, needs=SEARCH, help=(
         "Monte Carlo passes per σ vector tried by the search (free: it never sees S)"))
-    group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, help=(
+    group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, needs=SEARCH,
+                            help=(
         "Monte Carlo passes over S at the per-group σ"))
     compress: bool = spec(False, Spec(bool, help=(
         "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
@@ -83,17 +91,11 @@ class CertifyConfig(Record):
         "certify it (posterior_bound/); subspace: also train a Gaussian posterior on a few "
         "coordinates of a random subspace around the prior (adapters and head) on the bound "
         "and certify it (posterior_subspace/ holds its mean)")))
-    bound_epochs: int = spec(1, Spec(int, low=0, high=MAX_EPOCHS, help=(
-        "epochs of the bound-trained posterior's means")))
-    bound_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, help=(
-        "SGD step of the bound-trained posterior's means (momentum 0.9)")))
-    # scale/prior: tighter than groups/model on every data set measured (bert2 0.0659 vs
-    # 0.115; the real-text task 0.1768 vs 0.2256; text_classifier 0.5578 vs 0.5742: README)
-    bound_sigma: str = spec("scale", Spec(str, choices=BOUND_SIGMAS, help=(
-        "what the bound training learns of σ: scale (one factor of the prior's σ, snapped to "
-        "its declared grid) or groups (one σ_Q per group)")))
-    bound_init: str = spec("prior", Spec(str, choices=BOUND_INITS, help=(
-        "where the bound-trained posterior's means start: the prior or model/")))
+    # the bound-trained posterior's training: BoundTraining's declarations, by reference
+    bound_epochs: int = like(BoundTraining, "epochs", high=MAX_EPOCHS, needs=BOUND)
+    bound_lr: float = like(BoundTraining, "lr_mu", high=1, open_low=True, needs=BOUND)
+    bound_sigma: str = like(BoundTraining, "sigma", needs=BOUND)
+    bound_init: str = like(BoundTraining, "init", needs=BOUND)
     # what a repeated row does (the same tokens within max_length and the same label):
     # duplicates.py; docs/guide/repeated-rows.md
     duplicates: str = spec("refuse", Spec(str, choices=POLICIES, help=(
@@ -109,22 +111,33 @@ class CertifyConfig(Record):
         "error shown beside each certified row's Gibbs predictor; shown, never certified")))
 
     # the subspace posterior (measure/data/subspace.py; row pac_bayes_kl_gaussian_subspace_mc)
-    subspace_rank: int = spec(4, Spec(int, low=1, high=4096, help=(
+    subspace_rank: int = spec(4, Spec(
+        int, needs=SUBSPACE, low=1, high=4096, help=(
         "rank r of each encoder adapter of the subspace posterior (r·d_in coordinates each)")))
-    subspace_layers: str = spec("all", Spec(str, choices=SUBSPACE_LAYERS, help=(
+    subspace_layers: str = spec("all", Spec(
+        str, needs=SUBSPACE, choices=SUBSPACE_LAYERS, help=(
         "which encoder Linears the subspace posterior adapts: all, attention, or head (none: "
         "the head's weights alone)")))
-    subspace_sigma: float = spec(0.05, Spec(float, low=0, high=10, open_low=True, help=(
+    subspace_sigma: float = spec(0.05, Spec(
+        float, needs=SUBSPACE, low=0, high=10, open_low=True, help=(
         "prior std s_P of every subspace coordinate, in units of each module's weight scale "
         "(fixed before S: free)")))
-    subspace_epochs: int = spec(3, Spec(int, low=0, high=MAX_EPOCHS, help=(
+    subspace_epochs: int = spec(3, Spec(
+        int, needs=SUBSPACE, low=0, high=MAX_EPOCHS, help=(
         "epochs of the subspace posterior's training on the bound")))
-    subspace_lr: float = spec(1e-3, Spec(float, low=0, high=1, open_low=True, help=(
+    subspace_lr: float = spec(1e-3, Spec(
+        float, needs=SUBSPACE, low=0, high=1, open_low=True, help=(
         "Adam step of the subspace posterior's coordinates")))
 
     def check(self) -> None:
-        """The rules between fields: the σ grid (as measure reads it) and the level counts
+        """The rules between fields: the bound-trained posterior's σ starts from the per-group
+        σ search (rows to search on), the σ grid (as measure reads it) and the level counts
         (as a compression reads them)."""
+        if self.posterior == "bound" and not self.tune_rows:
+            raise BoundcalcError(
+                f"{option('posterior', 'bound')} trains σ from the per-group σ search, which "
+                f"{option('tune_rows', self.tune_rows)} leaves out; give {option('tune_rows')} "
+                "> 0 (rows of the prior's data to search on)")
         self.measure_options(tune=None)
         from ..measure.compress.options import parse_levels
 

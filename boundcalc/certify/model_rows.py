@@ -66,7 +66,7 @@ def model_rows(out: str | Path, device: Any, *, max_length: int, batch_size: int
     for ident in ENTRIES:
         entry = registry.get(ident)
         r = annotate(optimize(entry, stats, {}, registry=registry, sensitivity=False,
-                              contributions=False), entry, stats, test_error)
+                              contributions=False, what_if=False), entry, stats, test_error)
         conf = {s: float(r.inputs[s]) for s, spec in entry.symbols.items()
                 if spec.role == "confidence" and s in r.inputs}
         found.append(Claim.of(

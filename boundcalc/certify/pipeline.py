@@ -52,7 +52,7 @@ from .callback import loop_record, trained
 from .config import (CertifyConfig, CompareSettings, MeasureSettings, PosteriorSettings,
                      PriorSettings, SplitSettings)
 from .preflight import preflight
-from .run_folder import RunFolder
+from .run_folder import RunFolder, remove_written
 from .steps import Chain, Context, Step
 from .train import Progress, TrainSpec, save_folder
 
@@ -305,6 +305,9 @@ class MeasureStep(Step):
         ctx.say(f"measure: model/ with {option('init', 'prior/')} {option('data', 'S.jsonl')} "
                 f"{option('tune_data', 'tune.jsonl')} (σ search on the prior's data, Monte "
                 "Carlo Gibbs risk on S)")
+        for route, folder in (("bound", "posterior_bound"), ("subspace", "posterior_subspace")):
+            if ctx.cfg.posterior != route:  # an earlier run's is not this one's
+                remove_written(ctx.out / folder, ctx.say)
         m = ctx.settings(MeasureSettings)
         _measure(ctx.out, m, ctx.cfg.measure_options(
             str(ctx.out / "tune.jsonl") if ctx.cfg.tune_rows else None), ctx)

@@ -14,14 +14,20 @@ the culprit, with an exit code of :mod:`boundcalc.errors`.
    least ``max_length`` positions; its weights, when it has any, are readable (a truncated
    safetensors file, a pickle that needs code: refused, nothing executed; safetensors read
    first when both are there) and finite (a NaN names the base's file, not model/);
-3. **labels**: every label of DATA and of the held-out set is one class by the rule
+3. **the size of S** (:func:`check_bound_sample`): a split whose S cannot give a
+   non-vacuous number at any complexity is refused;
+4. **labels**: every label of DATA and of the held-out set is one class by the rule
    ``measure`` reads by (:func:`boundcalc.measure.data.labels.check_class_labels`);
-4. **overlaps**, by content as the model reads a row (its token ids within the first
+5. **overlaps**, by content as the model reads a row (its token ids within the first
    ``max_length`` and its label; :func:`row_keys`): a row of DATA repeated (its copies could
    land in both the prior's data and S, so the prior would have seen rows of S) and a row of
    the held-out set that is a row of DATA (its error would be measured on a training row) are
    refused, each refusal naming the ``duplicates`` option; with ``duplicates`` ``drop`` they
    are not refused here: the split drops them (:mod:`.duplicates`).
+6. **one text under two labels** (:func:`check_label_conflicts`, after the same-label copies
+   of item 5): the same tokens with another label in DATA, or in the held-out set and DATA,
+   are refused as copies are (the prior's data or model/'s training would hold the text of a
+   row it is measured on).
 
 Contract: :func:`preflight` returns only when every check passed; it writes nothing.
 """
@@ -60,8 +66,41 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
     train = read_labelled(data, cfg.text_column, cfg.label_column)
     test = (read_labelled(test_data, cfg.text_column, cfg.label_column)
             if test_data is not None else None)
+    check_bound_sample(train.labels, cfg)
     check_rows(train.texts, train.labels, train.source, tok, cfg.max_length,
                test and (test.texts, test.labels, test.source), cfg.duplicates)
+    check_label_conflicts(train, test, tok, cfg.max_length)
+
+
+# the entry whose confidence term and δ the floor of S is read from (certify's PAC-Bayes rows)
+FLOOR_ENTRY = "pac_bayes_kl_gaussian_mc"
+
+
+def check_bound_sample(labels: Sequence[Any], cfg: Any) -> None:
+    """Refuse a split whose bound sample S cannot give a non-vacuous number at any complexity:
+    its zero-complexity floor kl⁻¹(0, ln(2√n/δ)/n) (the PAC-Bayes-kl budget of
+    ``formulas/pac_bayes.toml`` at zero KL and zero empirical error, at the entry's δ, before
+    any grid or Monte Carlo cost, so the least it could ever certify) at or above the vacuity
+    level of guessing among DATA's K classes, 1 − 1/K (no lower than the level a run reports,
+    the least trivial error), naming ``prior_fraction`` and the size of S."""
+    import math
+
+    from ..engine.kernels import kl_inv_upper
+    from ..measure.data.dataset_io import DataError
+    from ..registry import load_registry
+    from .split import _canon, seeded_split
+
+    n = len(seeded_split(len(labels), cfg.prior_fraction, cfg.seed)[1])
+    k = max(len({repr(_canon(y)) for y in labels}), 2)
+    delta = float(load_registry().get(FLOOR_ENTRY).symbols["delta"].default)
+    floor, level = kl_inv_upper(0.0, math.log(2 * math.sqrt(n) / delta) / n), 1 - 1 / k
+    if floor >= level:
+        raise DataError(
+            f"{option('prior_fraction', cfg.prior_fraction)} leaves the bound sample S "
+            f"{n} of DATA's {len(labels)} rows: at n = {n} no PAC-Bayes bound can be "
+            f"non-vacuous (its floor at zero error and zero complexity, kl⁻¹(0, ln(2√n/δ)/n) = "
+            f"{floor:.3g} at δ = {delta:g}, is at or above {level:.3g}, the error of guessing "
+            f"among {k} classes); lower {option('prior_fraction')} or give more rows")
 
 
 def check_base(base: str | Path, folder: Path, raw: dict[str, Any], tokenizer: Any,
@@ -214,3 +253,50 @@ def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokeniz
 
 def _first(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+
+
+def text_keys(texts: Sequence[str], tokenizer: Any, max_length: int) -> list[bytes]:
+    """One digest per text as the model reads it (its token ids within the first
+    ``max_length``), whatever its label."""
+    out = []
+    for lo in range(0, len(texts), ROWS_PER_CALL):
+        ids = tokenizer(list(texts[lo:lo + ROWS_PER_CALL]), truncation=True,
+                        max_length=max_length)["input_ids"]
+        out += [hashlib.sha256(np.asarray(r, dtype=np.int64).tobytes()).digest() for r in ids]
+    return out
+
+
+def check_label_conflicts(train: Any, test: Any, tokenizer: Any, max_length: int) -> None:
+    """Refuse a text of DATA that an earlier row of DATA has under another label, and a text of
+    the held-out set ``test`` (None: none) that DATA has under another label (module
+    docstring, item 6); ``train``/``test``: ``texts``, ``labels``, ``source``."""
+    from ..measure.data.dataset_io import DataError
+    from .split import _canon
+
+    same = f"the same tokens within the first {option('max_length', max_length)}"
+    first: dict[bytes, int] = {}
+    for i, k in enumerate(text_keys(train.texts, tokenizer, max_length)):
+        j = first.setdefault(k, i)
+        if j != i and _canon(train.labels[i]) != _canon(train.labels[j]):
+            raise DataError(
+                f"{option('data', train.source)}: row {i} is row {j}'s text ({same}) under "
+                f"another label ({shown_label(train.labels[i])}, not "
+                f"{shown_label(train.labels[j])}): the split could give one copy to the prior's "
+                "data and the other to S, so the prior would have seen a text of S; keep one "
+                "row per text, with the label you trust")
+    if test is None:
+        return
+    for i, k in enumerate(text_keys(test.texts, tokenizer, max_length)):
+        j = first.get(k)
+        if j is not None:  # the same label was refused by check_rows
+            raise DataError(
+                f"{option('test_data', test.source)}: its row {i} is DATA's row {j} text "
+                f"({same}) under another label ({shown_label(test.labels[i])}, not "
+                f"{shown_label(train.labels[j])}): the held-out set must share no text with "
+                "DATA, whose rows train the prior and model/; give texts held out from DATA")
+
+
+def shown_label(y: Any) -> str:
+    """A label as a message shows it (text quoted, at most 40 characters)."""
+    return repr(y)[:40]
+

@@ -35,7 +35,8 @@ FORM = "boundcalc certify run folder"
 LEGACY = "steps.json"  # an earlier certify's record of its steps' keys (no hashes)
 # every name certify writes in its output folder (each is also written as NAME.partial first)
 WRITES = ("prior.jsonl", "S.jsonl", "tune.jsonl", "test.jsonl", "split.json", "prior",
-          "model", "posterior_bound", "stats.json", "stats_model.json", "report.json",
+          "model", "posterior_bound", "posterior_subspace", "stats.json", "stats_model.json",
+          "report.json",
           MANIFEST)
 
 
@@ -82,6 +83,64 @@ def _links(out: Path) -> None:
                                   f"give another {option('out')}")
 
 
+# the folders certify writes whole (train.save_folder), each marked by STEP_MARK, which lists
+# the files it wrote there
+FOLDERS = ("prior", "model", "posterior_bound", "posterior_subspace")
+STEP_MARK = "certify_step.json"
+
+
+def files_under(folder: Path) -> list[str]:
+    """Every file under ``folder``, as paths relative to it (sorted)."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                  if p.is_file() or p.is_symlink())
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The files under ``folder`` (one of :data:`FOLDERS`) that certify did not write: all of
+    them without its mark; those its mark does not list (a mark of an earlier version lists
+    none: nothing is foreign then)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return []
+    present = files_under(folder)
+    try:
+        listed = read_json(folder / STEP_MARK, 1 << 20, OutputError, "step record",
+                           finite=False).get("files")
+    except (OutputError, OSError, AttributeError):
+        return present
+    if not isinstance(listed, list):
+        return []
+    return [f for f in present if f != STEP_MARK and f not in listed]
+
+
+def refuse_foreign(out: Path, names: Sequence[str] = FOLDERS) -> None:
+    """Refuse a run whose folder holds, inside a folder certify writes whole (``names``), a
+    file it did not write there (it would be deleted when that folder is written again)."""
+    for name in names:
+        extra = foreign_files(out / name)
+        if extra:
+            raise OutputError(
+                f"{shown(out / name)}: holds {one_line(', '.join(extra[:3]), 200)}"
+                f"{', …' if len(extra) > 3 else ''}, which certify did not write there; it "
+                f"replaces {name}/ whole on a re-run: move the file out of the folder or give "
+                f"another {option('out')}")
+
+
+def remove_written(folder: Path, say: Callable[[str], None] | None = None) -> None:
+    """Remove a folder certify wrote (a link or a file of that name: the link only), after
+    :func:`refuse_foreign` found nothing of a user's in it; ``say`` tells what was removed."""
+    import shutil
+
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()  # never followed: what a link points to is not certify's
+    elif folder.exists():
+        refuse_foreign(folder.parent, (folder.name,))
+        shutil.rmtree(folder)
+    else:
+        return
+    if say is not None:
+        say(f"removed {shown(folder)}: an earlier run's, which this run does not certify")
+
+
 class RunFolder:
     """The output folder of one certify run (module docs): :meth:`fresh` says whether a step
     is reused, :meth:`finish` records it; ``status`` maps each step to "ran" or "reused"."""
@@ -100,6 +159,7 @@ class RunFolder:
         if (self.out / MANIFEST).exists() or (self.out / MANIFEST).is_symlink():
             _links(self.out)
             self.manifest.load()
+            refuse_foreign(self.out)
             return
         try:
             entries = sorted(os.listdir(self.out)) if self.out.is_dir() else []

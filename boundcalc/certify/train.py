@@ -18,6 +18,7 @@ import torch
 from ..errors import BoundcalcError, CheckpointError
 from ..files import write_json_record
 from ..options import refusal
+from .run_folder import STEP_MARK, files_under, remove_written
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -344,9 +345,6 @@ def save_folder(model: Any, tokenizer: Any, folder: Path, meta: Mapping[str, Any
         if bars:
             hf_logging.enable_progress_bar()
     tokenizer.save_pretrained(tmp)
-    write_json_record(tmp / "certify_step.json", meta)
-    if folder.is_symlink() or folder.is_file():
-        folder.unlink()  # never followed: what a link points to is not certify's
-    elif folder.exists():
-        shutil.rmtree(folder)
+    write_json_record(tmp / STEP_MARK, {**meta, "files": files_under(tmp)})
+    remove_written(folder)  # refused if it holds a file certify did not write
     tmp.replace(folder)

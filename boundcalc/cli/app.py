@@ -351,8 +351,10 @@ def _global_options(
     _state["quiet"] = quiet
     from ..limits import parse_duration, parse_size, set_memory_budget, set_time_budget
 
-    set_memory_budget(guarded(lambda: parse_size(memory_budget)) if memory_budget else None)
-    set_time_budget(guarded(lambda: parse_duration(time_budget)) if time_budget else None)
+    set_memory_budget(guarded(lambda: parse_size(memory_budget))
+                      if memory_budget is not None else None)  # "" is given, refused
+    set_time_budget(guarded(lambda: parse_duration(time_budget))
+                    if time_budget is not None else None)
 
 
 def registry(symbolic: bool = True):

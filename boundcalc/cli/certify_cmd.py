@@ -11,8 +11,8 @@ from rich.markup import escape
 from ..certify.config import CertifyConfig
 from .app import app, console, emit_json, guarded
 from .progress import Stages, check_device, require_paths
-from .record_options import takes
-from .words import flag
+from ..options import refuse_unused
+from .record_options import given_on_command_line, takes
 
 
 @app.command("certify")
@@ -54,7 +54,7 @@ def certify_cmd(
 
     def run() -> None:
         cfg = CertifyConfig(**values[CertifyConfig])  # every value checked, before anything slow
-        _refuse_search_options_without_search(ctx, cfg)
+        refuse_unused(cfg, given_on_command_line(ctx, values[CertifyConfig]))
         require_paths(model=base, data=data, test_data=test_data, tokenizer=cfg.tokenizer)
         check_device(cfg.device)  # before transformers and the model
         stages = Stages("certify")
@@ -73,26 +73,6 @@ def certify_cmd(
         print_result(result)
 
     guarded(run)
-
-
-# options of the per-group σ (its search and the passes at the chosen vector), which runs only
-# with rows of the prior's data to search on (tune_rows > 0)
-SEARCH_OPTIONS = ("tune_draws", "group_draws")
-
-
-def _refuse_search_options_without_search(ctx: typer.Context, cfg: CertifyConfig) -> None:
-    """``--tune-draws`` or ``--group-draws`` given with ``--tune-rows 0`` (no σ search) would
-    do nothing: refused."""
-    from ..errors import BoundcalcError
-
-    if cfg.tune_rows:
-        return
-    for name in SEARCH_OPTIONS:
-        # by name: typer may vendor its own click, with its own enum
-        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE":
-            raise BoundcalcError(f"{flag(name)} does nothing with {flag('tune_rows')} 0 (no σ "
-                                 f"search); leave {flag(name)} out or give "
-                                 f"{flag('tune_rows')} > 0")
 
 
 def _terminal_progress(done: int, total: int, what: str) -> None:

@@ -41,8 +41,7 @@ def _optimize(entry_id: str, sets: list[str] | None, stats: Path | None, target:
     def run() -> Result:
         entry = reg.get(entry_id)
         values = parse_sets(sets)
-        if target is not None and not (math.isfinite(target) and target > 0):
-            raise BoundcalcError(f"--target must be a positive number, got {target}")
+        # target, shrink, what_if: optimize.core.Options checks them (its declarations)
         if shrink is not None and shrink not in entry.symbols:
             raise BoundcalcError(f"--shrink {shrink}: entry '{entry.id}' has no symbol '{shrink}'")
         st = load_stats(stats) if stats else None
@@ -340,10 +339,10 @@ def compare_cmd(
     values = guarded(lambda: parse_sets(sets))
     from ..optimize.compare import compare_entries
 
-    comparison = compare_entries(
+    comparison = guarded(lambda: compare_entries(
         st, values, reg,
         track=lambda es: stages.track(es, len(es), "optimising the applicable entries"),
-        test_error=test_error)
+        test_error=test_error))
     stages.done()
     groups, failed, skipped = comparison.groups, comparison.failed, comparison.skipped
     if not any(groups.values()) and not failed:

@@ -98,8 +98,17 @@ def takes(*records: type | tuple) -> Callable[[Callable], Callable]:
             return fn(**given, values=values)
 
         del command.__wrapped__  # typer reads the signature below, not fn's
+        command.records = {r: {f.name for rr, f, _ in chosen if rr is r} for r, _, _ in chosen}
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
 
     return wrap
+
+
+def given_on_command_line(ctx: Any, names: Any) -> set[str]:
+    """Those of ``names`` (parameters of the command of ``ctx``) the user spelled, on the
+    command line or through the environment, as opposed to left at their defaults."""
+    # by name: typer may vendor its own click, with its own enum
+    return {n for n in names if getattr(ctx.get_parameter_source(n), "name", None)
+            in ("COMMANDLINE", "ENVIRONMENT")}

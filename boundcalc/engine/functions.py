@@ -87,6 +87,16 @@ class var_ratio_div(sp.Function):  # noqa: N801
 
     nargs = 2
 
+    def fdiff(self, argindex=1):
+        """∂/∂a = 2(a − b)(a + b)/(a·b²), ∂/∂b = 2(b − a)(b + a)/b³ (the differences kept as
+        factors, so that a ≈ b loses no digit to cancellation)."""
+        a, b = self.args
+        if argindex == 1:
+            return 2 * (a - b) * (a + b) / (a * b ** 2)
+        if argindex == 2:
+            return 2 * (b - a) * (b + a) / b ** 3
+        raise sp.ArgumentIndexError(self, argindex)
+
     def _eval_evalf(self, prec):
         a, b = self.args
         if a.is_Number and b.is_Number:

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..binding import bind, how_to_give
-from ..errors import BoundcalcError, one_line
+from ..errors import BoundcalcError, DomainError, one_line
 from ..which_model import about_users_model
 from ..hints import needs_compression, set_only_note, source_of
 from ..evaluation import Result
 from ..rounding import decimal_total, share
 from ..registry import Entry, Registry
 from ..stats import Stats
-from ..words import option, set_value
+from ..words import command, option, set_value
 from .entry_points import applicable, optimize
 from .per_instance import per_instance_symbols
 
@@ -145,9 +145,15 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
     carries the trivial predictor's error of ``stats`` (0-1 risk bounds) and ``test_error``."""
     from ..floor import annotate
 
+    entries = list(registry)
+    known = {k for e in entries for k in (*e.symbols, *e.parameters)}
+    unknown = sorted(k for k in values if k not in known)
+    if unknown:  # as optimize and evaluate refuse it: a typo is never silently unused
+        raise DomainError(f"unknown symbol '{unknown[0]}': no entry of the registry declares "
+                          f"it (an entry's symbols: {command('show ID')})")
     out = Comparison()
     by_id: dict[str, tuple[Entry, dict[str, Any]]] = {}
-    for entry in track(list(registry)):
+    for entry in track(entries):
         own = {k: v for k, v in values.items() if k in entry.symbols or k in entry.parameters}
         reason = not_for_task(entry, stats)
         if reason:
@@ -158,7 +164,7 @@ def compare_entries(stats: Stats, values: Mapping[str, Any], registry: Registry,
             continue
         try:
             r = optimize(entry, stats, own, registry=registry, sensitivity=False,
-                         contributions=False)
+                         contributions=False, what_if=False)
         except BoundcalcError as exc:
             out.failed.append({"id": entry.id, "kind": entry.kind,
                                "error": one_line(str(exc)) if str(exc)
@@ -246,7 +252,7 @@ def least_certified(rows: list[Result], by_id: Mapping[str, tuple[Entry, dict[st
     conf = confidence_symbol(entry)
     try:
         again = optimize(entry, stats, {**own, conf: share(best_sym, k)}, registry=registry,
-                         sensitivity=False, contributions=False)
+                         sensitivity=False, contributions=False, what_if=False)
         annotate(again, entry, stats, test_error)
         if not (again.is_bound and math.isfinite(again.value)):
             raise BoundcalcError("not a bound at δ/k")

@@ -53,15 +53,20 @@ class Options(Record):
     sensitivity: bool = spec(True, Spec(bool, help="the derivatives of the bound at the "
                                                    "chosen point"))
     contributions: bool = spec(True, Spec(bool, help="each term's share of the bound"))
-    what_if: bool = spec(False, Spec(bool, help="the smallest n and shrink factor that would "
-                                                "make the bound non-vacuous"))
+    # on, as the optimize command explains one entry; a comparison of many entries turns it
+    # off (optimize.compare, certify.model_rows)
+    what_if: bool = spec(True, Spec(bool, help=(
+        "what it would take: the smallest n and the shrink factor of a statistic that would "
+        "bring the bound to the target, and the n/δ tables")))
     # None: the vacuity level (floor.vacuity_level), set by optimize
-    target: float | None = spec(None, Spec(float, none=True, help=(
-        "the level the what-if asks for (default: the vacuity level)")))
+    target: float | None = spec(None, Spec(float, low=0, open_low=True, none=True, help=(
+        "the level the what-if asks for; None (not given): the vacuity level, the trivial "
+        "predictor's error for a 0-1 risk where the stats file gives it, else 1")))
     target_rule: str | None = spec(None, Spec(str, none=True, help=(
         "what the target is, in words (set with it)")))
     shrink: str | None = spec(None, Spec(str, none=True, help=(
-        "the statistic whose shrink factor the what-if finds (default: the dominant one)")))
+        "the statistic whose shrink factor the what-if finds; None (not given): the most "
+        "sensitive measured one")))
 
 
 @dataclass

@@ -147,4 +147,7 @@ def test_a_saved_classifier_loads_to_the_same_logits(tmp_path):
         got = again.eval()(**tok2(["a short text", "another one"], return_tensors="pt",
                                   padding=True)).logits
     assert torch.equal(got, want) and got.dtype == torch.float32
-    assert json.loads((tmp_path / "saved" / "certify_step.json").read_text()) == {"step": "test"}
+    # the mark lists every file certify wrote there (a user's file beside them is refused)
+    mark = json.loads((tmp_path / "saved" / "certify_step.json").read_text())
+    assert mark == {"step": "test", "files": sorted(
+        p.name for p in (tmp_path / "saved").iterdir() if p.name != "certify_step.json")}

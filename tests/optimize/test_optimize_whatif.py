@@ -12,6 +12,7 @@ import pytest
 import boundcalc as bc
 from boundcalc.optimize import Options, optimize, prepare_entry, quick_value
 from boundcalc.optimize.whatif import bound_table, shrink_factor, smallest_n
+from boundcalc.stats import Stats
 
 FORMULAS = """
 family = "whatif"
@@ -151,9 +152,17 @@ def test_what_it_takes_in_results(reg):
     assert wit["table"]["n"]["rows"]
 
 
-def test_options_default_is_cheap():
+def test_options_default_is_the_clis_and_comparisons_stay_cheap():
+    """The record's defaults are the optimize command's (issue 53: what_if was False here and
+    True there); a comparison of many entries asks for no what-if."""
+    from boundcalc.optimize.compare import compare_entries
+    from boundcalc.registry import load_registry
+
     o = Options()
-    assert o.what_if is False and o.sensitivity and o.use_gp
+    assert o.what_if is True and o.sensitivity and o.use_gp
+    reg = load_registry()
+    got = compare_entries(Stats(), {"n": 1000, "emp_risk": 0.05, "KL": 50.0}, reg)
+    assert got.results and all("what_it_takes" not in r.extra for r in got.results)
 
 
 # ---- issue 44 item 5: 'smallest n' agrees with the table and the vacuity level ----------------

@@ -57,74 +57,16 @@ from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, to_device
 from .lm_loss import logit_rows, smoothed_token_loss, split_batches
-from .options import BOUND_INITS, BOUND_MEANS, BOUND_SIGMAS
+from .options import (BOUND_INITS, BOUND_MEANS, BOUND_SIGMAS, OBJECTIVES,  # noqa: F401
+                      BoundTraining)  # re-exported: declared (torch-free) in .options
 from .row_noise import RowNoise, refused
 from .weight_draws import WeightDraws
 
-OBJECTIVES = ("quad", "classic")
-# declared with the options (torch-free, for certify's CLI): .options
+# declared with the options (torch-free, for certify's CLI), with the settings' record
+# BoundTraining: .options
 SIGMAS, INITS, MEANS = BOUND_SIGMAS, BOUND_INITS, BOUND_MEANS
 RECORD, CURVE, UNITS = "gibbs_learned", "gibbs_risk_learned", "gibbs_learned_units"
 JITTER = 1e-6  # relative jitter of the Gram in the training draws (training only, not the MC)
-
-
-@dataclass(frozen=True)
-class BoundTraining:
-    """Settings of :func:`train_bound_posterior`, fixed before S is read.
-
-    ``objective``: ``quad`` (f_quad) or ``classic`` (f_classic) of :func:`objective`;
-    ``epochs`` passes over S; ``lr_mu`` the SGD step of the means (momentum ``momentum``);
-    (``lr_sigma`` = 0: σ is not trained and no gradient flows through the draws' noise);
-    ``sigma``: ``groups`` learns one σ_Q,g per group against the fixed prior σ_P,g (Adam steps
-    of ln σ_Q,g of ``lr_sigma``/√d_g: the KL's curvature in ln σ_Q,g grows like d_g, so on a
-    large group σ_Q,g stays near σ_P,g); ``scale`` learns one factor t of the prior's scale with
-    σ_Q,g = σ_P,g = t·c·ρ_g (no variance term in the KL; Adam steps of ln t of ``lr_sigma``),
-    snapped afterwards to the declared grid, whose cost the formula already charges;
-    ``init``: μ starts at the trained model (``model``) or at the prior's weights (``prior``);
-    ``means``: the means of every group are trained (``all``) or only those of the groups where
-    the trained model differs from the prior (``moved``; the others stay at ``init``);
-    ``p_min`` the probability floor of the bounded cross-entropy; ``delta`` the δ of the
-    objective's confidence term; ``seed`` of the draws; ``smoothing`` the prediction smoothing
-    α of a language model's loss (required for one, in (0, 1); :func:`add_bound_posterior`
-    sets it from the stats it measures into)."""
-
-    objective: str = "quad"
-    epochs: int = 1
-    lr_mu: float = 1e-3
-    momentum: float = 0.9
-    lr_sigma: float = 0.05
-    p_min: float = 1e-4
-    delta: float = 0.05
-    seed: int = 0
-    sigma: str = "groups"
-    init: str = "model"
-    smoothing: float | None = None
-    means: str = "all"
-
-    def check(self) -> None:
-        """Refuse settings outside their domains (one line naming the setting)."""
-        if self.objective not in OBJECTIVES:
-            raise BoundcalcError(f"bound-trained posterior: objective {self.objective!r}; "
-                                 f"expected one of {', '.join(OBJECTIVES)}")
-        for name, allowed in (("sigma", SIGMAS), ("init", INITS), ("means", MEANS)):
-            if getattr(self, name) not in allowed:
-                raise BoundcalcError(f"bound-trained posterior: {name} "
-                                     f"{getattr(self, name)!r}; expected one of "
-                                     f"{', '.join(allowed)}")
-        if self.epochs < 1:
-            raise BoundcalcError(f"bound-trained posterior: epochs must be >= 1, got "
-                                 f"{self.epochs}")
-        for name in ("lr_mu", "lr_sigma"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise BoundcalcError(f"bound-trained posterior: {name} must be a finite "
-                                     f"number >= 0, got {v}")
-        if not 0 < self.p_min < 1 or not 0 < self.delta < 1 or not 0 <= self.momentum < 1:
-            raise BoundcalcError("bound-trained posterior: p_min and delta must lie in (0, 1) "
-                                 "and momentum in [0, 1)")
-        if self.smoothing is not None and not 0 < self.smoothing < 1:
-            raise BoundcalcError(f"bound-trained posterior: smoothing must lie in (0, 1), got "
-                                 f"{self.smoothing}")
 
 
 def bounded_cross_entropy(logits: torch.Tensor, y: torch.Tensor, p_min: float) -> torch.Tensor:
