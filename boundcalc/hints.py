@@ -33,6 +33,9 @@ _SOURCES: tuple[tuple[str, str], ...] = (
     # the bound-trained Gibbs posterior (boundcalc/measure/data/bound_posterior.py)
     ("curves.gibbs_risk_learned", "certify BASE data=DATA posterior=bound"),
     ("scalars.gibbs_learned_units", "certify BASE data=DATA posterior=bound"),
+    # the subspace Gibbs posterior (boundcalc/measure/data/subspace_record.py)
+    ("scalars.gibbs_subspace_*", "certify BASE data=DATA posterior=subspace"),
+    ("scalars.subspace_*", "certify BASE data=DATA posterior=subspace"),
     # the data pass (boundcalc/measure/data/task_measure.py)
     ("curves.gibbs_risk_mean", "measure MODEL data=DATA draws=K"),
     ("scalars.gibbs_draws", "measure MODEL data=DATA draws=K"),

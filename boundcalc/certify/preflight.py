@@ -288,7 +288,8 @@ def check_label_conflicts(train: Any, test: Any, tokenizer: Any, max_length: int
         return
     for i, k in enumerate(text_keys(test.texts, tokenizer, max_length)):
         j = first.get(k)
-        if j is not None:  # the same label was refused by check_rows
+        # the same label is check_rows' (refused, or dropped by the split with duplicates drop)
+        if j is not None and _canon(test.labels[i]) != _canon(train.labels[j]):
             raise DataError(
                 f"{option('test_data', test.source)}: its row {i} is DATA's row {j} text "
                 f"({same}) under another label ({shown_label(test.labels[i])}, not "

@@ -44,9 +44,9 @@ def certify_cmd(
     draw w ~ N(model/, sigma^2)), not model/; with --test-data, the test-set bound certifies
     model/ itself. The prior's test-set bound on S is shown beside them as the baseline (not
     claimed). All on the distribution DATA's rows were drawn from.
-    To certify a model you trained yourself, use `boundcalc measure` with your pretrained base
-    (or any checkpoint that never saw S) as --init, a held-out split as --tune-data and a sample
-    the model was not selected on as --data (see the guide).
+    To certify a model you trained yourself, use `boundcalc holdout MODEL --test-data HELDOUT`
+    (the test-set bound on rows it never saw), or `boundcalc measure` with a checkpoint that
+    never saw S as --init (see the guide).
 
     Every step writes its output to the output folder and is reused on a re-run with the same
     inputs and settings: a killed run resumes.

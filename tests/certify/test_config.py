@@ -52,7 +52,7 @@ API = [
     (dict(post_lr=0.0), "post_lr=0.0: expected a number in (0, 1]"),
     (dict(prior_epochs=10 ** 18), f"prior_epochs={10 ** 18}: expected a whole number in "
                                   "[0, 1000]"),
-    (dict(posterior="nope"), "posterior='nope': expected one of proximal, bound"),
+    (dict(posterior="nope"), "posterior='nope': expected one of proximal, bound, subspace"),
 ]
 
 
@@ -74,7 +74,8 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "proximal", "batch_size", "max_length", "text_column", "label_column", "device",
         "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
         "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init",
-        "duplicates", "heldout_draws"]
+        "duplicates", "heldout_draws", "subspace_rank", "subspace_layers", "subspace_sigma",
+        "subspace_epochs", "subspace_lr"]
 
 
 @pytest.mark.parametrize("name", ["sigmas", "draws", "tune_draws", "group_draws"])
