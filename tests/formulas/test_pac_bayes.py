@@ -474,6 +474,9 @@ BASE = {
                                              delta=0.05, d=[100, 50], dist_sq=[1.0, 2.0],
                                              sigma_post=[0.2, 0.5],
                                              rho=[dr_sigma(100), dr_sigma(200)], scale=1.0),
+    "pac_bayes_kl_gaussian_subspace_mc": dict(E_hat=0.1, k=100, delta_mc=0.01, n=1000,
+                                              delta=0.05, dim=1000, dist_sq=0.5,
+                                              sigma_post=0.04, sigma_prior=0.05),
     "monte_carlo_gibbs_risk": dict(E_hat=0.1, k=100, delta_mc=0.01),
     "rademacher_generalization": dict(emp_loss=0.1, rademacher=0.01, rho=1.0, n=1000, delta=0.05),
     "rademacher_generalization_union": dict(emp_loss=0.1, rademacher=0.01, rho=1.0, n=1000,
@@ -574,6 +577,13 @@ def point(draw, entry_id):
                      rho=[dr_sigma(j) for j in draw(st.lists(J_S, min_size=G, max_size=G))],
                      scale=float(np.geomspace(0.25, 4, 17)[draw(st.integers(0, 16))])),
                 "E_hat", "dist_sq")
+    if entry_id == "pac_bayes_kl_gaussian_subspace_mc":
+        # (its values at 50 digits: tests/formulas/test_pac_bayes_subspace.py)
+        return (dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=draw(DELTA),
+                     n=n, delta=d, dim=draw(st.integers(1, 10 ** 7)),
+                     dist_sq=draw(st.floats(0, 1e4)), sigma_post=draw(st.floats(1e-4, 10.0)),
+                     sigma_prior=draw(st.floats(1e-3, 1.0)),
+                     prior_grid=draw(st.integers(1, 100))), "E_hat", "dist_sq")
     if entry_id == "monte_carlo_gibbs_risk":
         return dict(E_hat=draw(EMP), k=draw(st.integers(1, 10 ** 6)), delta_mc=d), "E_hat", None
     if entry_id.startswith("rademacher_generalization"):
@@ -595,7 +605,7 @@ def worsen(draw, values: dict, grow: str | None) -> dict:
     elif move in ("delta", "delta_mc"):
         out[move] = values[move] * draw(st.floats(0, 1, exclude_min=True))
         assume(out[move] >= (1e-250 if move == "delta" and "rho" in values else 1e-300))
-    elif move == "dist_sq":
+    elif move == "dist_sq" and isinstance(values[move], list):
         out[move] = [x + draw(st.floats(0, 1e4)) for x in values[move]]
     else:
         out[move] = values[move] + draw(st.floats(0, 1e6))

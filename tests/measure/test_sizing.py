@@ -390,5 +390,7 @@ def test_the_plan_counts_are_the_options_at_their_cheapest():
     assert (given.sigmas, given.draws, given.hessian_probes, given.group_draws,
             given.tune_draws, given.gibbs_samples, given.batch_size) == (1, 7, 4, 3, 1, 50, 8)
     items = plan.measure_plan(given, plan.Sizes(rows=10, tune_rows=4))
+    # with gibbs_samples, the passes over S name it first (round six: it sets every pass's rows)
     assert [it.option.split()[0] for it in items] == [
-        "DATA", "draws=7", "group_draws=3", "tune_draws=1", "hessian_probes=4"]
+        "DATA", "gibbs_samples=50", "gibbs_samples=50", "tune_draws=1", "hessian_probes=4"]
+    assert "draws=7" in items[1].option and "group_draws=3" in items[2].option
