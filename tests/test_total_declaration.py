@@ -70,6 +70,7 @@ HAND_WRITTEN = {
                   "confidence": CHECKED, "seed": NUMBER, "out": PATH, "json_out": SWITCH},
     "certify": {"base": PATH, "data": PATH, "test_data": PATH, "out": PATH,
                 "as_json": SWITCH},
+    "holdout": {"model": PATH, "test_data": PATH, "as_json": SWITCH, "latex": PATH},
 }
 
 

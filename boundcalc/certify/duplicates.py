@@ -24,9 +24,10 @@ positions in the input order.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: the CLI's --help reads POLICIES
+    import numpy as np
 
 POLICIES = ("refuse", "drop")
 
@@ -40,10 +41,12 @@ CERTIFIES_TEST_DROPPED = (
     "held-out distribution outside DATA's rows")
 
 
-def keep_distinct(keys: Sequence[bytes], seed: int) -> np.ndarray:
+def keep_distinct(keys: Sequence[bytes], seed: int) -> "np.ndarray":
     """Sorted indices of one copy of each distinct key: of each key's copies, the one that
     comes first in a permutation of the rows seeded by ``seed`` (a row without copies is
     always kept)."""
+    import numpy as np
+
     order = np.random.default_rng(seed).permutation(len(keys))
     chosen: dict[bytes, int] = {}
     for i in order.tolist():
@@ -51,9 +54,11 @@ def keep_distinct(keys: Sequence[bytes], seed: int) -> np.ndarray:
     return np.sort(np.fromiter(chosen.values(), dtype=np.int64, count=len(chosen)))
 
 
-def keep_unseen(keys: Sequence[bytes], seen: Sequence[bytes]) -> np.ndarray:
+def keep_unseen(keys: Sequence[bytes], seen: Sequence[bytes]) -> "np.ndarray":
     """Sorted indices of the rows whose key is not in ``seen`` (the held-out rows that are no
     row of DATA)."""
+    import numpy as np
+
     known = set(seen)
     return np.asarray([i for i, k in enumerate(keys) if k not in known], dtype=np.int64)
 
