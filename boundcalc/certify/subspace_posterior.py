@@ -23,6 +23,9 @@ def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = 
     ``cfg`` is the measure step's :class:`~.config.MeasureSettings`; prior/, model/ and the rows
     come from ``loaded`` (the run's :class:`~.loaded.Loaded`; a new one without it), the
     subspace is trained on a copy of prior/ (merged into it and saved as ``posterior_subspace/``)."""
+    import numpy as np
+
+    from ..measure.data.disagreement import predictions
     from ..measure.data.gibbs import MonteCarlo
     from ..measure.data.subspace import SubspaceSpec
     from ..measure.data.subspace_record import RECORD, add_subspace_posterior, held_out
@@ -49,23 +52,11 @@ def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = 
         rec = stats.provenance[RECORD]
         if (out / "test.jsonl").exists():
             T = read("test.jsonl")
-            model_preds = _classes(loaded.model("model"), T, dev)
+            model_preds = np.concatenate([p.numpy() for p in
+                                          predictions(loaded.model("model"), T, dev)])
             rec["held_out"] = held_out(sub, T, model_preds, cfg.seed + 90_000)
         sub.merge()
     rec["mean_model"] = str(out / FOLDER)
     save_folder(prior.model, prior.tokenizer, out / FOLDER, {"step": "measure",
                                                              "posterior": "subspace"})
 
-
-def _classes(tm: Any, data: Any, dev: Any) -> Any:
-    """model/'s class for every row of ``data`` (its own weights, no noise)."""
-    import numpy as np
-    import torch
-
-    from ..measure.data.inputs import to_device
-
-    out = []
-    with torch.no_grad():
-        for inputs, _ in data.batches:
-            out.append(tm.model(**to_device(dict(inputs), dev)).logits.argmax(-1).cpu())
-    return np.concatenate([o.numpy() for o in out])
