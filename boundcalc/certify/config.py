@@ -26,6 +26,7 @@ MAX_EPOCHS = 1000
 SEARCH = Needs("tune_rows", positive=True, why=" (no σ search)")
 BOUND = Needs("posterior", ("bound",))
 SUBSPACE = Needs("posterior", ("subspace",))
+ISOTROPIC = Needs("sigmas", given=True, why=" (no isotropic σ row)")
 
 
 @dataclass(frozen=True)
@@ -66,15 +67,18 @@ class CertifyConfig(Record):
     device: str = like(MeasureOptions, "device", help="auto | cpu | cuda (training and "
                                                        "measuring)")
     # measure (fixed before S is read)
-    sigmas: tuple[float, ...] = like(MeasureOptions, "sigmas", (0.003, 0.01), none=False, help=(
-        "isotropic posterior σ (repeatable; default 0.003 and 0.01)"))
-    draws: int = like(MeasureOptions, "draws", 3, low=1, none=False,
-                      help="Monte Carlo passes over S per σ")
-    tune_rows: int = spec(192, Spec(int, low=0, unit="rows", help=(
+    # the isotropic rows cost `draws` passes over S each and certify nothing the per-group row
+    # does not weigh (its search tries the isotropic shape first): on request (issue 54 item 4)
+    sigmas: tuple[float, ...] | None = like(MeasureOptions, "sigmas", None, help=(
+        "isotropic posterior σ (repeatable): adds the isotropic Gibbs rows, {draws} passes "
+        "over S each (default: none; the per-group row's σ search weighs the isotropic shape)"))
+    draws: int = like(MeasureOptions, "draws", 3, low=1, none=False, needs=ISOTROPIC,
+                      help="Monte Carlo passes over S per isotropic σ")
+    tune_rows: int = spec(64, Spec(int, low=0, unit="rows", help=(
         "rows of the prior's data on which the per-group σ is searched (0: none)")))
     tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, needs=SEARCH, help=(
         "Monte Carlo passes per σ vector tried by the search (free: it never sees S)"))
-    group_draws: int = like(MeasureOptions, "group_draws", 6, low=1, none=False, needs=SEARCH,
+    group_draws: int = like(MeasureOptions, "group_draws", 2, low=1, none=False, needs=SEARCH,
                             help=(
         "Monte Carlo passes over S at the per-group σ"))
     compress: bool = spec(False, Spec(bool, help=(
@@ -147,7 +151,8 @@ class CertifyConfig(Record):
         """The data side's options of the measure step (``tune``: the σ search's rows)."""
         return MeasureOptions(device=self.device, max_length=self.max_length,
                               batch_size=self.batch_size, sigmas=self.sigmas,
-                              draws=self.draws, hessian_probes=0, seed=self.seed,
+                              draws=self.draws if self.sigmas else 0, hessian_probes=0,
+                              seed=self.seed,
                               tune_data=tune, tune_draws=self.tune_draws,
                               group_draws=self.group_draws,
                               # every tune row: certify sizes nothing by this machine's speed
@@ -208,7 +213,7 @@ class PosteriorSettings(StepSettings):
 class MeasureSettings(StepSettings):
     """What the measurement of model/ reads (fixed before S is read)."""
 
-    sigmas: tuple[float, ...]
+    sigmas: tuple[float, ...] | None
     draws: int
     tune_draws: int
     group_draws: int

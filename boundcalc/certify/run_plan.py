@@ -18,7 +18,9 @@ def plan_text(cfg: CertifyConfig, sizes: dict[str, int], test_rows: int | None,
         f"prior: {rates[2]} epoch(s) on the prior's data ({sizes['prior']} rows) from "
         + ("the pretrained base" if pretrained else "a random initialisation"),
         f"posterior: {cfg.post_epochs} epoch(s) on S ({sizes['S']} rows)",
-        f"measure: {len(cfg.sigmas)} σ × {cfg.draws} Monte Carlo pass(es) over S"
+        "measure: one pass over S"
+        + (f", {len(cfg.sigmas)} isotropic σ × {cfg.draws} Monte Carlo pass(es) over S"
+           if cfg.sigmas else "")
         + (f", σ search on {sizes['tune']} rows of the prior's data, "
            f"{cfg.group_draws} pass(es) over S at the per-group σ" if sizes["tune"] else ""),
         "compare: " + (f"{test_rows} held-out rows: model/ and the prior, "

@@ -117,7 +117,7 @@ def test_sigma_search_progress_total_bounds_its_evaluations(seed):
 
     import numpy as np
 
-    from boundcalc.measure.data.tune import (SCALE_GRID, choose_shape, dr_sigma,
+    from boundcalc.measure.data.tune import (choose_shape, dr_sigma, scale_evaluations,
                                              search_evaluations)
 
     rng = np.random.default_rng(seed)
@@ -132,7 +132,7 @@ def test_sigma_search_progress_total_bounds_its_evaluations(seed):
         return sum(max(0.0, math.log(sig[p] / tol[g])) for p, g in groups.items()) * 0.1
 
     choose_shape(risk, groups, {g: 100 * (i + 1) for i, g in enumerate(names)}, 0.0, 0.05)
-    assert 0 < len(calls) <= search_evaluations(len(names)) - len(SCALE_GRID)
+    assert 0 < len(calls) <= search_evaluations(len(names)) - scale_evaluations()
     assert dr_sigma(1) > dr_sigma(1400)
 
 

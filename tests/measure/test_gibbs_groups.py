@@ -61,6 +61,38 @@ def test_shape_search_keeps_the_target_and_widens_tolerant_groups():
     assert tune_mod.dr_sigma(shape.j_isotropic) <= s_iso * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("tau", [0.03, 0.05, 0.07, 0.15, 0.2, 0.3, 0.5, 1.0])  # best at 1 … 12
+def test_scale_search_finds_the_grid_minimum_in_nine_tries(tau):
+    """choose_scale tries every 4th grid point, then halves around the best: on a bound with
+    one valley it lands on the grid point an exhaustive pass over all 17 picks (computed here
+    by hand from the same formula), with ≤ scale_evaluations() = 9 risk evaluations."""
+    from boundcalc.engine.functions import kl_inv_upper
+
+    groups = {"a.w": "a", "b.w": "b"}
+    shape = tune_mod.Shape(groups=["a", "b"], j=[300, 200], j_isotropic=250, target=0.1,
+                           base=0.05, kind="per-group")
+    dist_sq = {"a": 0.02, "b": 0.5}
+    n, draws, delta, delta_mc = 1000, 3000, 0.05, 0.01
+    calls = []
+
+    def risk(sig):
+        calls.append(1)  # the risk rises with the noise: 0.05 + Σ (σ/τ)², capped below 1
+        return min(0.9, 0.05 + sum((s / tau) ** 2 for s in sig.values()) / 10)
+
+    def by_hand(c):
+        sig = {g: c * r for g, r in zip(shape.groups, shape.rho)}
+        kl = sum(dist_sq[g] / (2 * sig[g] ** 2) for g in shape.groups)
+        r = min(0.9, 0.05 + sum((sig[g] / tau) ** 2 for g in groups.values()) / 10)
+        up = kl_inv_upper(r, math.log(2 / delta_mc) / draws)
+        return kl_inv_upper(up, (kl + math.log(2 * math.sqrt(n) * 17 / delta)) / n)
+
+    best = min(tune_mod.SCALE_GRID, key=by_hand)
+    c, rows = tune_mod.choose_scale(risk, groups, shape, dist_sq, n, draws, delta, delta_mc)
+    assert c == best
+    assert len(calls) == len(rows) <= tune_mod.scale_evaluations() == 9
+    assert {r["scale"] for r in rows} <= set(tune_mod.SCALE_GRID)
+
+
 def test_scale_grid_is_the_formula_grid():
     e = bc.load_registry().get(ENTRY)
     from boundcalc.evaluation import Prepared

@@ -68,8 +68,9 @@ def target_seconds() -> float:
 
 def auto(opts: MeasureOptions) -> dict[str, bool]:
     """Which of σ, draws, tune draws, Hessian probes and (with tune data) the rows the σ
-    searches read are left to the data side."""
-    return {"sigmas": opts.sigmas is None, "draws": opts.draws is None,
+    searches read are left to the data side (σ only where there are draws: with ``draws`` 0
+    no isotropic σ is measured, so none is chosen)."""
+    return {"sigmas": opts.sigmas is None and opts.draws != 0, "draws": opts.draws is None,
             "tune_draws": opts.tune_draws is None, "hessian_probes": opts.hessian_probes is None,
             "search_rows": opts.search_rows is None and opts.tune_data is not None}
 
