@@ -126,17 +126,19 @@ class Sized:
 
 
 def size(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
-         speed: dict[str, Any], per_row_draw: bool, posterior_search: bool) -> Sized:
+         speed: dict[str, Any], per_row_draw: bool, posterior_search: bool,
+         listed: Any = None) -> Sized:
     """The first of :func:`candidates` whose plan fits :func:`target_seconds` at ``speed``
     (the cheapest when none does); ``posterior_search``: the isotropic σ is bisected with the
-    model's weights on the tune rows (a stage of its own)."""
+    model's weights on the tune rows (a stage of its own); ``listed``: the stages (default
+    :data:`.stages.STAGES`)."""
     from . import work_plan
 
     target = target_seconds()
     tried = candidates(opts, per_row_draw)
     chosen = None
     for c in tried:
-        plan = plan_of(c, n, tune_rows, n_groups, posterior_search)
+        plan = plan_of(c, n, tune_rows, n_groups, posterior_search, listed)
         seconds = work_plan.estimate(plan, speed)
         chosen = (c, plan, seconds)
         if seconds <= target:
@@ -154,13 +156,13 @@ def size(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
 
 
 def plan_of(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
-            posterior_search: bool) -> list[Any]:
-    """The work of the stages (:func:`.work_plan.stages`) for concrete ``opts``, with the
-    isotropic search on the tune rows when ``posterior_search``."""
+            posterior_search: bool, listed: Any = None) -> list[Any]:
+    """The work of the stages ``listed`` (:func:`.work_plan.stages`) for concrete ``opts``,
+    with the isotropic search on the tune rows when ``posterior_search``."""
     from . import work_plan
 
     return work_plan.stages(opts, n, None, searched_rows(opts, tune_rows), n_groups,
-                            posterior_search)
+                            posterior_search, listed)
 
 
 def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:

@@ -5,8 +5,10 @@
 A :class:`DataStage` states
 
 * ``name``: its name in the plan line and in ``provenance.plan.measured_seconds``;
-* ``options``: the sub-record of :class:`~.options.MeasureOptions` it reads (its field names;
-  :meth:`DataStage.settings` gives their values);
+* ``record`` and ``options``: the sub-record it reads, as field names of ``record``
+  (:class:`~.options.MeasureOptions` for the data side's own stages; a stage a caller adds
+  names its own record, e.g. the compression's ``CompressOptions``);
+  :meth:`DataStage.settings` gives their values;
 * :meth:`DataStage.work` (``Counts, Sizes → Work | None``): its work as **one count**
   (:class:`boundcalc.plan.Work`: passes over rows of a kind, whole-model draws, memory),
   None when it does nothing. Three readers read that count and no other arithmetic: the
@@ -17,11 +19,15 @@ A :class:`DataStage` states
 * :meth:`DataStage.wanted` and :meth:`DataStage.run` (``(loaded, stats) → None``): whether it
   runs, and its run on the one loaded model, data and choices of the call
   (:class:`DataRun`), writing into ``stats``; ``precision``: whether it runs in the data
-  side's arithmetic (``--precision``) or in fp32 (curvature).
+  side's arithmetic (``--precision``) or in fp32 (curvature); ``inside``: whether it runs
+  inside the data side's thread count and arithmetic (the data side's own stages), or after
+  them and after the data side's records, on the model and batches as it left them (the
+  stages a caller adds: the compression of ``measure --compress``, and certify's
+  bound-trained and subspace posteriors, :mod:`boundcalc.certify.pipeline`).
 
-:func:`.task_measure.measure_task` sizes the list (its counts read by the plan and the
-sizing), then runs each wanted stage in the order of :data:`STAGES` (which is the order of
-the plan line) and records its seconds. Contract: a stage whose count is 0 is absent from the
+:func:`.task_measure.measure_task` sizes the list :data:`STAGES` followed by the stages its
+caller picks (``stages=``; their counts read by the plan and the sizing alike), then runs each
+wanted stage in that order (the order of the plan line) and records its seconds. Contract: a stage whose count is 0 is absent from the
 count check, the estimate and the sizing alike (:func:`works` drops it); what a stage runs is
 what its count says (a test changes one count and sees all three readers move:
 ``tests/measure/test_stages.py``).
@@ -69,11 +75,13 @@ class DataStage:
     ``options`` and define :meth:`work`, :meth:`wanted` and :meth:`run`."""
 
     name: str = ""
+    record: type = MeasureOptions
     options: tuple[str, ...] = ()
     precision: bool = True
+    inside: bool = True
 
-    def settings(self, opts: MeasureOptions) -> dict[str, Any]:
-        """The values of this stage's sub-record of ``opts``."""
+    def settings(self, opts: Any) -> dict[str, Any]:
+        """The values of this stage's sub-record of ``opts`` (a ``record``)."""
         return {k: getattr(opts, k) for k in self.options}
 
     def work(self, c: Counts, s: Sizes) -> Work | None:
@@ -320,7 +328,24 @@ def works(c: Counts, s: Sizes, stages: Sequence[DataStage] = STAGES) -> list[Wor
     return [w for w in (st.work(c, s) for st in stages) if w is not None and w.passes > 0]
 
 
-def measure_plan(c: Counts, s: Sizes = Sizes()) -> list[Item]:
+def measure_plan(c: Counts, s: Sizes = Sizes(),
+                 stages: Sequence[DataStage] = STAGES) -> list[Item]:
     """The count check's items of ``measure --data`` for counts ``c`` on sizes ``s``
     (:func:`boundcalc.plan.items` of :func:`works`; :func:`boundcalc.plan.check` refuses)."""
-    return items(works(c, s), s, c.batch_size)
+    return items(works(c, s, stages), s, c.batch_size)
+
+
+def listed(added: Sequence[DataStage] = ()) -> tuple[DataStage, ...]:
+    """:data:`STAGES` and the stages a caller adds, refused if one is not a
+    :class:`DataStage`, repeats a name, or is a data-side stage run after the others."""
+    from ...errors import BoundcalcError
+
+    out = STAGES + tuple(added)
+    for st in added:
+        if not isinstance(st, DataStage) or st.inside:
+            raise BoundcalcError(f"measure_task(stages=...): {st!r} is not a stage run after "
+                                 "the data side (a DataStage with inside = False)")
+    names = [st.name for st in out]
+    if len(set(names)) != len(names):
+        raise BoundcalcError(f"measure_task(stages=...): a stage named twice in {names}")
+    return out

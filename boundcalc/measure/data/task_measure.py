@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -38,7 +38,7 @@ from ..device import (default_precision, precision as data_precision, precision_
 from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
 from .options import MeasureOptions
-from .stages import STAGES, DataRun, measure_plan
+from .stages import DataRun, DataStage, listed, measure_plan
 from .sigma_grid import DEFAULT_SIGMAS, SNAP_TOLERANCE, dr_point, snapped_sigmas  # noqa: F401
 
 __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "measure_task",
@@ -47,7 +47,7 @@ __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "me
 
 def measure_task(model: str, data: str, init: str | None = None,
                  options: MeasureOptions | None = None, *, progress: Any = None,
-                 say: Any = None, then: Any = None, load: Any = None,
+                 say: Any = None, stages: Sequence[DataStage] = (), load: Any = None,
                  **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
@@ -78,10 +78,11 @@ def measure_task(model: str, data: str, init: str | None = None,
     ``init`` was trained on when the user names it, must share no row with DATA (a prior fit on
     S is not a prior); recorded in ``provenance.init_data``.
 
-    ``then(stats, tm, batched)`` is called last with the task model and the batches of DATA
-    loaded here, so that a measurement on top of this one loads and reads nothing twice (the
-    compression of ``measure --compress``: :func:`boundcalc.measure.compress.compression.
-    after_measure`).
+    ``stages``: the stages the caller picks to run after the data side's own
+    (:data:`.stages.STAGES`), on the task model and the batches of DATA loaded here, so that a
+    measurement on top of this one loads and reads nothing twice (the compression of ``measure
+    --compress``: :class:`boundcalc.measure.compress.compression.CompressionStage`; certify's
+    posteriors); their counts join the plan, the estimate and the sizing (:mod:`.stages`).
 
     ``load(path, device)``: the loader of the model folder and of a prior folder with a task
     head (default :func:`~.hf.load_task_model`); certify passes its run's cache
@@ -93,6 +94,7 @@ def measure_task(model: str, data: str, init: str | None = None,
 
     started = time.monotonic()  # the plan counts what the command spent before it
     opts = MeasureOptions.of(options, **keywords)
+    every = listed(stages)  # the data side's stages, then the caller's
     counts = sizing.plan_counts(opts)  # automatic choices at their cheapest: lower bounds
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
@@ -100,7 +102,7 @@ def measure_task(model: str, data: str, init: str | None = None,
     def check(**sizes: Any) -> None:  # the stages' counts, at optimistic speeds
         if opts.tune_data is None:  # the σ searches (if any) read S
             sizes["tune_rows"] = None
-        plan.check(measure_plan(counts, plan.Sizes(**sizes)), budget)
+        plan.check(measure_plan(counts, plan.Sizes(**sizes), every), budget)
 
     check(device="cuda")  # lower bounds, before loading
     if opts.groups:
@@ -162,14 +164,14 @@ def measure_task(model: str, data: str, init: str | None = None,
                     tune = read(opts.tune_data, rows) if tune is not None else None
                 on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
                 opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record,
-                                 started)
+                                 started, every)
             run = DataRun(tm, batched, dev, opts, data, init,
                           tune=sizing.search_split(tune, opts),  # the rows the searches read
                           prior=prior, prior_record=prior_record, shared=shared,
                           on_tune=on_tune, report=report, say=say)
             laps = _Laps(stats, started)
-            for stage in STAGES:  # the list the plan counted, in its order
-                if stage.wanted(run):
+            for stage in every:  # the list the plan counted, in its order
+                if stage.inside and stage.wanted(run):
                     with data_precision(prec, dev) if stage.precision else nullcontext():
                         stage.run(run, stats)
                     laps(stage.name)
@@ -177,14 +179,16 @@ def measure_task(model: str, data: str, init: str | None = None,
             sizing.say_more_draws(stats, opts, batched.n, say)
     finally:
         stop()
-    if "plan" in stats.provenance:
-        stats.provenance["plan"]["measured_seconds"]["all"] = time.monotonic() - started
     stats.provenance["sigma_snapped"] = snapped_sigmas(opts.sigmas) if opts.sigmas else []
     if init_rows is not None:
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
-    if then is not None:
-        then(stats, tm, batched)
+    for stage in every:  # the caller's, on the model and batches as the data side left them
+        if not stage.inside and stage.wanted(run):
+            stage.run(run, stats)
+            laps(stage.name)
+    if "plan" in stats.provenance:
+        stats.provenance["plan"]["measured_seconds"]["all"] = time.monotonic() - started
     return stats
 
 
@@ -204,7 +208,8 @@ class _Laps:
 
 
 def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
-              prior_record: dict[str, Any] | None, started: float) -> MeasureOptions:
+              prior_record: dict[str, Any] | None, started: float,
+              every: Sequence[DataStage]) -> MeasureOptions:
     """The data side's passes and, where more than the data pass runs, their time here from
     a one-batch calibration (:mod:`.work_plan`), with the seconds spent since ``started``
     (the call's start: loading, the weights side, reading, the calibration) counted in: said,
@@ -221,7 +226,7 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
     posterior_search = (sizing.on_tune(opts) and opts.groups
                         and (prior_record or {}).get("kind") != "checkpoint with a task head")
     plan_ = sizing.plan_of(sizing.provisional(opts), batched.n, tune_rows, n_groups,
-                           posterior_search)
+                           posterior_search, every)
     record: dict[str, Any] = {}
     text = f"plan: {plan_[0].what}: 1 × {plan_[0].rows} rows"
     mode, engine = resolve_mode(tm, opts.gibbs_mode)
@@ -233,7 +238,7 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
         speed["spent"] = time.monotonic() - started
         if left:
             sized = sizing.size(opts, batched.n, tune_rows, n_groups, speed, mode == "sample",
-                                posterior_search)
+                                posterior_search, every)
             opts, plan_, seconds = sized.options, sized.plan, sized.seconds
             stats.provenance["sizing"] = sized.record
             if say is not None:

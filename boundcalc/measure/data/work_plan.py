@@ -45,17 +45,20 @@ Stage = Work  # one stage's work (:class:`boundcalc.plan.Work`), counted by :mod
 
 
 def stages(opts: Any, n: int, sigma_points: int | None = None, tune_rows: int | None = None,
-           n_groups: int = 0, isotropic_search: bool = False) -> list[Work]:
-    """The work of :data:`.stages.STAGES` for concrete options ``opts`` on ``n`` rows of S
-    (``sigma_points``: distinct σ points, default those of ``opts.sigmas``; ``tune_rows``
-    None without tune data; ``n_groups`` σ groups), read from the stages' own counts."""
+           n_groups: int = 0, isotropic_search: bool = False,
+           listed: Any = None) -> list[Work]:
+    """The work of the stages ``listed`` (default :data:`.stages.STAGES`) for concrete
+    options ``opts`` on ``n`` rows of S (``sigma_points``: distinct σ points, default those
+    of ``opts.sigmas``; ``tune_rows`` None without tune data; ``n_groups`` σ groups), read
+    from the stages' own counts."""
     from ...plan import Sizes
-    from .stages import counts, works
+    from .stages import STAGES, counts, works
 
     c = counts(opts, isotropic_search)
     if sigma_points is not None:
         c = replace(c, sigmas=sigma_points)
-    return works(c, Sizes(rows=n, tune_rows=tune_rows, groups=n_groups))
+    return works(c, Sizes(rows=n, tune_rows=tune_rows, groups=n_groups),
+                 STAGES if listed is None else listed)
 
 
 def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
