@@ -148,8 +148,8 @@ def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> t
 
 class CompressionStage(DataStage):
     """The compression as a stage run after the data side of ``measure --data``
-    (:func:`~boundcalc.measure.data.task_measure.measure_task`'s ``stages``): :func:`add_compression`
-    on the model and the batches it loaded. Its work: one plain pass over S for the trained
+    (:func:`~boundcalc.measure.data.task_measure.measure_task`'s ``stages``):
+    :func:`add_compression` on the model and the batches it loaded. Its work: one plain pass over S for the trained
     model's predictions and one per level count tried (the k-means fits are not counted);
     ``warn(line)`` gets its warning when the compression bounds are not about the trained
     model (None: not said; the stats file records it); ``after()`` is called once it has run

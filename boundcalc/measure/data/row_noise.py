@@ -28,10 +28,10 @@ the module's fresh output in place (:meth:`RowNoise._own`). The Gram changes wit
 (X carries the noise of the modules before), so each batch factors its own. Exactness needs
 every trainable parameter to be owned by exactly one module (no tied weights) and every owning
 module to run at most once per forward pass; :func:`.row_noise_plan.plan` checks the first
-statically, the hooks check the second on every pass. Noise is drawn on the model's device, in the parameter
-dtype, from the given device generator (the draws whose amount depends on the data from a
-second one, see :class:`RowNoise`). In ``deferred`` mode no hook reads anything back from the
-device.
+statically, the hooks check the second on every pass. Noise is drawn on the model's device, in
+the parameter dtype, from the given device generator (the draws whose amount depends on the data
+from a second one, see :class:`RowNoise`). In ``deferred`` mode no hook reads anything back
+from the device.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ``tune_draws`` None in :class:`~.options.MeasureOptions`).
 
 * **With tune data** (``tune_data``, a split disjoint from S) the isotropic σ is chosen there
-  and S is measured at that one σ only (:func:`.stage_runs.isotropic_sigma`), the way ``certify`` measures
-  its per-group posterior: the per-group search of :mod:`.tune` already bisects the isotropic
+  and S is measured at that one σ only (:func:`.stage_runs.isotropic_sigma`), the way
+  ``certify`` measures its per-group posterior: the per-group search of :mod:`.tune` already bisects the isotropic
   σ with the prior weights on the tune rows (its first step); where the prior predicts (a
   checkpoint with its own task head) that σ is taken, and since nothing in it depends on S it
   costs nothing on S: the curve ``gibbs_risk_mean`` holds one point and

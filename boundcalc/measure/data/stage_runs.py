@@ -240,8 +240,9 @@ def isotropic_sigma(tm: Any, tune: Any, device: Any, opts: MeasureOptions, found
                     prior_record: dict[str, Any], shared_rows: int,
                     progress: Any = None) -> tuple[float, dict[str, Any]]:
     """The isotropic σ chosen on the tune rows, and its record ``provenance.gibbs_sigma``
-    (:mod:`.sizing`, its docstring). ``found``: the per-group search (:func:`.tune.search_groups`), whose
-    isotropic step with the prior weights is taken where the prior predicts."""
+    (:mod:`.sizing`, its docstring). ``found``: the per-group search
+    (:func:`.tune.search_groups`), whose isotropic step with the prior weights is taken where
+    the prior predicts."""
     from .tune import ISOTROPIC_EVALUATIONS, isotropic_j, risk_draws
 
     prior_predicts = prior_record.get("kind") == "checkpoint with a task head"

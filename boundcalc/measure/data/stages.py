@@ -27,9 +27,9 @@ A :class:`DataStage` states
 
 :func:`.task_measure.measure_task` sizes the list :data:`STAGES` followed by the stages its
 caller picks (``stages=``; their counts read by the plan and the sizing alike), then runs each
-wanted stage in that order (the order of the plan line) and records its seconds. Contract: a stage whose count is 0 is absent from the
-count check, the estimate and the sizing alike (:func:`works` drops it); what a stage runs is
-what its count says (a test changes one count and sees all three readers move:
+wanted stage in that order (the order of the plan line) and records its seconds. Contract: a
+stage whose count is 0 is absent from the count check, the estimate and the sizing alike
+(:func:`works` drops it); what a stage runs is what its count says (a test changes one count and sees all three readers move:
 ``tests/measure/test_stages.py``).
 """
 
