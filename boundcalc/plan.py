@@ -20,9 +20,11 @@ within the budget on any machine boundcalc targets; what is accepted may still t
   framework overhead, whatever the model;
 * a Hessian-vector product costs :data:`HVP_FORWARDS` (4) forward passes.
 
-No torch import (correlate uses it too): the plan is arithmetic on counts, run before the model is loaded (with lower
-bounds for what is not known yet: one parameter, one row) and again once the model and the data
-are known.
+No torch import (correlate uses it too): the plan is arithmetic on counts, run before the model
+is loaded (with lower bounds for what is not known yet: one parameter, one row) and again once
+the model and the data are known. The data side's work is not counted here: each of its stages
+states its own as a :class:`Work` (:mod:`boundcalc.measure.data.stages`, which sits above and
+hands them to :func:`items`), the one count the calibrated estimate and the sizing read too.
 """
 
 from __future__ import annotations
