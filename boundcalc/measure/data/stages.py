@@ -309,14 +309,15 @@ STAGES: tuple[DataStage, ...] = (GroupSearch(), IsotropicSearch(), DataPass(), M
 
 def counts(opts: MeasureOptions, isotropic_search: bool = False) -> Counts:
     """The counts of concrete ``opts`` (every automatic choice made: :func:`.sizing.
-    provisional` or :func:`.sizing.size`); the per-group counts only where the per-group σ
-    posterior is measured; ``isotropic_search``: the isotropic σ is bisected with the model's
-    weights on the tune rows."""
+    provisional` or :func:`.sizing.size`; no σ: no σ point); the per-group counts only where
+    the per-group σ posterior is measured; ``isotropic_search``: the isotropic σ is bisected
+    with the model's weights on the tune rows."""
     from .batch_rows import DEFAULT_ROWS
 
     groups = dict(group_draws=opts.group_passes, tune_draws=opts.tune_draws) \
         if opts.groups else {}
-    return Counts(sigmas=len({p["j"] for p in snapped_sigmas(opts.sigmas)}), draws=opts.draws,
+    points = len({p["j"] for p in snapped_sigmas(opts.sigmas)}) if opts.sigmas else 0
+    return Counts(sigmas=points, draws=opts.draws,
                   hessian_probes=opts.hessian_probes, hessian_samples=opts.hessian_samples,
                   perturbation_draws=opts.perturbation_draws,
                   gibbs_samples=opts.gibbs_samples, batch_size=opts.batch_size or DEFAULT_ROWS,
