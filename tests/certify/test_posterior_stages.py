@@ -40,8 +40,9 @@ def test_the_measure_step_picks_its_stages_from_its_settings(cfg, names):
 
 def test_the_picked_stages_counts_join_the_plan_estimate_and_check():
     """By hand: the compression on levels 1,4,16 is 1 + 3 plain passes over S; the
-    bound-trained posterior its 6 (group_draws) Monte Carlo passes over S."""
-    picked = _picked(compress=True, levels=(1, 4, 16), posterior="bound")
+    bound-trained posterior its 6 (``group_draws``, given: the default is certify's) Monte
+    Carlo passes over S."""
+    picked = _picked(compress=True, levels=(1, 4, 16), posterior="bound", group_draws=6)
     every = stages.listed(picked)
     opts = MeasureOptions(sigmas=(0.01,), draws=2, hessian_probes=0)
     got = work_plan.stages(opts, 100, listed=every)
