@@ -20,9 +20,11 @@ within the budget on any machine boundcalc targets; what is accepted may still t
   framework overhead, whatever the model;
 * a Hessian-vector product costs :data:`HVP_FORWARDS` (4) forward passes.
 
-No torch import (correlate uses it too): the plan is arithmetic on counts, run before the model is loaded (with lower
-bounds for what is not known yet: one parameter, one row) and again once the model and the data
-are known.
+No torch import (correlate uses it too): the plan is arithmetic on counts, run before the model
+is loaded (with lower bounds for what is not known yet: one parameter, one row) and again once
+the model and the data are known. The data side's work is not counted here: each of its stages
+states its own as a :class:`Work` (:mod:`boundcalc.measure.data.stages`, which sits above and
+hands them to :func:`items`), the one count the calibrated estimate and the sizing read too.
 """
 
 from __future__ import annotations
@@ -58,16 +60,17 @@ def _seconds(forwards: float, calls: float, n_params: float, positions: float,
 @dataclass(frozen=True)
 class Counts:
     """What one ``measure --data`` is asked to do, as the counts that multiply its work (the
-    data side builds it from its options record: :func:`boundcalc.measure.data.sizing.
-    plan_counts`; the plan reads no options record itself, as it sits below them).
+    data side builds it from its options record: :func:`boundcalc.measure.data.stages.
+    counts`; the plan reads no options record itself, as it sits below them).
 
     ``sigmas``: distinct σ points of the Gibbs risk; ``draws`` passes per σ;
     ``hessian_probes`` on ``hessian_samples`` rows; ``perturbation_draws`` (P̂);
     ``batch_size``: rows per model call; ``gibbs_samples``: rows per Monte Carlo pass when each
     pass is evaluated on a subsample (``--gibbs-samples``), else None (every row);
     ``group_draws``, ``tune_draws``: the per-group σ measurement (``--group-draws`` passes over
-    DATA at the chosen vector; at least one σ vector tried with ``--tune-draws`` passes over
-    the tune rows); 0 when there is none."""
+    DATA at the chosen vector; σ vectors tried with ``--tune-draws`` passes each over the tune
+    rows); 0 when there is none; ``isotropic_search``: the isotropic σ is also bisected with
+    the model's weights on the tune rows (a prior without a task head of its own)."""
 
     sigmas: int
     draws: int
@@ -78,6 +81,7 @@ class Counts:
     gibbs_samples: int | None = None
     group_draws: int = 0
     tune_draws: int = 0
+    isotropic_search: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,77 +89,58 @@ class Sizes:
     """What is known of the model and the data when the plan is made; an unknown value is
     its lower bound, 1. ``rows``: samples of DATA; ``positions``: tokens (or patches) per
     sample; ``n_params``: trainable parameters; ``groups``: parameter groups of the Hessian
-    trace; ``tune_rows``: rows of the tune data; ``device``: ``cpu`` or ``cuda``
+    trace and of the per-group σ; ``tune_rows``: rows of the tune data the σ searches read
+    (None: there is none, and they read DATA); ``device``: ``cpu`` or ``cuda``
     (:data:`FLOPS`)."""
 
     rows: int = 1
     positions: int = 1
     n_params: int = 1
     groups: int = 1
-    tune_rows: int = 1
+    tune_rows: int | None = 1
     device: str = "cpu"
 
 
-def _sampled(gibbs_samples: int, what: str) -> str:
-    """A Monte Carlo item's words: with ``gibbs_samples`` rows drawn per pass, that option
-    first (it sets the rows of every pass: the one to lower when it is large)."""
-    return f"{option('gibbs_samples', gibbs_samples)} × {what}" if gibbs_samples else what
+@dataclass
+class Work:
+    """One stage's work, the one count that the count check (:func:`items`), the calibrated
+    estimate (:func:`boundcalc.measure.data.work_plan.estimate`) and the sizing all read:
+    ``passes`` passes over ``rows`` rows whose forwards are ``kind`` "plain", "noisy" (a
+    posterior draw per row) or "hvp" (Hessian-vector products), ``draws`` whole-model
+    posterior draws beside them (one per evaluation of a σ search); ``what``: its words in
+    the plan line; ``option``: the count check's words, naming the option that drives it;
+    ``nbytes``: the memory it holds at once (:func:`boundcalc.limits.check_allocation`)."""
+
+    what: str
+    passes: int
+    rows: int
+    kind: str
+    draws: int = 0
+    option: str = ""
+    nbytes: float = 0.0
+
+    @property
+    def row_forwards(self) -> float:
+        """Forwards of one sample, a Hessian-vector product counted as :data:`HVP_FORWARDS`."""
+        return float(self.passes) * self.rows * (HVP_FORWARDS if self.kind == "hvp" else 1.0)
+
+    def record(self) -> dict[str, object]:
+        """The stage as ``provenance.plan.stages`` records it."""
+        return {"what": self.what, "passes": self.passes, "rows": self.rows,
+                "kind": self.kind, "draws": self.draws}
 
 
-def measure_plan(options: Counts, sizes: Sizes = Sizes()) -> list[Item]:
-    """The work of ``measure --data`` asked for by ``options`` on data and a model of
-    ``sizes`` (see the module docstring)."""
-    c = options
-    sigmas, draws, hessian_probes = c.sigmas, c.draws, c.hessian_probes
-    hessian_samples, perturbation_draws = c.hessian_samples, c.perturbation_draws
-    batch_size, gibbs_samples = c.batch_size, c.gibbs_samples
-    group_draws, tune_draws = c.group_draws, c.tune_draws
-    rows, positions, n_params = sizes.rows, sizes.positions, sizes.n_params
-    groups, tune_rows, device = sizes.groups, sizes.tune_rows, sizes.device
-    rows, positions, n_params = max(rows, 1), max(positions, 1), max(n_params, 1)
-    batches = math.ceil(rows / max(batch_size, 1))
-    hs = min(max(hessian_samples, 1), rows)
-    hs_batches = math.ceil(hs / max(batch_size, 1))
-    items = [Item(f"DATA ({rows:,} rows)", 0.0,
-                  _seconds(rows, batches, n_params, positions, device))]
-    if draws > 0 and sigmas > 0:
-        passes = float(sigmas) * draws
-        mc_rows = max(gibbs_samples, 1) if gibbs_samples else rows
-        mc_batches = math.ceil(mc_rows / max(batch_size, 1))
-        items.append(Item(
-            _sampled(gibbs_samples, f"{option('draws', draws)} (× {sigmas} σ, "
-                                    f"{mc_rows:,} rows each)"),
-            8.0 * passes + 12.0 * n_params,  # losses per draw; saved weights + float64 noise
-            _seconds(passes * mc_rows, passes * mc_batches, n_params, positions, device)))
-    for count, name, n_rows in ((group_draws, "group_draws", rows),
-                                (tune_draws, "tune_draws", max(tune_rows, 1))):
-        if count > 0:
-            mc_rows = max(gibbs_samples, 1) if gibbs_samples and n_rows == rows else n_rows
-            items.append(Item(
-                _sampled(gibbs_samples if n_rows == rows else 0,
-                         f"{option(name, count)} ({mc_rows:,} rows each)"),
-                8.0 * count + 12.0 * n_params,
-                _seconds(float(count) * mc_rows, count * math.ceil(mc_rows / max(batch_size, 1)),
-                         n_params, positions, device)))
-    if hessian_probes > 0:
-        hvps = float(hessian_probes) + 1
-        items.append(Item(
-            f"{option('hessian_probes', hessian_probes)} (on {hs:,} samples)",
-            # quadratic forms, and one probe's four float32 copies (probe, tangent, gradient,
-            # product): probes are drawn from seeds where used, and a batch of several (CUDA)
-            # is sized to the memory budget by curvature.probe_batch
-            8.0 * groups * hessian_probes + 16.0 * n_params,
-            _seconds(hvps * HVP_FORWARDS * hs, hvps * hs_batches, n_params, positions, device)))
-    if perturbation_draws > 0:
-        probes = max(hessian_probes, 2)
-        traces = float(LS_MESH_POINTS) * perturbation_draws + 1
-        hvps = traces * (probes + 1)
-        items.append(Item(
-            f"{option('perturbation_draws', perturbation_draws)} (× {LS_MESH_POINTS} σ × {probes} "
-            "Hutchinson probes)",
-            32.0 * perturbation_draws + 8.0 * LS_MESH_POINTS + 12.0 * n_params,
-            _seconds(hvps * HVP_FORWARDS * hs, hvps * hs_batches, n_params, positions, device)))
-    return items
+def items(works: list[Work], sizes: Sizes, batch_size: int = 1) -> list[Item]:
+    """The count check's items of ``works`` (the data side's stages,
+    :func:`boundcalc.measure.data.stages.measure_plan`) on a model and data of ``sizes``, at
+    the optimistic speeds of the module docstring, ``batch_size`` rows per model call."""
+    out = []
+    for w in works:
+        calls = float(w.passes) * math.ceil(max(w.rows, 1) / max(batch_size, 1))
+        out.append(Item(w.option or w.what, w.nbytes,
+                        _seconds(w.row_forwards, calls, sizes.n_params, sizes.positions,
+                                 sizes.device)))
+    return out
 
 
 def bootstrap_plan(resamples: int, entries: int, seconds_per_resample: float) -> list[Item]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..measure.compress.options import DELTA_LEVELS_GRID
+from ..measure.compress.options import DELTA_LEVELS_GRID, CompressOptions
 from ..errors import BoundcalcError
 from ..measure.data.options import (BOUND_INITS, BOUND_SIGMAS,  # noqa: F401 - re-exported
                                      SUBSPACE_LAYERS, BoundTraining, MeasureOptions)
-from ..options import Needs, Record, Spec, like, spec
+from ..options import Needs, Record, Spec, like, refusal, spec
 from ..words import option
 from .bound_posterior import POSTERIORS
 from .claims import TEST_SET_DELTA
@@ -83,8 +83,9 @@ class CertifyConfig(Record):
         "Monte Carlo passes over S at the per-group σ"))
     compress: bool = spec(False, Spec(bool, help=(
         "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
-    levels: str = spec(",".join(map(str, DELTA_LEVELS_GRID)), Spec(str, help=(
-        "level counts the compression tries (comma-separated)")))
+    # measure's --levels, by reference (one type: comma-separated level counts)
+    levels: tuple[int, ...] = like(CompressOptions, "levels_grid", DELTA_LEVELS_GRID,
+                                   none=False, help="level counts the compression tries")
     tokenizer: str | None = spec(None, Spec(str, none=True, help=(
         "a folder with the tokenizer, when BASE has none")))
     # "bound": also train N(μ, diag σ_Q,g²) around model/ on the PAC-Bayes bound itself and
@@ -143,9 +144,8 @@ class CertifyConfig(Record):
                 f"{option('tune_rows', self.tune_rows)} leaves out; give {option('tune_rows')} "
                 "> 0 (rows of the prior's data to search on)")
         self.measure_options(tune=None)
-        from ..measure.compress.options import parse_levels
-
-        parse_levels(self.levels)
+        if len(set(self.levels)) != len(self.levels):  # in measure's words (CompressOptions)
+            raise refusal("levels", ",".join(map(str, self.levels)), "distinct level counts")
 
     def measure_options(self, tune: str | None) -> MeasureOptions:
         """The data side's options of the measure step (``tune``: the σ search's rows)."""
@@ -220,7 +220,7 @@ class MeasureSettings(StepSettings):
     max_length: int
     batch_size: int | None
     compress: bool
-    levels: str
+    levels: tuple[int, ...]
     seed: int
     posterior: str
     bound_epochs: int

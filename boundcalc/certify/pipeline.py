@@ -404,27 +404,40 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
 
 
 def _measure(out: Path, m: MeasureSettings, options: Any, ctx: Context) -> None:
-    """Measure model/ on S (``options``: the data side's), with the compression and the
-    bound-trained posterior when ``m`` asks for them, model/ and prior/ from ``ctx.loaded``."""
+    """Measure model/ on S (``options``: the data side's) with the stages the settings ``m``
+    pick after the data side (:func:`picked_stages`: the compression, the bound-trained or
+    the subspace posterior), model/ and prior/ from ``ctx.loaded``."""
     from ..measure.data.task_measure import measure_task
 
-    then = None
-    if m.compress:  # on the model and the rows of S the measurement loaded
-        from ..measure.compress.compression import after_measure
-        from ..measure.compress.options import CompressOptions, parse_levels
-
-        then = after_measure(CompressOptions(select="delta", quantizer="kmeans",
-                                             levels_grid=parse_levels(m.levels)),
-                             str(out / "S.jsonl"), str(out / "prior"))
     stats = measure_task(str(out / "model"), str(out / "S.jsonl"), str(out / "prior"),
-                         options, progress=ctx.progress, then=then, load=ctx.loaded.load)
-    if m.compress:  # the compression moved model/ to the CPU in float32: read afresh
-        ctx.loaded.forget(["model"])
-    if m.posterior != "proximal":
-        from .bound_posterior import bound_step
-
-        bound_step(stats, out, m, ctx.device, ctx.progress, ctx.loaded)
+                         options, progress=ctx.progress, load=ctx.loaded.load,
+                         stages=picked_stages(out, m, ctx))
     stats.save(out / "stats.json")
+
+
+def picked_stages(out: Path, m: MeasureSettings, ctx: Context) -> list[Any]:
+    """The stages certify's measure step adds after the data side's (:mod:`boundcalc.measure.
+    data.stages`), as its settings ``m`` ask: the compression (``compress``), then the
+    bound-trained or the subspace posterior (``posterior``)."""
+    from .bound_posterior import check_posterior
+    from .posterior_stages import BoundPosteriorStage, SubspacePosteriorStage
+
+    check_posterior(m.posterior)
+    picked: list[Any] = []
+    if m.compress:  # on the model and the rows of S the measurement loaded
+        from ..measure.compress.compression import CompressionStage
+        from ..measure.compress.options import CompressOptions
+
+        picked.append(CompressionStage(
+            CompressOptions(select="delta", quantizer="kmeans", levels_grid=tuple(m.levels)),
+            str(out / "S.jsonl"), str(out / "prior"),
+            # it moved model/ to the CPU in float32: later steps read it afresh
+            after=lambda: ctx.loaded.forget(["model"])))
+    if m.posterior == "bound":
+        picked.append(BoundPosteriorStage(out, m, ctx.device, ctx.progress, ctx.loaded))
+    elif m.posterior == "subspace":
+        picked.append(SubspacePosteriorStage(out, m, ctx.device, ctx.progress, ctx.loaded))
+    return picked
 
 
 def _model_rows(out: Path, m: MeasureSettings, device: Any, test_error: float | None,

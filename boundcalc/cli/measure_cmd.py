@@ -145,13 +145,13 @@ def measure_cmd(
         if task:
             from ..measure.data.task_measure import measure_task
 
-            then = None
+            picked = []
             if compress is not None:  # on the model and the batches measure_task loads
-                from ..measure.compress.compression import after_measure
+                from ..measure.compress.compression import CompressionStage
 
-                then = after_measure(compress, data, init, head_init, warn=_warn)
+                picked.append(CompressionStage(compress, data, init, head_init, warn=_warn))
             stats = measure_task(model, data, init, o, progress=progress, say=stages.note,
-                                 then=then)
+                                 stages=picked)
         else:
             if o.precision is not None:
                 raise BoundcalcError("--precision sets the data side's arithmetic: it needs "

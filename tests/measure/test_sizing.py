@@ -14,6 +14,7 @@ import torch
 from boundcalc.errors import StatsError
 from boundcalc.measure.data import sizing, work_plan
 from boundcalc.measure.data.options import MeasureOptions
+from boundcalc.measure.data.stages import measure_plan
 from boundcalc.measure.data.sigma_grid import DEFAULT_SIGMAS, dr_sigma
 from boundcalc.measure.data.tune import ISOTROPIC_EVALUATIONS, search_evaluations
 from tests._measure_helpers import (TEXTS, single_thread, tiny_text_checkpoints,
@@ -91,7 +92,9 @@ def test_with_tune_data_one_sigma_is_measured_on_S_and_it_is_free(free):
     assert stats.scalars["gibbs_passes"].value == draws
     assert "isotropic σ search" not in stages  # the prior predicts: its own search serves
     assert said[0].startswith("defaults sized to this machine: 1 σ chosen on the tune data")
-    assert any(line.startswith("plan: data pass: 1 × 6 rows") for line in said)
+    # the plan line says the stages in the order they run: the σ search first
+    assert any(line.startswith("plan: σ search, ≤ ") and "; data pass: 1 × 6 rows" in line
+               for line in said)
     r = compute("pac_bayes_kl_gaussian_mc", stats)
     # no grid cost: the bound at δ = 0.05 itself, not at δ·6/(π² j²)
     assert r.value == pytest.approx(_hand_value(stats, 0.05), rel=1e-9)
@@ -355,9 +358,9 @@ def test_measure_plans_the_whole_command_and_records_what_each_phase_took(free):
     searches = [st for st in rec["stages"] if "σ search" in st["what"]]
     assert searches and all(st["draws"] == st["passes"] for st in searches)
     took = rec["measured_seconds"]
-    assert set(took) >= {"before the passes", "σ searches on the tune data",
-                         "data pass, Monte Carlo on S, Hessian trace", "per-group passes on S",
-                         "all"}
+    # each stage that ran, by its name (stages.STAGES)
+    assert set(took) >= {"before the passes", "σ search", "data pass", "Monte Carlo",
+                         "per-group σ", "all"}
     assert took["all"] >= sum(v for k, v in took.items() if k != "all") - 1e-9
     plan_line = next(line for line in said if line.startswith("plan:"))
     assert "spent before the plan" in plan_line
@@ -389,8 +392,9 @@ def test_the_plan_counts_are_the_options_at_their_cheapest():
                                               group_draws=3, gibbs_samples=50, batch_size=8))
     assert (given.sigmas, given.draws, given.hessian_probes, given.group_draws,
             given.tune_draws, given.gibbs_samples, given.batch_size) == (1, 7, 4, 3, 1, 50, 8)
-    items = plan.measure_plan(given, plan.Sizes(rows=10, tune_rows=4))
+    items = measure_plan(given, plan.Sizes(rows=10, tune_rows=4))
     # with gibbs_samples, the passes over S name it first (round six: it sets every pass's rows)
+    # in the order the stages run (stages.STAGES): the σ search first, the per-group passes last
     assert [it.option.split()[0] for it in items] == [
-        "DATA", "gibbs_samples=50", "gibbs_samples=50", "tune_draws=1", "hessian_probes=4"]
-    assert "draws=7" in items[1].option and "group_draws=3" in items[2].option
+        "tune_draws=1", "DATA", "gibbs_samples=50", "hessian_probes=4", "gibbs_samples=50"]
+    assert "draws=7" in items[2].option and "group_draws=3" in items[4].option

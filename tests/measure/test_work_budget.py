@@ -12,6 +12,7 @@ import torch
 
 from boundcalc import limits, plan
 from boundcalc.errors import ResourceError
+from boundcalc.measure.data.stages import measure_plan
 from boundcalc.limits import set_memory_budget, work_budget
 from boundcalc.measure.device import work_budget_for
 
@@ -52,7 +53,7 @@ def test_work_budget_is_a_share_of_what_is_free(monkeypatch):
 
 
 def test_bert_base_draws_fit_an_80_gb_card_and_huge_counts_are_still_refused(monkeypatch):
-    items = plan.measure_plan(plan.Counts(**BERT), plan.Sizes(**BERT_SIZES))  # API words
+    items = measure_plan(plan.Counts(**BERT), plan.Sizes(**BERT_SIZES))  # API words
     draws = next(it for it in items if it.option.startswith("draws="))
     assert draws.nbytes == 8 * 100 + 12 * 109_483_778  # 1.22 GiB: over the fixed 1 GiB
     with pytest.raises(ResourceError, match="draws=20 .*memory budget of 1 GiB"):
@@ -65,7 +66,7 @@ def test_bert_base_draws_fit_an_80_gb_card_and_huge_counts_are_still_refused(mon
     assert "\n" not in str(err.value)
     # host work (96 rows: 2048 would be over the time budget on a CPU) with 64 GiB available:
     # accepted there too; with 4 GiB available (a 1 GiB share) refused
-    cpu = plan.measure_plan(plan.Counts(**BERT),
+    cpu = measure_plan(plan.Counts(**BERT),
                             plan.Sizes(**{**BERT_SIZES, "device": "cpu", "rows": 96}))
     fake(monkeypatch, ram=64 * GiB)
     plan.check(cpu, work_budget_for(torch.device("cpu")))
@@ -75,7 +76,7 @@ def test_bert_base_draws_fit_an_80_gb_card_and_huge_counts_are_still_refused(mon
     # a declared count beyond any machine: refused before anything is allocated
     fake(monkeypatch, card=80 * GiB, ram=64 * GiB)
     with pytest.raises(ResourceError, match="draws=10000000000 .*memory budget of 40 GiB"):
-        plan.check(plan.measure_plan(plan.Counts(**{**BERT, "draws": 10**10}),
+        plan.check(measure_plan(plan.Counts(**{**BERT, "draws": 10**10}),
                                      plan.Sizes(**BERT_SIZES)),
                    work_budget_for(torch.device("cuda")))
 

@@ -19,17 +19,19 @@ def test_stages_by_hand():
                           hessian_samples=100, tune_data="t.csv", tune_draws=2, group_draws=3)
     plan = work_plan.stages(opts, n=1000, sigma_points=3, tune_rows=200, n_groups=5)
     got = [(s.passes, s.rows, s.kind) for s in plan]
-    assert got == [(1, 1000, "plain"), (12, 1000, "noisy"),
-                   (search_evaluations(5) * 2, 200, "plain"), (3, 1000, "noisy"),
-                   (6, 100, "hvp")]
+    # in the order they run (stages.STAGES): the σ search before any pass over S
+    assert got == [(search_evaluations(5) * 2, 200, "plain"), (1, 1000, "plain"),
+                   (12, 1000, "noisy"), (6, 100, "hvp"), (3, 1000, "noisy")]
     speed = {"rows": 32, "plain": 0.01, "noisy": 0.03}
     # the σ search draws once per evaluation and runs plain forwards (tune.risk_draws)
     expect = (1000 * 0.01 + search_evaluations(5) * 2 * 200 * 0.01
               + (12 * 1000 + 3 * 1000) * 0.03 + 6 * 100 * work_plan.HVP_COST * 0.01)
     assert work_plan.estimate(plan, speed) == pytest.approx(expect)
     text = work_plan.plan_text(plan, speed, expect)
-    assert text.startswith("plan: data pass: 1 × 1000 rows; Monte Carlo, 3 σ × 4 draws: "
-                           "12 × 1000 rows;") and "an estimate, not a bound" in text
+    assert text.startswith(f"plan: σ search, ≤ {search_evaluations(5) * 2} evaluations: "
+                           f"{search_evaluations(5) * 2} × 200 rows; data pass: 1 × 1000 rows; "
+                           "Monte Carlo, 3 σ × 4 draws: 12 × 1000 rows;")
+    assert "an estimate, not a bound" in text
     # sampled Monte Carlo rows (gibbs_samples) and no groups
     few = MeasureOptions(sigmas=(0.01,), draws=2, gibbs_samples=50, hessian_probes=0)
     assert [(s.passes, s.rows) for s in work_plan.stages(few, 1000, 1, None, 0)] == \
@@ -92,7 +94,7 @@ def test_the_estimate_counts_the_time_spent_and_a_hessian_product_at_its_measure
     plan = work_plan.stages(opts, n=6, sigma_points=1, tune_rows=5, n_groups=2)
     evals = search_evaluations(2)
     assert [(s.passes, s.rows, s.kind, s.draws) for s in plan] == [
-        (1, 6, "plain", 0), (evals, 5, "plain", evals), (1, 6, "noisy", 0), (3, 4, "hvp", 0)]
+        (evals, 5, "plain", evals), (1, 6, "plain", 0), (3, 4, "hvp", 0), (1, 6, "noisy", 0)]
     speed = {"rows": 6, "plain": 0.01, "noisy": 0.03, "draw": 0.2, "spent": 7.5}
     want = 7.5 + 6 * 0.01 + evals * (5 * 0.01 + 0.2) + 6 * 0.03 + 3 * 4 * 8.5 * 0.01
     assert work_plan.HVP_COST == 8.5

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from boundcalc import plan
+from boundcalc.measure.data.stages import measure_plan
 from boundcalc.cli import app
 from boundcalc.errors import DomainError, FormulaError, OutputError, ResourceError
 from boundcalc.limits import parse_duration, set_time_budget
@@ -72,7 +73,7 @@ def measure_args(tiny: Path, *extra: str, out: Path | None = None) -> list[str]:
 
 def test_plan_by_hand():
     """The plan's numbers are the documented formulas, computed here by hand."""
-    items = plan.measure_plan(
+    items = measure_plan(
         plan.Counts(sigmas=7, draws=10, hessian_probes=4, hessian_samples=3,
                     perturbation_draws=2, batch_size=2),
         plan.Sizes(rows=5, positions=11, n_params=1000, device="cpu"))
@@ -82,10 +83,12 @@ def test_plan_by_hand():
     assert by["draws"].nbytes == 8 * 70 + 12 * 1000
     assert by["draws"].seconds == pytest.approx(70 * 5 * f / 1e12 + 70 * 3 * 1e-5)
     assert by["hessian_probes"].nbytes == 8 * 4 + 16 * 1000
-    assert by["hessian_probes"].seconds == pytest.approx(5 * 4 * 3 * f / 1e12 + 5 * 2 * 1e-5)
-    traces = 20 * 2 + 1
+    # one count per stage (measure.data.stages), the one the calibrated estimate reads too:
+    # 4 Hessian-vector products of 4 forwards on 3 samples, in 2 calls each
+    assert by["hessian_probes"].seconds == pytest.approx(4 * 4 * 3 * f / 1e12 + 4 * 2 * 1e-5)
+    hvps = 20 * 2 * 4  # P̂: 20 σ × 2 draws × 4 probes
     assert by["perturbation_draws"].seconds == pytest.approx(
-        traces * 5 * 4 * 3 * f / 1e12 + traces * 5 * 2 * 1e-5)
+        hvps * 4 * 3 * f / 1e12 + hvps * 2 * 1e-5)
     [boot] = plan.bootstrap_plan(1000, 3, 2e-4)
     assert boot.nbytes == 16 * 1000 and boot.seconds == pytest.approx(0.6)
 
@@ -95,7 +98,7 @@ def test_plan_accepts_measure_defaults_on_minilm_within_the_default_budget():
     20 draws, 20 Hessian probes on 256 samples): its Hessian item is one probe's working set
     (16 bytes per parameter, 0.36 GB), under the default 1 GiB budget; 20 stored probes
     (8 bytes × 16 × parameters = 2.9 GB) were once counted and refused it."""
-    items = plan.measure_plan(
+    items = measure_plan(
         plan.Counts(sigmas=7, draws=20, hessian_probes=20, hessian_samples=256,
                     perturbation_draws=0, batch_size=32),
         plan.Sizes(rows=96, positions=128, n_params=22_714_370, groups=8, device="cpu"))
@@ -110,7 +113,7 @@ def test_plan_refuses_huge_counts_naming_the_option(option, value):
     counts = dict(sigmas=7, draws=0, hessian_probes=0, hessian_samples=256, perturbation_draws=0)
     counts[option] = value
     with pytest.raises(ResourceError) as err:
-        plan.check(plan.measure_plan(plan.Counts(**counts)))
+        plan.check(measure_plan(plan.Counts(**counts)))
     assert f"{option}={value} " in str(err.value)  # the API's words (the CLI's: below)
     assert "memory_budget" in str(err.value)
 
@@ -121,7 +124,7 @@ def test_time_budget_option_and_its_refusal():
     for bad in ("", "-1", "1y", "0", "nan"):
         with pytest.raises(Exception, match="time budget"):
             parse_duration(bad)
-    items = plan.measure_plan(
+    items = measure_plan(
         plan.Counts(sigmas=7, draws=1000, hessian_probes=0, hessian_samples=1,
                     perturbation_draws=0),
         plan.Sizes(rows=10_000, positions=128, n_params=20_000_000, device="cpu"))
@@ -159,7 +162,7 @@ def test_plan_estimate_is_a_lower_bound_of_the_real_run(tiny, tmp_path):
 
     n_params = AutoModelForSequenceClassification.from_pretrained(
         tiny / "cls").num_parameters()
-    est = plan.measure_plan(
+    est = measure_plan(
         plan.Counts(sigmas=1, draws=3, hessian_probes=2, hessian_samples=4,
                     perturbation_draws=0, batch_size=2),
         plan.Sizes(rows=6, positions=int(stats.scalars["seq_len"].value), n_params=n_params))
@@ -495,7 +498,7 @@ COUNT = st.one_of(st.integers(0, 50), st.integers(0, 10**12), st.just(10**18))
        rows=COUNT, params=COUNT, boot=COUNT)
 def test_fuzz_plan_refuses_with_the_option_or_accepts(sigmas, draws, probes, samples, pdraws,
                                                       rows, params, boot):
-    items = plan.measure_plan(
+    items = measure_plan(
         plan.Counts(sigmas=sigmas, draws=draws, hessian_probes=probes,
                     hessian_samples=samples, perturbation_draws=pdraws),
         plan.Sizes(rows=rows, n_params=params, positions=16)) + plan.bootstrap_plan(boot, 5, 1e-4)

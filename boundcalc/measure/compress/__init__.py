@@ -7,5 +7,5 @@ coded, the decoded model, fingerprints), :mod:`.risk` (a model's risk and predic
 sample), :mod:`.record` (the result and its stats-file view), :mod:`.options` (the caller's
 choices, checked), :mod:`.compression` (the measurement: :func:`.compression.compress` in memory,
 :func:`.compression.add_compression` into a stats file, on the model and batches that
-``measure --data`` loaded: :func:`.compression.after_measure`).
+``measure --data`` loaded: :class:`.compression.CompressionStage`).
 """

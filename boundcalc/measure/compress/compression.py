@@ -2,8 +2,8 @@
 compression).
 
 The measurement, in memory (:func:`compress`) and into a stats file (:func:`add_compression`, on
-the model and batches ``measure --data`` loaded; :func:`after_measure` runs it as that
-measurement's last step): the coded vector (:mod:`.coded`) is quantized to K levels
+the model and batches ``measure --data`` loaded; :class:`CompressionStage` runs it as a stage
+after that measurement's data side): the coded vector (:mod:`.coded`) is quantized to K levels
 (:mod:`.quantizer`: uniform between its minimum and maximum, or 1-D k-means), K chosen on a
 declared grid, and coded (:mod:`.codelength`); the decoded model's risk is measured
 (:mod:`.risk`) and recorded (:mod:`.record`). The decoded model is θ₀ + codebook[codes] with the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,9 @@ import torch
 
 from ...codecheck import check_compression_scalars
 from ...errors import BoundcalcError, CheckpointError
+from ...plan import Work
+from ...words import option
+from ..data.stages import DataStage
 from ..samples import load_data
 from .codelength import code_length
 from .coded import (code_fingerprint, coded_vector, decoded_state, model_fingerprint,
@@ -142,21 +146,43 @@ def centre_state(module: torch.nn.Module, init: Any, head_init: Any = None) -> t
         centre.close()
 
 
-def after_measure(options: CompressOptions, data: str | None, init: str | None = None,
-                  head_init: Any = None, warn: Callable[[str], None] | None = None
-                  ) -> Callable[[Any, Any, Any], None]:
-    """The compression as the last step of ``measure --data``
-    (:func:`~boundcalc.measure.data.task_measure.measure_task`'s ``then``): ``(stats, tm,
-    batched)`` → :func:`add_compression` on that model and those batches; ``warn(line)`` gets
-    its warning when the compression bounds are not about the trained model (None: not said;
-    the stats file records it)."""
+class CompressionStage(DataStage):
+    """The compression as a stage run after the data side of ``measure --data``
+    (:func:`~boundcalc.measure.data.task_measure.measure_task`'s ``stages``):
+    :func:`add_compression` on the model and the batches it loaded. Its work: one plain pass over S for the trained
+    model's predictions and one per level count tried (the k-means fits are not counted);
+    ``warn(line)`` gets its warning when the compression bounds are not about the trained
+    model (None: not said; the stats file records it); ``after()`` is called once it has run
+    (certify drops model/ from its loaded models: the compression moved it to the CPU in
+    float32)."""
 
-    def then(stats: Any, tm: Any, batched: Any) -> None:
-        result = add_compression(stats, tm, batched, options, data=data, init=init,
-                                 head_init=head_init)
-        if warn is not None and result.warning():
-            warn(result.warning())
-    return then
+    name = "compression"
+    record = CompressOptions
+    options = tuple(f.name for f in fields(CompressOptions))
+    precision = False
+    inside = False
+
+    def __init__(self, options: CompressOptions, data: str | None, init: str | None = None,
+                 head_init: Any = None, warn: Callable[[str], None] | None = None,
+                 after: Callable[[], Any] | None = None) -> None:
+        self.opts, self.data, self.init, self.head_init = options, data, init, head_init
+        self.warn, self.after = warn, after
+
+    def work(self, c: Any, s: Any) -> Work | None:
+        k = len(self.opts.levels_grid or default_levels(self.opts.select, self.init))
+        return Work(f"compression, {k} level count(s)", 1 + k, max(s.rows, 1), "plain", 0,
+                    f"{option('compress')} ({k} level counts: {1 + k} passes over DATA)")
+
+    def wanted(self, run: Any) -> bool:
+        return True
+
+    def run(self, loaded: Any, stats: Any) -> None:
+        result = add_compression(stats, loaded.tm, loaded.batched, self.opts, data=self.data,
+                                 init=self.init, head_init=self.head_init)
+        if self.warn is not None and result.warning():
+            self.warn(result.warning())
+        if self.after is not None:
+            self.after()
 
 
 def add_compression(stats: Any, tm: Any, batched: Any, options: CompressOptions, *,

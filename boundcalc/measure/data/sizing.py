@@ -3,8 +3,8 @@
 ``tune_draws`` None in :class:`~.options.MeasureOptions`).
 
 * **With tune data** (``tune_data``, a split disjoint from S) the isotropic σ is chosen there
-  and S is measured at that one σ only (:func:`isotropic_sigma`), the way ``certify`` measures
-  its per-group posterior: the per-group search of :mod:`.tune` already bisects the isotropic
+  and S is measured at that one σ only (:func:`.stage_runs.isotropic_sigma`), the way
+  ``certify`` measures its per-group posterior: the per-group search of :mod:`.tune` already bisects the isotropic
   σ with the prior weights on the tune rows (its first step); where the prior predicts (a
   checkpoint with its own task head) that σ is taken, and since nothing in it depends on S it
   costs nothing on S: the curve ``gibbs_risk_mean`` holds one point and
@@ -13,7 +13,8 @@
   prior's head comes from ``head_init`` (a headless base: the prior does not predict, so its
   noise tolerance says nothing) the same bisection runs with the model's weights on the tune
   rows; those weights were fit on S, so that σ is recorded as chosen with data that depend on
-  S and pays its Dziugaite–Roy weight 2 ln j + ln(π²/6), as any data-dependent grid point does.
+  S and pays its Dziugaite–Roy weight 2 ln j + ln(π²/6), as any data-dependent grid point does
+  (the stage :class:`.stages.IsotropicSearch`, run by :func:`.stage_runs.isotropic_sigma`).
 * **Without tune data** the default grid :data:`~.sigma_grid.DEFAULT_SIGMAS` and draws are cut
   (:func:`size`) until the plan of :mod:`.work_plan`, at this machine's calibrated speeds, fits
   :func:`target_seconds` (8 min, or 0.8 of a smaller time budget) for the whole command: the
@@ -45,7 +46,7 @@ from typing import Any
 from ...limits import duration_text, time_budget
 from ...plan import Counts
 from .options import MeasureOptions
-from .sigma_grid import DEFAULT_SIGMAS, dr_sigma, snapped_sigmas
+from .sigma_grid import DEFAULT_SIGMAS
 
 TARGET_SECONDS = 480.0  # the whole command: what it spent before the plan, then the passes
 DRAW_STEPS = (20, 10, 5, 3, 2)
@@ -54,10 +55,6 @@ SEARCH_ROW_STEPS = (None, 128, 64)  # rows of the tune data the σ searches read
 HESSIAN_STEPS = (20, 8, 2, 0)  # Hutchinson probes (0: no Hessian trace; no certified row needs it)
 GRIDS = (DEFAULT_SIGMAS, (0.002, 0.005, 0.01, 0.02), (0.005, 0.01), (0.01,))
 MORE = 4  # what more draws would buy: the Monte Carlo term at MORE × the draws
-FREE_NOTE = ("chosen on data disjoint from S with the prior weights only: fixed before S is "
-             "read, no union-bound cost")
-CHARGED_NOTE = ("chosen with weights or rows that depend on S: the Dziugaite–Roy weight "
-                "2 ln j + ln(π²/6) of the chosen point is charged")
 
 
 def target_seconds() -> float:
@@ -93,19 +90,11 @@ def provisional(opts: MeasureOptions) -> MeasureOptions:
 
 
 def plan_counts(opts: MeasureOptions) -> Counts:
-    """The counts of :func:`boundcalc.plan.measure_plan` for these options, every automatic
-    choice at its cheapest (:func:`provisional`: lower bounds); the per-group counts only
-    where the per-group σ posterior is measured."""
-    from .batch_rows import DEFAULT_ROWS
+    """The stages' counts (:func:`.stages.counts`) for these options, every automatic choice
+    at its cheapest (:func:`provisional`: lower bounds)."""
+    from .stages import counts
 
-    first = provisional(opts)
-    groups = dict(group_draws=first.group_passes, tune_draws=first.tune_draws) \
-        if opts.groups else {}
-    return Counts(sigmas=len({p["j"] for p in snapped_sigmas(first.sigmas)}), draws=first.draws,
-                  hessian_probes=first.hessian_probes, hessian_samples=opts.hessian_samples,
-                  perturbation_draws=opts.perturbation_draws,
-                  gibbs_samples=opts.gibbs_samples, batch_size=opts.batch_size or DEFAULT_ROWS,
-                  **groups)
+    return counts(provisional(opts))
 
 
 def candidates(opts: MeasureOptions, per_row_draw: bool) -> list[MeasureOptions]:
@@ -138,17 +127,19 @@ class Sized:
 
 
 def size(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
-         speed: dict[str, Any], per_row_draw: bool, posterior_search: bool) -> Sized:
+         speed: dict[str, Any], per_row_draw: bool, posterior_search: bool,
+         listed: Any = None) -> Sized:
     """The first of :func:`candidates` whose plan fits :func:`target_seconds` at ``speed``
     (the cheapest when none does); ``posterior_search``: the isotropic σ is bisected with the
-    model's weights on the tune rows (a stage of its own)."""
+    model's weights on the tune rows (a stage of its own); ``listed``: the stages (default
+    :data:`.stages.STAGES`)."""
     from . import work_plan
 
     target = target_seconds()
     tried = candidates(opts, per_row_draw)
     chosen = None
     for c in tried:
-        plan = plan_of(c, n, tune_rows, n_groups, posterior_search)
+        plan = plan_of(c, n, tune_rows, n_groups, posterior_search, listed)
         seconds = work_plan.estimate(plan, speed)
         chosen = (c, plan, seconds)
         if seconds <= target:
@@ -166,20 +157,13 @@ def size(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
 
 
 def plan_of(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
-            posterior_search: bool) -> list[Any]:
-    """:func:`.work_plan.stages` for concrete ``opts``, with the isotropic search on the tune
-    rows when ``posterior_search``."""
+            posterior_search: bool, listed: Any = None) -> list[Any]:
+    """The work of the stages ``listed`` (:func:`.work_plan.stages`) for concrete ``opts``,
+    with the isotropic search on the tune rows when ``posterior_search``."""
     from . import work_plan
-    from .tune import ISOTROPIC_EVALUATIONS
 
-    points = len({p["j"] for p in snapped_sigmas(opts.sigmas)})
-    tune_rows = searched_rows(opts, tune_rows)
-    plan = work_plan.stages(opts, n, points, tune_rows, n_groups)
-    if posterior_search and tune_rows:
-        evals = ISOTROPIC_EVALUATIONS * opts.tune_draws
-        plan.insert(1, work_plan.Stage(f"isotropic σ search, ≤ {evals} evaluations", evals,
-                                       tune_rows, "plain", evals))
-    return plan
+    return work_plan.stages(opts, n, None, searched_rows(opts, tune_rows), n_groups,
+                            posterior_search, listed)
 
 
 def searched_rows(opts: MeasureOptions, tune_rows: int | None) -> int | None:
@@ -276,55 +260,6 @@ def sizing_text(sized: Sized) -> str:
     return (f"defaults sized to this machine: {what}, {r['tune_draws']} tune draw(s) per σ "
             f"vector, {r['hessian_probes']} Hessian probes{rows}; {fits} the target of "
             f"{duration_text(r['target_seconds'])}")
-
-
-def isotropic_sigma(tm: Any, tune: Any, device: Any, opts: MeasureOptions, found: Any,
-                    prior_record: dict[str, Any], shared_rows: int,
-                    progress: Any = None) -> tuple[float, dict[str, Any]]:
-    """The isotropic σ chosen on the tune rows, and its record ``provenance.gibbs_sigma``
-    (module docstring). ``found``: the per-group search (:func:`.tune.search_groups`), whose
-    isotropic step with the prior weights is taken where the prior predicts."""
-    from .data_pass import run_pass
-    from .tune import ISOTROPIC_EVALUATIONS, isotropic_j, risk_draws
-
-    prior_predicts = prior_record.get("kind") == "checkpoint with a task head"
-    free = prior_predicts and found.free and not shared_rows
-    rows = f"{opts.tune_data} ({tune.n} rows)"
-    if prior_predicts:
-        j = int(found.shape.j_isotropic)
-        how = (f"{rows} with the prior weights {prior_record.get('init')}: the isotropic step "
-               "of the per-group σ search (the largest σ whose tune Gibbs risk stays within "
-               f"{opts.tune_slack} of the prior's own error)")
-        evaluations = None
-    else:
-        names = [n for n, _ in tm.model.named_parameters()]
-        base = float(run_pass(tm, tune, device, alpha=opts.smoothing, norms=False)
-                     .bounded.mean())
-        target = base + opts.tune_slack
-        trace: list[float] = []
-
-        def ok(js: dict[str, int]) -> bool:
-            if progress:
-                progress(min(len(trace), ISOTROPIC_EVALUATIONS), ISOTROPIC_EVALUATIONS,
-                         "isotropic σ search on the tune data")
-            sigma = dr_sigma(next(iter(js.values())))
-            r = float(risk_draws(tm, tune, device, dict.fromkeys(names, sigma),
-                                 opts.tune_draws, opts.seed + 20_000, opts.smoothing).mean())
-            trace.append(r)
-            return r <= target
-
-        j = isotropic_j(ok, ["all"])
-        evaluations = len(trace)
-        how = (f"{rows} with the model's weights (the prior "
-               f"{prior_record.get('init')} has no task head of its own, so its noise "
-               "tolerance says nothing): the largest σ whose tune Gibbs risk stays within "
-               f"{opts.tune_slack} of the model's own tune error {base:.4g}")
-    sigma = dr_sigma(j)
-    record = {"sigma": sigma, "j": j, "chosen_on": how, "disjoint_from_S": free,
-              "note": FREE_NOTE if free else CHARGED_NOTE, "tune_data": opts.tune_data,
-              "tune_shared_rows": shared_rows, "tune_draws": opts.tune_draws,
-              "evaluations": evaluations}
-    return sigma, record
 
 
 def more_draws(stats: Any) -> dict[str, Any]:

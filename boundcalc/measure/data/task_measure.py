@@ -21,25 +21,24 @@ groups   ``hessian_trace`` per stats group (estimated).
 from __future__ import annotations
 
 import time
-from typing import Any
+from contextlib import nullcontext
+from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from ...errors import BoundcalcError
-from ...stats import Curve, Quantity, Stats
+from ...stats import Stats
 from ...words import keyword, option
-from .data_pass import (GAMMA_GRID, LS_MESH, hessian_terms, perturbation_term, ramp_risk,
-                        run_pass)
 from .dataset_io import read_batches
 from .batch_rows import DEFAULT_ROWS, batch_rows
-from .gibbs import MonteCarlo, gibbs_estimate, resolve_mode
+from .gibbs import resolve_mode
 from ... import plan
-from ..device import (default_precision, device_name, precision as data_precision,
-                      precision_record, resolve_device, work_budget_for)
+from ..device import (default_precision, precision as data_precision, precision_record,
+                      resolve_device, work_budget_for)
 from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
 from .hf import load_task_model
 from .options import MeasureOptions
+from .stages import DataRun, DataStage, listed, measure_plan
 from .sigma_grid import DEFAULT_SIGMAS, SNAP_TOLERANCE, dr_point, snapped_sigmas  # noqa: F401
 
 __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "measure_task",
@@ -48,7 +47,7 @@ __all__ = ["DEFAULT_SIGMAS", "MeasureOptions", "SNAP_TOLERANCE", "dr_point", "me
 
 def measure_task(model: str, data: str, init: str | None = None,
                  options: MeasureOptions | None = None, *, progress: Any = None,
-                 say: Any = None, then: Any = None, load: Any = None,
+                 say: Any = None, stages: Sequence[DataStage] = (), load: Any = None,
                  **keywords: Any) -> Stats:
     """Measure a task-head Hugging Face folder on a data set (see the module docstring).
 
@@ -79,10 +78,11 @@ def measure_task(model: str, data: str, init: str | None = None,
     ``init`` was trained on when the user names it, must share no row with DATA (a prior fit on
     S is not a prior); recorded in ``provenance.init_data``.
 
-    ``then(stats, tm, batched)`` is called last with the task model and the batches of DATA
-    loaded here, so that a measurement on top of this one loads and reads nothing twice (the
-    compression of ``measure --compress``: :func:`boundcalc.measure.compress.compression.
-    after_measure`).
+    ``stages``: the stages the caller picks to run after the data side's own
+    (:data:`.stages.STAGES`), on the task model and the batches of DATA loaded here, so that a
+    measurement on top of this one loads and reads nothing twice (the compression of ``measure
+    --compress``: :class:`boundcalc.measure.compress.compression.CompressionStage`; certify's
+    posteriors); their counts join the plan, the estimate and the sizing (:mod:`.stages`).
 
     ``load(path, device)``: the loader of the model folder and of a prior folder with a task
     head (default :func:`~.hf.load_task_model`); certify passes its run's cache
@@ -94,12 +94,15 @@ def measure_task(model: str, data: str, init: str | None = None,
 
     started = time.monotonic()  # the plan counts what the command spent before it
     opts = MeasureOptions.of(options, **keywords)
+    every = listed(stages)  # the data side's stages, then the caller's
     counts = sizing.plan_counts(opts)  # automatic choices at their cheapest: lower bounds
     dev = resolve_device(opts.device)
     budget = work_budget_for(dev)  # follows the machine's free memory unless set
 
-    def check(**sizes: Any) -> None:
-        plan.check(plan.measure_plan(counts, plan.Sizes(**sizes)), budget)
+    def check(**sizes: Any) -> None:  # the stages' counts, at optimistic speeds
+        if opts.tune_data is None:  # the σ searches (if any) read S
+            sizes["tune_rows"] = None
+        plan.check(measure_plan(counts, plan.Sizes(**sizes), every), budget)
 
     check(device="cuda")  # lower bounds, before loading
     if opts.groups:
@@ -151,64 +154,42 @@ def measure_task(model: str, data: str, init: str | None = None,
     prec = opts.precision or default_precision(dev)
     stats.provenance["precision"] = precision_record(prec, dev)
     try:
-        with blas_threads(n_threads), data_precision(prec, dev):
-            rows, stats.provenance["batch_size"] = batch_rows(
-                tm, batched, dev, opts.batch_size,
-                per_sample=opts.draws != 0 and resolve_mode(tm, opts.gibbs_mode)[1] == "hooks")
-            if rows != (opts.batch_size or DEFAULT_ROWS):  # sized to the card: read again
-                batched = read(data, rows)
-                tune = read(opts.tune_data, rows) if tune is not None else None
-            on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
-            opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record, started)
+        with blas_threads(n_threads):
+            with data_precision(prec, dev):
+                rows, stats.provenance["batch_size"] = batch_rows(
+                    tm, batched, dev, opts.batch_size, per_sample=opts.draws != 0
+                    and resolve_mode(tm, opts.gibbs_mode)[1] == "hooks")
+                if rows != (opts.batch_size or DEFAULT_ROWS):  # sized to the card: read again
+                    batched = read(data, rows)
+                    tune = read(opts.tune_data, rows) if tune is not None else None
+                on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
+                opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record,
+                                 started, every)
+            run = DataRun(tm, batched, dev, opts, data, init,
+                          tune=sizing.search_split(tune, opts),  # the rows the searches read
+                          prior=prior, prior_record=prior_record, shared=shared,
+                          on_tune=on_tune, report=report, say=say)
             laps = _Laps(stats, started)
-            tune = sizing.search_split(tune, opts)  # the rows the σ searches read
-            found = None
-            if opts.groups:  # σ chosen before S is read for a Monte Carlo pass
-                from .tune import Tuning, search_groups
-
-                found = search_groups(tm, batched, dev, opts, Tuning(prior, init, tune, shared),
-                                      progress=report)
-                if on_tune and opts.draws > 0:
-                    sigma, stats.provenance["gibbs_sigma"] = sizing.isotropic_sigma(
-                        tm, tune, dev, opts, found, prior_record, shared, report)
-                    opts = MeasureOptions.of(opts, sigmas=(sigma,))
-                laps("σ searches on the tune data")
-            _data_side(stats, tm, batched, dev, data, init, opts, report)
-            laps("data pass, Monte Carlo on S, Hessian trace")
-            if found is not None:
-                from .tune import finish_groups
-
-                stats.provenance["prior_predictor"] = prior_record
-                finish_groups(stats, tm, batched, dev, opts, found, progress=report)
-                laps("per-group passes on S")
-                _say_head_share(stats, tm, prior, prior_record, say)
+            for stage in every:  # the list the plan counted, in its order
+                if stage.inside and stage.wanted(run):
+                    with data_precision(prec, dev) if stage.precision else nullcontext():
+                        stage.run(run, stats)
+                    laps(stage.name)
+            opts = run.opts
             sizing.say_more_draws(stats, opts, batched.n, say)
-        with blas_threads(n_threads):  # P̂: Hessian traces, in fp32 whatever the precision
-            if opts.perturbation_draws > 0:
-                _perturbation(stats, tm, batched, dev, opts, report)
     finally:
         stop()
-    if "plan" in stats.provenance:
-        stats.provenance["plan"]["measured_seconds"]["all"] = time.monotonic() - started
     stats.provenance["sigma_snapped"] = snapped_sigmas(opts.sigmas) if opts.sigmas else []
     if init_rows is not None:
         stats.provenance["init_data"] = {"source": str(opts.init_data), "rows": init_rows.n,
                                          "shared_rows_with_S": 0}
-    if then is not None:
-        then(stats, tm, batched)
+    for stage in every:  # the caller's, on the model and batches as the data side left them
+        if not stage.inside and stage.wanted(run):
+            stage.run(run, stats)
+            laps(stage.name)
+    if "plan" in stats.provenance:
+        stats.provenance["plan"]["measured_seconds"]["all"] = time.monotonic() - started
     return stats
-
-
-def _say_head_share(stats: Stats, tm, prior, prior_record, say) -> None:
-    """With a headless prior: where the distance to the prior centre comes from, head or body
-    (:func:`.prior_model.head_share`), in ``provenance.prior_predictor.kl_share`` and said."""
-    from .prior_model import head_share
-
-    share = head_share(tm, prior, prior_record or {}) if prior is not None else None
-    if share is not None:
-        stats.provenance["prior_predictor"]["kl_share"] = share
-        if say is not None:
-            say(share["text"])
 
 
 class _Laps:
@@ -227,7 +208,8 @@ class _Laps:
 
 
 def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
-              prior_record: dict[str, Any] | None, started: float) -> MeasureOptions:
+              prior_record: dict[str, Any] | None, started: float,
+              every: Sequence[DataStage]) -> MeasureOptions:
     """The data side's passes and, where more than the data pass runs, their time here from
     a one-batch calibration (:mod:`.work_plan`), with the seconds spent since ``started``
     (the call's start: loading, the weights side, reading, the calibration) counted in: said,
@@ -244,7 +226,7 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
     posterior_search = (sizing.on_tune(opts) and opts.groups
                         and (prior_record or {}).get("kind") != "checkpoint with a task head")
     plan_ = sizing.plan_of(sizing.provisional(opts), batched.n, tune_rows, n_groups,
-                           posterior_search)
+                           posterior_search, every)
     record: dict[str, Any] = {}
     text = f"plan: {plan_[0].what}: 1 × {plan_[0].rows} rows"
     mode, engine = resolve_mode(tm, opts.gibbs_mode)
@@ -256,7 +238,7 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
         speed["spent"] = time.monotonic() - started
         if left:
             sized = sizing.size(opts, batched.n, tune_rows, n_groups, speed, mode == "sample",
-                                posterior_search)
+                                posterior_search, every)
             opts, plan_, seconds = sized.options, sized.plan, sized.seconds
             stats.provenance["sizing"] = sized.record
             if say is not None:
@@ -267,30 +249,13 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
         text = work_plan.plan_text(plan_, speed, seconds)
     elif left:
         opts = sizing.provisional(opts)
-    record["stages"] = [vars(st) for st in plan_]
+    record["stages"] = [st.record() for st in plan_]
     stats.provenance["plan"] = record
     if say is not None:
         say(text)
     if "seconds" in record:
         work_plan.check(plan_, record["seconds"])
     return opts
-
-
-def _perturbation(stats: Stats, tm, batched, dev, opts: MeasureOptions, report) -> None:
-    """The curve ``perturbation_term``: P̂ of Lintilhac–Shaikh at each σ of their mesh."""
-    draws, samples, seed = opts.perturbation_draws, opts.hessian_samples, opts.seed
-    probes = max(opts.hessian_probes, 2)
-    routes: list[str] = []
-    values = perturbation_term(tm, batched, dev, LS_MESH, draws, probes, samples, seed, report,
-                               routes=routes, rows=opts.batch_size or DEFAULT_ROWS)
-    stats.provenance["perturbation_term_hvp"] = "; ".join(routes)
-    stats.curves["perturbation_term"] = Curve(
-        "sigma", np.array(LS_MESH), values, estimated=True, n_samples=draws,
-        method=(f"P̂(σ) = 90th percentile over {draws} draws u ~ "
-                f"N(0, σ²I) of |tr H(θ+u) − tr H(θ)|, Hutchinson with {probes} "
-                f"common probes on the first {min(samples, batched.n)} "
-                "samples; σ is the std, on the Lintilhac–Shaikh mesh "
-                "linspace(0.01, 1e-5, 20)"))
 
 
 def _overlap(S, other, data: str, other_source: str, name: str, allow: bool) -> int:
@@ -325,141 +290,3 @@ def _check_tune(data: str, init: str | None, tune_data: str | None) -> None:
         raise BoundcalcError(f"{option('tune_data', tune_data)}: is DATA itself; it must be a "
                              f"split disjoint from DATA (without {option('tune_data')}, "
                              f"{option('sigma_groups')} searches on DATA and pays for it)")
-
-
-def _data_side(stats: Stats, tm, batched, dev, data, init, opts: MeasureOptions,
-               report) -> None:
-    """The data side's scalars and curves on S (see the module docstring)."""
-    sigmas, draws, delta_mc, alpha, seed = (opts.sigmas, opts.draws, opts.delta_mc,
-                                            opts.smoothing, opts.seed)
-    torch.manual_seed(seed)
-    base = run_pass(tm, batched, dev, alpha=alpha, progress=report)
-    n = batched.n
-    loss_name = "smoothed per-token NLL / ln(V/α)" if tm.is_lm else "0-1 error"
-    how = f"one pass over {batched.description} ({data})"
-    sc = stats.scalars
-    sc["n"] = Quantity(float(n), method=how)
-    sc["emp_risk"] = Quantity(float(base.err01.mean()), method=(
-        "mean top-1 next-token error" if tm.is_lm else "0-1 training error of the trained weights")
-        + f", {how}")
-    sc["loss_mean"] = Quantity(float(base.ce.mean()), method=(
-        "mean per-token NLL (nats)" if tm.is_lm else "mean cross-entropy (nats)") + f", {how}")
-    sc["cross_entropy"] = Quantity(float(base.ce.mean()), method=sc["loss_mean"].method)
-    sc["loss_min"] = Quantity(float(base.ce.min()), method=how)
-    sc["loss_max"] = Quantity(float(base.ce.max()), method=how)
-    if tm.is_lm:
-        V = tm.n_outputs
-        sc["smoothing_alpha"] = Quantity(alpha, method="prediction smoothing p̃ = (1−α)p + α/V "
-                                                       "(Lotfi et al. 2023)")
-        sc["bounded_loss_mean"] = Quantity(float(base.bounded.mean()), method=(
-            f"mean of −ln((1−α)p_y + α/V)/ln(V/α) with α={alpha}, V={V}: a loss in [0, 1]"))
-    sc["seq_len"] = Quantity(float(batched.seq_len), method=(
-        "patches + [CLS]" if tm.task == "image_classification" else
-        "longest tokenized sequence (after truncation)"))
-    emb = "embedding output (hidden_states[0], the input of layer 0, positions included)"
-    sc["input_token_norm_max"] = Quantity(base.token_norm_max, method=f"max token l2 norm of the "
-                                          f"{emb} over all samples")
-    sc["input_fro_max"] = Quantity(base.fro_max, method=f"max over samples of ‖X‖_F of the {emb}")
-    if not tm.is_lm:  # the trivial predictor a 0-1 bound must beat
-        counts = np.bincount(torch.cat([y.reshape(-1) for _, y in batched.batches]).cpu().numpy(),
-                             minlength=tm.n_outputs)
-        sc["majority_error"] = Quantity(1 - float(counts.max()) / n, method=(
-            f"0-1 error of always answering the majority label {int(counts.argmax())} of the "
-            f"{n} samples; with K = {tm.n_outputs} classes guessing errs 1 − 1/K"))
-    if base.margin is not None:
-        m = base.margin
-        for q in (1, 5, 10, 25, 50):
-            sc[f"margin_q{q:02d}"] = Quantity(float(np.percentile(m, q)), method=(
-                f"{q}th percentile of the logit margin f_y − max_(j≠y) f_j over {n} samples"))
-        gam = np.array(GAMMA_GRID)
-        stats.curves["ramp_risk"] = Curve(
-            "gamma", gam, np.array([ramp_risk(m, g) for g in gam]), n_samples=n,
-            method="mean ramp loss min(1, max(0, 1 − m/γ)) of the logit margins, exact")
-        stats.curves["margin_below"] = Curve(
-            "gamma", gam, np.array([float(np.mean(m <= g)) for g in gam]), n_samples=n,
-            method="fraction of samples with logit margin ≤ γ, exact")
-    if draws > 0 and sigmas:
-        points = sorted({dr_point(s) for s in sigmas}, key=lambda t: t[1])
-        sig = [p[1] for p in points]
-        est = gibbs_estimate(tm, batched, dev, sig, MonteCarlo.of(opts, draws), report)
-        means = est.means.mean(1)
-        uppers = est.upper(delta_mc / len(sig))
-        N = est.n_losses
-        stats.curves["gibbs_risk_mean"] = Curve(
-            "sigma", np.array(sig), means, ci=np.array([[mu, u] for mu, u in zip(means, uppers)]),
-            confidence=1 - delta_mc, estimated=True, n_samples=N,
-            method=(f"Monte Carlo ({est.mode} mode): mean {loss_name} of {est.describe()}; "
-                    f"seed {seed}, noise drawn on {device_name(dev)} by a device generator in "
-                    f"the parameter dtype ({next(iter(tm.model.parameters())).dtype}), sums in "
-                    f"float64 (reproducible for this seed, device and memory budget; CPU and "
-                    f"CUDA agree within Monte Carlo error, not bitwise); σ on the "
-                    f"Dziugaite–Roy grid (j = {', '.join(str(p[0]) for p in points)}); ci = "
-                    f"[Ê, kl⁻¹(Ê, ln(2·{len(sig)}/δ′)/N)] with N = {N}, δ′ = {delta_mc} split "
-                    "over the points"))
-        sc["gibbs_draws"] = Quantity(float(N), method=(
-            f"N: independent [0, 1] Monte Carlo losses averaged into Ê at each σ ({est.mode} "
-            f"mode: {est.describe()}); the k of kl⁻¹(Ê, ln(2/δ′)/k)"))
-        sc["gibbs_passes"] = Quantity(float(est.passes), method=(
-            "passes over the data per σ" if est.mode == "sample" else "posterior draws per σ"))
-        stats.provenance["gibbs_mode"] = est.mode
-        if est.note:
-            stats.provenance["gibbs_mode_note"] = est.note
-    if opts.hessian_probes >= 2:
-        with data_precision("fp32", dev):  # curvature ignores the precision option
-            _hessian(stats, tm, batched, dev, opts.hessian_probes, opts.hessian_samples, seed,
-                     report, rows=opts.batch_size or DEFAULT_ROWS)
-    stats.provenance.update({
-        "device": device_name(dev), "data": str(data), "data_rows": n, "task": tm.task,
-        "architecture_class": tm.architecture, "data_columns": batched.columns,
-        **({"labels": batched.labels} if batched.labels else {}),
-        **({} if tm.is_lm else {"n_classes": int(tm.n_outputs)}),
-        "prior_centre": init if init is not None else None,
-        "prior_note": _prior_note(stats, init),
-        "bounded_loss": loss_name})
-
-
-def _prior_note(stats: Stats, init: Any) -> str:
-    """One line on the prior centre (kind, head tensors), or which centre to choose."""
-    from ...prior_spec import hint
-
-    prior = stats.provenance.get("prior")
-    if init is None or not prior:
-        return hint(stored=True)
-    kind = prior.get("kind")
-    if kind == "zero":
-        return ("PAC-Bayes prior centred at zero (the origin; data-independent), also the "
-                "distance reference")
-    if kind == "random":
-        return (f"PAC-Bayes prior centred at the model's own initialisation re-drawn with seed "
-                f"{prior.get('seed')} (data-independent), also the distance reference")
-    note = (f"PAC-Bayes prior centred on the weights of {init} (also the distance reference); "
-            "it must not have been fit on DATA")
-    head = prior.get("head_tensors") or []
-    if head:
-        note += (f"; {len(head)} tensor(s) it lacks centred at {prior.get('head_init')}: "
-                 + ", ".join(head[:4]) + (", …" if len(head) > 4 else ""))
-    return note
-
-
-def _hessian(stats: Stats, tm, batched, dev, probes: int, samples: int, seed: int,
-             report=None, rows: int | None = None) -> None:
-    """The Hessian trace on the first ``samples`` rows, in terms of at most ``rows`` rows (a
-    gradient pass holds far more per row than the forward the batches were sized on; the
-    probes stacked per pass are sized from its measured peak instead, on a card)."""
-    from .curvature import attach_hessian_trace, hutchinson_trace, param_groups
-
-    terms, used = hessian_terms(tm, batched, dev, samples, rows)
-    try:
-        groups = param_groups(tm.model)
-    except BoundcalcError:
-        groups = None
-    for p in tm.model.parameters():
-        p.requires_grad_(True)
-    tr = hutchinson_trace(tm.model, terms, n_probes=probes, groups=groups, seed=seed,
-                          progress=report)
-    tr.total.method = (tr.total.method or "") + f", mean training loss on the first {used} samples"
-    stats.provenance["hessian_hvp"] = tr.route
-    try:
-        attach_hessian_trace(stats, tr)
-    except BoundcalcError:
-        stats.scalars["hessian_trace"] = tr.total

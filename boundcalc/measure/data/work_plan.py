@@ -5,10 +5,10 @@ passes at the per-group σ, Hessian probes. :mod:`boundcalc.plan` refuses counts
 finish on *any* machine (optimistic speeds, before the model is loaded); this module says what
 *this* run will do and how long it should take *here*:
 
-* :func:`stages`: the passes, from the options and the sizes (rows of S and of the tune data,
-  σ points, parameter groups): each stage with its rows and whether its forwards carry a
-  posterior draw per row (the Monte Carlo) or not (the data pass), or are gradient passes
-  (Hessian-vector products, counted as :data:`HVP_FORWARDS` forwards each);
+* :func:`stages`: the passes, as the stages of :mod:`.stages` count them from the options and
+  the sizes (rows of S and of the tune data, σ points, parameter groups): each stage with its
+  rows and whether its forwards carry a posterior draw per row (the Monte Carlo) or not (the
+  data pass), or are gradient passes (Hessian-vector products);
 * :func:`calibrate`: the seconds per row of one plain and one per-row-noise forward, measured
   on the first batch (the noisy one only when a stage needs it), and of one whole-model draw
   (the σ searches draw once per evaluation: for MiniLM-L6 on 2 cores ≈ 0.15 s, a quarter of an
@@ -27,65 +27,38 @@ estimate exceeds the time budget (:func:`boundcalc.limits.time_budget`, the opti
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from ...errors import ResourceError
 from ...limits import duration_text, time_budget
+from ...plan import Work
 from ...words import option
 
-HVP_FORWARDS = 4.0  # a Hessian-vector product, in forwards (as boundcalc.plan counts it)
 HVP_COST = 8.5  # a Hessian-vector product in plain forwards, for the estimate: measured on
 # MiniLM-L6, 64-token rows, 2 cores (8.6 in the acceptance run of issue 44: 37 s for 2 probes
 # x 256 rows at 0.0084 s a forward; 8.3 in a run of 2 probes x 64 rows); never a bound
 
-
-@dataclass
-class Stage:
-    """One piece of the data side: ``passes`` passes over ``rows`` rows, whose forwards are
-    ``kind`` "plain", "noisy" (a posterior draw per row) or "hvp", and ``draws`` whole-model
-    posterior draws beside them (one per evaluation of a σ search)."""
-
-    what: str
-    passes: int
-    rows: int
-    kind: str
-    draws: int = 0
-
-    @property
-    def row_forwards(self) -> float:
-        return self.passes * self.rows * (HVP_FORWARDS if self.kind == "hvp" else 1.0)
+Stage = Work  # one stage's work (:class:`boundcalc.plan.Work`), counted by :mod:`.stages`
 
 
-def stages(opts: Any, n: int, sigma_points: int, tune_rows: int | None,
-           n_groups: int) -> list[Stage]:
-    """The stages of ``measure_task`` for options ``opts`` on ``n`` rows of S (see the
-    module docstring); ``tune_rows`` None without tune data."""
-    from .tune import search_evaluations
+def stages(opts: Any, n: int, sigma_points: int | None = None, tune_rows: int | None = None,
+           n_groups: int = 0, isotropic_search: bool = False,
+           listed: Any = None) -> list[Work]:
+    """The work of the stages ``listed`` (default :data:`.stages.STAGES`) for concrete
+    options ``opts`` on ``n`` rows of S (``sigma_points``: distinct σ points, default those
+    of ``opts.sigmas``; ``tune_rows`` None without tune data; ``n_groups`` σ groups), read
+    from the stages' own counts."""
+    from ...plan import Sizes
+    from .stages import STAGES, counts, works
 
-    mc_rows = opts.gibbs_samples if opts.gibbs_samples is not None else n
-    out = [Stage("data pass", 1, n, "plain")]
-    if opts.draws > 0 and sigma_points:
-        out.append(Stage(f"Monte Carlo, {sigma_points} σ × {opts.draws} draws", sigma_points
-                         * opts.draws, mc_rows, "noisy"))
-    if opts.groups:
-        evals = search_evaluations(n_groups) * opts.tune_draws
-        # a whole-model draw per evaluation (tune.risk_draws), then plain forwards
-        out.append(Stage(f"σ search, ≤ {evals} evaluations", evals,
-                         tune_rows if tune_rows is not None else n, "plain", evals))
-        out.append(Stage(f"per-group σ, {opts.group_passes} pass(es)", opts.group_passes,
-                         mc_rows, "noisy"))
-    if opts.hessian_probes > 0:
-        out.append(Stage(f"Hessian trace, {opts.hessian_probes} probes", opts.hessian_probes,
-                         min(opts.hessian_samples, n), "hvp"))
-    if opts.perturbation_draws > 0:
-        probes = max(opts.hessian_probes, 2)
-        out.append(Stage(f"P̂, 20 σ × {opts.perturbation_draws} draws",
-                         20 * opts.perturbation_draws * probes, min(opts.hessian_samples, n),
-                         "hvp"))
-    return out
+    c = counts(opts, isotropic_search)
+    if sigma_points is not None:
+        c = replace(c, sigmas=sigma_points)
+    return works(c, Sizes(rows=n, tune_rows=tune_rows, groups=n_groups),
+                 STAGES if listed is None else listed)
 
 
 def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
