@@ -35,35 +35,26 @@ _KIND_WORDS = {int: "a whole number", float: "a number", str: "non-empty text",
 @dataclass(frozen=True)
 class Needs:
     """A rule between options, as data: the field that declares it acts only while the
-    option ``name`` has one of ``values`` (or, with ``positive``, a value > 0; with ``given``,
-    any value but None: the option was given); given otherwise it would do nothing and is
-    refused (:func:`refuse_unused`). ``why``: a few
+    option ``name`` has one of ``values`` (or, with ``positive``, a value > 0, or None: left
+    to a rule that gives one); given otherwise it would do nothing and is refused
+    (:func:`refuse_unused`). ``why``: a few
     words on what is missing (`` (no σ search)``). A new route of a choice (a posterior, say)
     declares its own options with ``Needs("posterior", ("its name",))``: the rule follows."""
 
     name: str
     values: tuple[Any, ...] = ()
     positive: bool = False
-    given: bool = False
     why: str = ""
 
     def holds(self, record: Any) -> bool:
         """Whether the field acts in ``record``."""
         value = getattr(record, self.name)
-        if self.given:
-            return value is not None
-        return value > 0 if self.positive else value in self.values
-
-    def missing(self, record: Any) -> str:
-        """Why the field does nothing in ``record``, in the caller's words."""
-        if self.given:
-            return f"without {option(self.name)}{self.why}"
-        return f"with {option(self.name, getattr(record, self.name))}{self.why}"
+        if self.positive:  # None: left to a rule that gives a positive value
+            return value is None or value > 0
+        return value in self.values
 
     def wanted(self) -> str:
         """What would make the field act, in the caller's words."""
-        if self.given:
-            return option(self.name)
         if self.positive:
             return f"{option(self.name)} > 0"
         return " or ".join(option(self.name, v) for v in self.values)
@@ -229,8 +220,8 @@ def refuse_unused(record: Any, given: Any = None) -> None:
             continue
         if (f.name in given) if given is not None else getattr(record, f.name) != f.default:
             raise BoundcalcError(
-                f"{option(f.name)} does nothing {n.missing(record)}; leave {option(f.name)} "
-                f"out or give {n.wanted()}")
+                f"{option(f.name)} does nothing with {option(n.name, getattr(record, n.name))}"
+                f"{n.why}; leave {option(f.name)} out or give {n.wanted()}")
 
 
 def validate(record: Any) -> None:

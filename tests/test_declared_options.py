@@ -168,7 +168,8 @@ def test_certify_config_reads_the_data_side_declarations():
                  "tune_draws"):
         assert c[name].rule() == m[name].rule(), name
     assert (c["draws"].low, m["draws"].low) == (1, 0)  # certify needs a pass per σ
-    got = CertifyConfig().measure_options("t.jsonl")
+    full = CertifyConfig(sigmas=(0.003, 0.01), group_draws=6, tune_rows=192)  # the full plan
+    got = full.measure_options("t.jsonl")
     assert (got.sigmas, got.draws, got.tune_data, got.group_draws, got.hessian_probes) == \
         ((0.003, 0.01), 3, "t.jsonl", 6, 0)
     assert {f.name for f in fields(CertifyConfig)} >= {"prior_fraction", "tune_rows"}

@@ -26,7 +26,6 @@ MAX_EPOCHS = 1000
 SEARCH = Needs("tune_rows", positive=True, why=" (no σ search)")
 BOUND = Needs("posterior", ("bound",))
 SUBSPACE = Needs("posterior", ("subspace",))
-ISOTROPIC = Needs("sigmas", given=True, why=" (no isotropic σ row)")
 
 
 @dataclass(frozen=True)
@@ -66,21 +65,24 @@ class CertifyConfig(Record):
         "label column of DATA (integers or names; each distinct value is a class)"))
     device: str = like(MeasureOptions, "device", help="auto | cpu | cuda (training and "
                                                        "measuring)")
-    # measure (fixed before S is read)
-    # the isotropic rows cost `draws` passes over S each and certify nothing the per-group row
-    # does not weigh (its search tries the isotropic shape first): on request (issue 54 item 4)
+    # measure (fixed before S is read). None: by the declared plan rule (plan_rule.py: the
+    # richest of full / reduced / lean whose work, weight·token products, fits its budget;
+    # issue 54 item 4), resolved by resolve() before the first step
     sigmas: tuple[float, ...] | None = like(MeasureOptions, "sigmas", None, help=(
-        "isotropic posterior σ (repeatable): adds the isotropic Gibbs rows, {draws} passes "
-        "over S each (default: none; the per-group row's σ search weighs the isotropic shape)"))
-    draws: int = like(MeasureOptions, "draws", 3, low=1, none=False, needs=ISOTROPIC,
+        "isotropic posterior σ (repeatable): the isotropic Gibbs rows, {draws} passes over S "
+        "each (default: by the plan rule: 0.003 and 0.01 in the full plan, 0.01 in the "
+        "reduced one, none in the lean one; the per-group search weighs the isotropic shape)"))
+    draws: int = like(MeasureOptions, "draws", 3, low=1, none=False,
                       help="Monte Carlo passes over S per isotropic σ")
-    tune_rows: int = spec(64, Spec(int, low=0, unit="rows", help=(
-        "rows of the prior's data on which the per-group σ is searched (0: none)")))
+    tune_rows: int | None = spec(None, Spec(int, low=0, none=True, unit="rows", help=(
+        "rows of the prior's data on which the per-group σ is searched (0: none; default: by "
+        "the plan rule: 192 full, 128 reduced, 64 lean)")))
     tune_draws: int = like(MeasureOptions, "tune_draws", 1, none=False, needs=SEARCH, help=(
         "Monte Carlo passes per σ vector tried by the search (free: it never sees S)"))
-    group_draws: int = like(MeasureOptions, "group_draws", 2, low=1, none=False, needs=SEARCH,
-                            help=(
-        "Monte Carlo passes over S at the per-group σ"))
+    group_draws: int | None = like(MeasureOptions, "group_draws", None, low=1, needs=SEARCH,
+                                   help=(
+        "Monte Carlo passes over S at the per-group σ (default: by the plan rule: 6 full, 4 "
+        "reduced, 2 lean)"))
     compress: bool = spec(False, Spec(bool, help=(
         "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
     # measure's --levels, by reference (one type: comma-separated level counts)
@@ -138,17 +140,40 @@ class CertifyConfig(Record):
         """The rules between fields: the bound-trained posterior's σ starts from the per-group
         σ search (rows to search on), the σ grid (as measure reads it) and the level counts
         (as a compression reads them)."""
-        if self.posterior == "bound" and not self.tune_rows:
+        if self.posterior == "bound" and self.tune_rows == 0:
             raise BoundcalcError(
                 f"{option('posterior', 'bound')} trains σ from the per-group σ search, which "
                 f"{option('tune_rows', self.tune_rows)} leaves out; give {option('tune_rows')} "
                 "> 0 (rows of the prior's data to search on)")
-        self.measure_options(tune=None)
+        if None not in (self.tune_rows, self.group_draws):
+            self.measure_options(tune=None)
         if len(set(self.levels)) != len(self.levels):  # in measure's words (CompressOptions)
             raise refusal("levels", ",".join(map(str, self.levels)), "distinct level counts")
 
+    def resolve(self, facts: Any) -> tuple["CertifyConfig", dict[str, Any]]:
+        """This config with the fields left None (:data:`.plan_rule.RULED`) filled by the
+        declared plan rule for ``facts`` (:class:`.plan_rule.Facts`), and the rule's record
+        for report.json. A given ``draws`` with no isotropic σ in the result does nothing
+        and is refused in one line."""
+        from dataclasses import replace
+
+        from .plan_rule import RULED, choose, record
+
+        level, works = choose(facts, self.draws, self.prior_fraction)
+        kept = [f for f in RULED if getattr(self, f) is not None]
+        fill = {f: getattr(level, f) for f in RULED if getattr(self, f) is None
+                and not (f == "group_draws" and self.tune_rows == 0)}  # no search: no row
+        out = replace(self, **fill)
+        if out.sigmas is None and self.draws != _default("draws"):
+            raise BoundcalcError(
+                f"{option('draws')} does nothing without {option('sigmas')}: the {level.name} "
+                f"plan measures no isotropic σ here; give {option('sigmas')} or leave "
+                f"{option('draws')} out")
+        return out, record(level, works, facts, kept)
+
     def measure_options(self, tune: str | None) -> MeasureOptions:
-        """The data side's options of the measure step (``tune``: the σ search's rows)."""
+        """The data side's options of the measure step (``tune``: the σ search's rows; the
+        config resolved by :meth:`resolve`)."""
         return MeasureOptions(device=self.device, max_length=self.max_length,
                               batch_size=self.batch_size, sigmas=self.sigmas,
                               draws=self.draws if self.sigmas else 0, hessian_probes=0,
@@ -157,6 +182,10 @@ class CertifyConfig(Record):
                               group_draws=self.group_draws,
                               # every tune row: certify sizes nothing by this machine's speed
                               search_rows=self.tune_rows if tune else None)
+
+
+def _default(name: str) -> Any:
+    return next(f.default for f in fields(CertifyConfig) if f.name == name)
 
 
 @dataclass(frozen=True)
@@ -179,7 +208,7 @@ class SplitSettings(StepSettings):
 
     prior_fraction: float
     seed: int
-    tune_rows: int
+    tune_rows: int | None
     text_column: str
     label_column: str
     duplicates: str
@@ -216,7 +245,7 @@ class MeasureSettings(StepSettings):
     sigmas: tuple[float, ...] | None
     draws: int
     tune_draws: int
-    group_draws: int
+    group_draws: int | None
     max_length: int
     batch_size: int | None
     compress: bool

@@ -185,7 +185,7 @@ class SplitStep(Step):
         from .run_plan import plan_text  # the plan, before anything slow
 
         ctx.say(plan_text(ctx.cfg, sizes, record.get("test", {}).get("n"), ctx.pretrained,
-                          ctx.rates))
+                          ctx.rates, ctx.rule))
         return {"split": record, "sizes": sizes}
 
 
@@ -354,6 +354,7 @@ class CompareStep(Step):
                        "base": str(ctx.base), "pretrained": ctx.pretrained,
                        "training_loop": loop_record(ctx.custom),
                        "duplicates": record.get("duplicates"),
+                       "plan_rule": ctx.rule,
                        "certifies": CERTIFIES})
         write_json_record(out / "report.json", report)
         return {"report": report, "certified": certified}
@@ -387,9 +388,11 @@ def certify(base: str | Path, data: str | Path, out: str | Path,
     cfg = config or CertifyConfig()
     say = say or (lambda m: None)
     device = resolve_device(cfg.device)  # a missing CUDA is refused before anything slow
-    preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: before anything slow
+    facts = preflight(base, data, test_data, cfg)  # files, base, labels, overlaps: first
+    cfg, rule = cfg.resolve(facts)  # the counts left to the plan rule (plan_rule.py)
     ctx = Context(base, data, test_data, Path(out), cfg, device, say, progress,
                   train or train_classifier, train is not None)
+    ctx.rule = rule
     ctx.base_dir, _ = base_folder(base)
     ctx.pretrained = has_weights(base) and Path(base).is_dir()
     ctx.rates = _rates(cfg, ctx.pretrained)

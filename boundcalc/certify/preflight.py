@@ -47,9 +47,10 @@ ROWS_PER_CALL = 1024  # texts per tokenizer call when rows are keyed
 
 
 def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
-              cfg: Any) -> None:
+              cfg: Any) -> Any:
     """Run the checks of the module docstring on certify's inputs (``cfg`` a
-    :class:`~boundcalc.certify.CertifyConfig`)."""
+    :class:`~boundcalc.certify.CertifyConfig`); return what the plan rule reads of them
+    (:class:`~boundcalc.certify.plan_rule.Facts`: the base's classifier, DATA's texts)."""
     from ..files import input_files
     from ..measure.data.dataset_io import DataError
     from ..measure.data.hf import load_tokenizer
@@ -62,7 +63,8 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
     folder, raw = base_folder(base)
     tok_path = Path(cfg.tokenizer) if cfg.tokenizer else folder
     tok = load_tokenizer(tok_path)
-    check_base(base, folder, raw, tok, tok_path if cfg.tokenizer else None, cfg.max_length)
+    model = check_base(base, folder, raw, tok, tok_path if cfg.tokenizer else None,
+                       cfg.max_length)
     train = read_labelled(data, cfg.text_column, cfg.label_column)
     test = (read_labelled(test_data, cfg.text_column, cfg.label_column)
             if test_data is not None else None)
@@ -70,6 +72,9 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
     check_rows(train.texts, train.labels, train.source, tok, cfg.max_length,
                test and (test.texts, test.labels, test.source), cfg.duplicates)
     check_label_conflicts(train, test, tok, cfg.max_length)
+    from .plan_rule import facts
+
+    return facts(model, tok, train.texts, cfg.max_length)
 
 
 # the entry whose confidence term and δ the floor of S is read from (certify's PAC-Bayes rows)
@@ -104,10 +109,10 @@ def check_bound_sample(labels: Sequence[Any], cfg: Any) -> None:
 
 
 def check_base(base: str | Path, folder: Path, raw: dict[str, Any], tokenizer: Any,
-               tokenizer_option: Path | None, max_length: int) -> None:
+               tokenizer_option: Path | None, max_length: int) -> Any:
     """The base's config, tokenizer, positions and weights (module docstring, item 2).
     ``tokenizer_option``: the tokenizer's folder when the option gave it (None: the base's
-    own)."""
+    own). Returns the classifier the config builds, on the meta device (shapes only)."""
     from ..measure.offline import check_folder, transformers_module
 
     check_folder(folder)  # regular files only; no code named by a config
@@ -131,6 +136,7 @@ def check_base(base: str | Path, folder: Path, raw: dict[str, Any], tokenizer: A
 
     if has_weights(folder) and Path(base).is_dir():
         _check_weights(folder)
+    return model
 
 
 def _meta_classifier(where: Path, raw: dict[str, Any], tokenizer: Any, tf: Any) -> Any:

@@ -38,7 +38,8 @@ from .run_folder import RunFolder
 class Context:
     """One certify run as the steps see it: the inputs, the settings, where it writes, the
     device and the callbacks; the base's folder, whether it holds weights (``pretrained``) and
-    the learning rates and prior epochs filled in for its kind (``rates``); ``found`` gathers
+    the learning rates and prior epochs filled in for its kind (``rates``); ``rule``: the
+    plan rule's record of the counts it filled (:mod:`.plan_rule`); ``found`` gathers
     what each step returned, ``keys`` each step's key; ``loaded``: the models and rows the
     steps share (:class:`~.loaded.Loaded`, made for ``out`` and ``device`` when not given)."""
 
@@ -58,6 +59,7 @@ class Context:
     found: dict[str, Any] = field(default_factory=dict)
     keys: dict[str, str] = field(default_factory=dict)
     loaded: Any = None  # the run's models and rows, loaded once (.loaded.Loaded)
+    rule: dict[str, Any] | None = None  # the plan rule's choice (plan_rule.record)
 
     def __post_init__(self) -> None:
         if self.loaded is None:

@@ -78,38 +78,15 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "subspace_epochs", "subspace_lr"]
 
 
-@pytest.mark.parametrize("name", ["draws", "tune_draws", "group_draws"])
+@pytest.mark.parametrize("name", ["draws", "tune_draws"])
 def test_certify_leaves_no_measure_count_to_sizing(name):
     """MeasureOptions leaves σ, draws and tune draws to the data side when None (issue 44);
     certify's settings declare the same fields by reference but always fix them before S is
     read, so None is refused there (it was accepted once the measure fields allowed None).
-    ``sigmas`` None is certify's default and means no isotropic row: measure is then asked
-    for 0 isotropic passes, so no σ is left to it (below)."""
+    ``sigmas``, ``group_draws`` and ``tune_rows`` None are left to certify's plan rule
+    (test_plan_rule.py), which fills them before measure is asked."""
     with pytest.raises(BoundcalcError, match=f"^{name}=None: expected"):
         CertifyConfig(**{name: None})
-
-
-def test_isotropic_rows_on_request():
-    """By default certify measures no isotropic σ (issue 54 item 4: 2 σ × 3 passes over S
-    were a third of the real-text run): measure gets draws 0 and no σ; --sigma brings them
-    back with --draws passes each; --draws without --sigma does nothing and is refused in one
-    line naming both options."""
-    from boundcalc.certify.run_plan import plan_text
-    from boundcalc.measure.data import sizing
-
-    opts = CertifyConfig().measure_options("tune.jsonl")
-    assert opts.sigmas is None and opts.draws == 0 and opts.group_draws == 3
-    assert not sizing.auto(opts)["sigmas"]
-    opts = CertifyConfig(sigmas=(0.01,), draws=2).measure_options("tune.jsonl")
-    assert opts.sigmas == (0.01,) and opts.draws == 2
-    sizes = {"prior": 999, "S": 999, "tune": 128}
-    assert "isotropic" not in plan_text(CertifyConfig(), sizes, 600, True, (1e-4, 3e-5, 2))
-    assert "1 isotropic σ × 2 Monte Carlo pass(es)" in plan_text(
-        CertifyConfig(sigmas=(0.01,), draws=2), sizes, 600, True, (1e-4, 3e-5, 2))
-    with pytest.raises(BoundcalcError, match="^draws does nothing without sigmas "
-                                             r"\(no isotropic σ row\); leave draws out or "
-                                             "give sigmas$"):
-        CertifyConfig(draws=5)
 
 
 def test_certify_measures_with_nothing_sized_by_the_machine():
@@ -118,7 +95,12 @@ def test_certify_measures_with_nothing_sized_by_the_machine():
     same inputs certify the same value on a fast and a loaded machine."""
     from boundcalc.measure.data import sizing
 
-    for cfg in (CertifyConfig(), CertifyConfig(tune_rows=0)):
+    from boundcalc.certify.plan_rule import Facts
+
+    short = Facts(weights=70_000, groups=8, rows=2000, tokens_per_row=12)  # any: the rule
+    for cfg in (CertifyConfig(), CertifyConfig(tune_rows=0)):               # reads no speed
+        cfg, _ = cfg.resolve(short)
         opts = cfg.measure_options("tune.jsonl" if cfg.tune_rows else None)
         assert not any(sizing.auto(opts).values()), sizing.auto(opts)
-    assert CertifyConfig(tune_rows=50).measure_options("t.jsonl").search_rows == 50
+    assert CertifyConfig(tune_rows=50).resolve(short)[0].measure_options(
+        "t.jsonl").search_rows == 50

@@ -1,0 +1,115 @@
+"""How much Monte Carlo certify does when the counts are left to it: one declared rule, the
+same on every machine (issue 54 item 4).
+
+The measure step's cost beyond the trainings is its passes over S with a posterior draw per
+row (the isotropic rows: ``draws`` passes per σ; the per-group row: ``group_draws`` passes)
+and the σ search (at most :func:`~boundcalc.measure.data.tune.search_evaluations` passes over
+``tune_rows`` rows of the prior's data). Each pass costs in proportion to the weights a row
+meets times its tokens, so the work of a plan is counted in **weight·token products**
+
+    W = weights · tokens per row · (SAMPLE_COST · passes over S · |S| + evaluations · tune rows)
+
+with ``weights`` the Linear weights of the classifier the base builds (embeddings are
+look-ups, not products) and the tokens per row of DATA as the model reads them (truncated at
+``max_length``). The richest plan of :data:`LEVELS` whose W is at most :data:`BUDGET` is taken
+(the last one when none is). The rule reads the base's config and DATA's texts, never a label
+and never this machine's speed, so the same inputs give the same plan, hence the same
+certificate, on a fast and on a loaded machine. The counts only steer how tight the Monte
+Carlo term and the σ search are: each Monte Carlo bound holds for any count fixed before its
+draws, and the search never sees S. A count given by the caller is kept as given.
+
+:data:`BUDGET` was set from one measurement: the README's real-text run (the bundled
+MiniLM-L6, 2,000 docstring openings of 64 tokens) took 14 min 48 s on 2 CPU cores with the
+full plan (W ≈ 2.6·10¹³); the lean plan (W ≈ 5·10¹²) brings it within 10 minutes, while the
+synthetic benchmarks (short rows: W ≤ 3·10¹² for MiniLM, far less for the 2-layer BERT) keep
+the full plan and their figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+SAMPLE_COST = 2.0  # a pass with its own draw per row ≈ two plain passes (MiniLM, 2 cores:
+#                    benchmarks/results/real_text_cuts_cpu.json)
+BUDGET = 1.0e13  # weight·token products of the Monte Carlo passes and the σ search
+
+
+@dataclass(frozen=True)
+class Level:
+    """One plan: the isotropic σ measured (None: none), the passes over S at the per-group σ
+    and the rows of the prior's data the σ search reads."""
+
+    name: str
+    sigmas: tuple[float, ...] | None
+    group_draws: int
+    tune_rows: int
+
+
+LEVELS = (Level("full", (0.003, 0.01), 6, 192),
+          Level("reduced", (0.01,), 4, 128),
+          Level("lean", None, 2, 64))
+RULED = ("sigmas", "group_draws", "tune_rows")  # the fields the rule fills when left None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rule reads: the classifier's Linear weights, its σ groups, DATA's rows and
+    their mean tokens as the model reads them."""
+
+    weights: int
+    groups: int
+    rows: int
+    tokens_per_row: float
+
+
+def facts(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int) -> Facts:
+    """:class:`Facts` of ``model`` (the base's classifier; the meta device will do: only
+    shapes are read) and ``texts`` (tokenized as training truncates them)."""
+    import torch
+
+    from ..measure.data.tune import sigma_groups
+
+    weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    tokens = 0
+    for lo in range(0, len(texts), 1024):
+        ids = tokenizer(list(texts[lo:lo + 1024]), truncation=True,
+                        max_length=max_length)["input_ids"]
+        tokens += sum(len(r) for r in ids)
+    return Facts(int(weights), len(set(sigma_groups(model).values())), len(texts),
+                 tokens / max(len(texts), 1))
+
+
+def work(level: Level, f: Facts, draws: int, prior_fraction: float) -> float:
+    """W of ``level`` (module docstring) for ``f``, ``draws`` passes per isotropic σ and the
+    share ``prior_fraction`` of DATA that is not S."""
+    from ..measure.data.tune import search_evaluations
+
+    n_s = f.rows * (1 - prior_fraction)
+    passes = (len(level.sigmas) if level.sigmas else 0) * draws + level.group_draws
+    search = search_evaluations(f.groups) * min(level.tune_rows, f.rows * prior_fraction)
+    return f.weights * f.tokens_per_row * (SAMPLE_COST * passes * n_s + search)
+
+
+def choose(f: Facts, draws: int, prior_fraction: float) -> tuple[Level, dict[str, float]]:
+    """The richest level whose work is within :data:`BUDGET` (else the last), and every
+    level's work."""
+    works = {lv.name: work(lv, f, draws, prior_fraction) for lv in LEVELS}
+    for lv in LEVELS:
+        if works[lv.name] <= BUDGET:
+            return lv, works
+    return LEVELS[-1], works
+
+
+def record(level: Level, works: dict[str, float], f: Facts, kept: Sequence[str]) -> dict:
+    """What report.json keeps of the rule's choice (``kept``: the ruled fields the caller
+    gave, kept as given)."""
+    return {"level": level.name, "budget": BUDGET, "work": works,
+            "unit": "weight·token products of the Monte Carlo passes and the σ search",
+            "weights": f.weights, "groups": f.groups, "rows": f.rows,
+            "tokens_per_row": round(f.tokens_per_row, 2),
+            "counts": {"sigmas": level.sigmas, "group_draws": level.group_draws,
+                       "tune_rows": level.tune_rows},
+            "given_by_caller": list(kept),
+            "rule": "the richest plan of full, reduced, lean whose work is within the budget "
+                    "(boundcalc/certify/plan_rule.py)"}
