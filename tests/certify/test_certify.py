@@ -173,8 +173,9 @@ def test_cli_prints_the_minimum_its_predictor_and_what_is_claimed(run):
     plan = err.index("plan: prior: 6 epoch(s) on the prior's data (120 rows) from a random "
                      "initialisation; posterior: 1 epoch(s) on S (120 rows)")
     assert err.index("split: 240 rows") < plan < err.index("fine-tuning"), err[:900]
-    assert ("measure: 1 σ × 1 Monte Carlo pass(es) over S, σ search on 48 rows of the prior's "
-            "data, 2 pass(es) over S at the per-group σ; compare: 100 held-out rows") in err
+    assert ("measure: one pass over S, 1 isotropic σ × 1 Monte Carlo pass(es) over S, σ search "
+            "on 48 rows of the prior's data, 2 pass(es) over S at the per-group σ; compare: 100 "
+            "held-out rows") in err
 
 
 def test_cli_refuses_a_wrong_column_naming_the_flag(run, tmp_path):
