@@ -148,15 +148,11 @@ def instantiated_latex(entry: Any, errors: int, m: int, delta: float, value: flo
 
 def latex_of(entry: Any, values: Mapping[str, str], value: float) -> str:
     """A registry entry with its symbols' ``values`` (as written) put in, and its value
-    (rounded up): an ``align*`` environment (:mod:`boundcalc.report.latex_formula`)."""
-    from ..report.latex_formula import equation_rows, printer_for
+    rounded up (:func:`boundcalc.report.latex_formula.instantiated_latex`)."""
+    from ..report.latex_formula import instantiated_latex as latex
     from ..rounding import upper_text
 
-    p = printer_for(entry, dict(values))
-    main, rows = equation_rows(entry, p)
-    main += r" \le %s" % upper_text(value, 4)
-    body = main + ("\n\\intertext{where}\n" + " \\\\\n".join(rows) if rows else "")
-    return "\\begin{align*}\n%s\n\\end{align*}" % body
+    return latex(entry, dict(values), upper_text(value, 4))
 
 
 def test_set_result(errors: int, m: int, delta: float) -> Any:

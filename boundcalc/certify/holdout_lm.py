@@ -157,7 +157,8 @@ def lm_holdout(model: str | Path, folder: Path, test_data: str | Path, cfg: Hold
     from ..measure.device import default_precision, precision, resolve_device
     from ..measure.threads import blas_threads, data_threads
     from ..registry import load_registry
-    from .holdout import latex_of
+    from ..report.latex_formula import instantiated_latex
+    from ..rounding import upper_text
 
     device = resolve_device(cfg.device)
     read, good, bad = read_texts(test_data, cfg)
@@ -187,7 +188,8 @@ def lm_holdout(model: str | Path, folder: Path, test_data: str | Path, cfg: Hold
     result = smoothed_result(loss, m, cfg.delta, cfg.smoothing, vocab)
     values = {"test_loss": f"{loss:.6g}", "m": str(m), "delta": f"{cfg.delta:g}",
               "alpha": f"{cfg.smoothing:g}", "V": str(vocab)}
-    latex = latex_of(load_registry().get(ENTRY_ID), values, result.value)
+    latex = instantiated_latex(load_registry().get(ENTRY_ID), values,
+                               upper_text(result.value, 4))
     return LMHoldoutResult(
         str(model), source, m, unreadable, int(scored.sum()), loss,
         float(np.mean(res.ce[ok]) / math.log(2)) if ok.any() else float("nan"),
