@@ -260,4 +260,4 @@ class HoldoutConfig(Record):
     device: str = like(CertifyConfig, "device", help="auto | cpu | cuda")
     smoothing: float = like(MeasureOptions, "smoothing", help=(
         "α of prediction smoothing of a causal language model's per-token loss, p_α = "
-        "(1 − α)p + α/V (fix it before reading the rows; a classifier ignores it)"))
+        "(1 − α)p + α/V (fix it before reading the rows; refused for a classifier)"))

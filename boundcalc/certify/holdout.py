@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import CheckpointError
+from ..errors import BoundcalcError, CheckpointError
 from ..words import option
 from .config import HoldoutConfig
 
@@ -190,6 +190,10 @@ def holdout(model: str | Path, test_data: str | Path, config: HoldoutConfig | No
     if is_causal_lm(raw):
         return lm_holdout(model, folder, test_data, cfg, say)
     classes = model_classes(raw, folder / "config.json")
+    if cfg.smoothing != HoldoutConfig().smoothing:  # set: the rule of options.refuse_unused
+        raise BoundcalcError(f"{option('smoothing', cfg.smoothing)}: applies to a causal "
+                             f"language model; {model} is a sequence classifier (its 0-1 "
+                             "error needs no smoothing)")
     texts, y, bad, source = read_rows(test_data, cfg, classes)
     if say is not None:
         say(f"evaluating {model} on the {len(texts)} rows of {source} on {device.type}, δ = "

@@ -57,14 +57,12 @@ def user(tmp_path_factory):
         batch = [train[(step * 16 + j) % len(train)] for j in range(16)]
         enc = tok(batch, truncation=True, max_length=MAX_LENGTH, padding=True,
                   return_tensors="pt")
-        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
-        loss = model(**enc, labels=labels).loss
         opt.zero_grad()
-        loss.backward()
+        model(**enc, labels=enc["input_ids"].masked_fill(enc["attention_mask"] == 0,
+                                                          -100)).loss.backward()
         opt.step()
-    model.eval()
-    model.save_pretrained(w / "mine")
-    tok.save_pretrained(w / "mine")
+    for saved in (model.eval(), tok):
+        saved.save_pretrained(w / "mine")
     held = [t for t, _ in synthetic_rows(38, 7)] + ["", "x"]
     _write(w / "held.csv", held)
     return {"w": w, "model": w / "mine", "held": held, "tok": tok, "net": model}
