@@ -15,7 +15,13 @@ mp.mp.dps = 50
 
 def kl_inv_50(k: int, m: int, delta: float) -> mp.mpf:
     """The largest p ∈ [k/m, 1] with kl(k/m ‖ p) ≤ ln(1/δ)/m, by 200 bisections at 50 digits."""
-    q, c = mp.mpf(k) / m, mp.log(1 / mp.mpf(delta)) / m
+    return kl_inv_rate_50(mp.mpf(k) / m, m, delta)
+
+
+def kl_inv_rate_50(q, m: int, delta: float) -> mp.mpf:
+    """kl⁻¹(q, ln(1/δ)/m) for a q ∈ [0, 1] (a count's rate, or a mean of [0, 1] losses given
+    as a float), by 200 bisections at 50 digits."""
+    q, c = mp.mpf(q), mp.log(1 / mp.mpf(delta)) / m
 
     def kl(p):
         a = q * mp.log(q / p) if q > 0 else mp.mpf(0)
@@ -81,22 +87,6 @@ def test_more_errors_than_rows_is_never_called_a_bound():
 def smoothed(loss: float, m: int, alpha: float, vocab: int, delta: float = 0.05):
     return bc.evaluate(bc.load_registry().get("test_set_smoothed_kl"),
                        {"test_loss": loss, "m": m, "alpha": alpha, "V": vocab, "delta": delta})
-
-
-def kl_inv_rate_50(q: float, m: int, delta: float) -> mp.mpf:
-    """kl⁻¹(q, ln(1/δ)/m) for a real q ∈ [0, 1] (a mean of [0, 1] losses), 50 digits."""
-    q, c = mp.mpf(q), mp.log(1 / mp.mpf(delta)) / m
-
-    def kl(p):
-        a = q * mp.log(q / p) if q > 0 else mp.mpf(0)
-        b = (1 - q) * mp.log((1 - q) / (1 - p)) if q < 1 else mp.mpf(0)
-        return a + b
-
-    lo, hi = q, mp.mpf(1)
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if kl(mid) <= c else (lo, mid)
-    return lo
 
 
 @pytest.mark.parametrize("loss,m,alpha,vocab,delta", [
