@@ -260,6 +260,8 @@ def test_scan_is_torch_logsumexp_block_by_block_with_the_top1_and_the_nonfinite_
     monkeypatch.setattr(lm_loss, "BLOCK_BYTES", 3 * 50 * 8)
     assert lm_loss.block_positions(7, 50) == 3 and lm_loss.block_positions(2, 50) == 2
     assert lm_loss.block_positions(7, 10 ** 9) == 1
+    # on a card a whole row per block (kernel launches, not the cache, cost there)
+    assert lm_loss.block_positions(7, 50, torch.device("cuda")) == 7
     gen = torch.Generator().manual_seed(11)
     for dtype in (torch.float32, torch.bfloat16):
         x = (6 * torch.randn(4, 7, 50, generator=gen)).to(dtype)

@@ -9,8 +9,9 @@ examples) therefore
 * runs the model on at most :func:`logit_rows` rows at a time, so that one [chunk, T, V] tensor
   in the compute dtype is held (the rows of a data batch are cut into such chunks;
   :func:`row_chunks`), and
-* reads those logits in **blocks of positions** (:func:`scan`: at most :data:`BLOCK_BYTES` of
-  float64, never more positions than one row holds), each block once from memory: its least
+* reads those logits in **blocks of positions** (:func:`scan`: on a CPU at most
+  :data:`BLOCK_BYTES` of float64, on a card one row; never more positions than one row
+  holds), each block once from memory: its least
   and greatest logit (the count of non-finite positions, the shift of the log-sum-exp), its
   top-1 prediction where asked, and the float64 log-sum-exp of the exactly widened block,
   while it sits in the processor's cache. Never a float64 tensor wider than one row's [T, V].
@@ -98,9 +99,13 @@ class Scan:
     bad: torch.Tensor
 
 
-def block_positions(seq_len: int, vocab: int) -> int:
-    """Positions per block of :func:`scan`: as many as :data:`BLOCK_BYTES` of float64 hold,
-    at least 1, at most ``seq_len`` (a block never spans two rows)."""
+def block_positions(seq_len: int, vocab: int, device: torch.device | None = None) -> int:
+    """Positions per block of :func:`scan`: on a CPU as many as :data:`BLOCK_BYTES` of float64
+    hold, at least 1; on a card a whole row (each block is a few kernel launches, and a card's
+    memory, not its cache, is what a row's float64 [T, V] must fit: the rule of before); never
+    more than ``seq_len`` (a block never spans two rows)."""
+    if device is not None and device.type != "cpu":
+        return max(1, int(seq_len))
     return max(1, min(int(seq_len), BLOCK_BYTES // (8 * max(1, int(vocab)))))
 
 
@@ -112,8 +117,8 @@ def scan(logits: torch.Tensor, top: bool = False) -> Scan:
     ``torch.logsumexp`` does), exponentiated and summed in place. No float64 tensor wider
     than one block; not differentiable (:func:`token_logprob` is)."""
     rows, seq, vocab = logits.shape
-    step = block_positions(seq, vocab)
     dev = logits.device
+    step = block_positions(seq, vocab, dev)
     lse = torch.empty((rows, seq), dtype=torch.float64, device=dev)
     idx = torch.empty((rows, seq), dtype=torch.long, device=dev) if top else None
     bad = torch.zeros((), dtype=torch.long, device=dev)
