@@ -10,10 +10,12 @@ seeded move, so that ``--init`` differs from it), 64 rows of 128 token ids drawn
 
 under ``/usr/bin/time -v`` (its "Maximum resident set size" is the peak RSS; issue 51's target
 ≤ 1.5 GB, 7.7 GB before), and its wall time divided by the wall time of one plain forward pass
-over the same 64 rows with a chunked loss (rows in chunks of 8, float64 log-sum-exp one row at a
-time), timed in this process in the same run (median of 3, on torch's threads and on one
-thread, the faster of the two: measure's data side runs a model this narrow on one thread;
-target ≤ 6×, 19.4× before).
+over the same 64 rows with a chunked loss (rows in chunks of 8, the per-row mean NLL by
+boundcalc's blocked float64 log-sum-exp, ``lm_loss.scored``), timed in this process in the
+same run (median of 3, on torch's threads and on one thread, the faster of the two: measure's
+data side runs a model this narrow on one thread; target ≤ 6×, 19.4× before). The yardstick of
+before (each row widened to float64 in turn, ``torch.logsumexp``) is timed once beside it.
+``--repeat N`` runs the whole comparison N times (each ratio recorded).
 
 ``--code PATH``: run the command with ``PYTHONPATH=PATH`` (e.g. ``/work/main`` for the before
 figure); default: this checkout. Writes ``benchmarks/results/lm_memory_cpu.json`` (or ``--out``);
@@ -60,34 +62,53 @@ def build(tmp: Path) -> tuple[Path, Path, Path]:
     return tmp / "m", tmp / "i", tmp / "d.pt"
 
 
-def plain_forward(model_dir: Path, data: Path, chunk: int = 8, threads: int | None = None
-                  ) -> float:
+def plain_forward(model_dir: Path, data: Path, chunk: int = 8, threads: int | None = None,
+                  rowwise: bool = False) -> float:
     """Seconds of one forward pass over every row, in chunks of ``chunk`` rows, with the
-    per-row mean token log-loss (float64 log-sum-exp one row at a time): the yardstick, on
-    ``threads`` threads (default: torch's)."""
+    per-row mean token log-loss (float64, :func:`_plain_forward`; ``rowwise``: the yardstick of
+    before, :func:`_rowwise_forward`), on ``threads`` threads (default: torch's)."""
     from transformers import GPT2LMHeadModel
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads or before)
     try:
-        return _plain_forward(GPT2LMHeadModel.from_pretrained(model_dir).eval(), data, chunk)
+        run = _rowwise_forward if rowwise else _plain_forward
+        return run(GPT2LMHeadModel.from_pretrained(model_dir).eval(), data, chunk)
     finally:
         torch.set_num_threads(before)
 
 
 def _plain_forward(model, data: Path, chunk: int) -> float:
+    """The forward in chunks of rows and the per-row mean NLL by boundcalc's own blocked
+    float64 log-sum-exp (``lm_loss.scored``: the cheapest exact loss this project has, so the
+    ratio counts measure's passes and fixed costs, not a slower loss)."""
+    from boundcalc.measure.data.lm_loss import scored
+
     ids = torch.load(data)["input_ids"]
     t0 = time.perf_counter()
     with torch.no_grad():
         out = []
         for lo in range(0, ids.shape[0], chunk):
             x = ids[lo:lo + chunk]
+            lp, _, bad = scored(model(input_ids=x).logits, x[:, 1:], causal=True)
+            out.append(-lp.mean(1))
+        assert int(bad) == 0
+    return time.perf_counter() - t0
+
+
+def _rowwise_forward(model, data: Path, chunk: int) -> float:
+    """The yardstick of before (issue 51's first pass): the same forward with
+    ``torch.logsumexp`` on each row widened to float64 in turn."""
+    ids = torch.load(data)["input_ids"]
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for lo in range(0, ids.shape[0], chunk):
+            x = ids[lo:lo + chunk]
             logits = model(input_ids=x).logits[:, :-1]
             for r in range(x.shape[0]):
                 row = logits[r]
                 lse = torch.logsumexp(row.double(), -1)
-                lp = row.gather(-1, x[r, 1:, None]).squeeze(-1).double() - lse
-                out.append(-lp.mean())
+                row.gather(-1, x[r, 1:, None]).squeeze(-1).double() - lse
     return time.perf_counter() - t0
 
 
@@ -109,42 +130,64 @@ def run_command(code: Path, m: Path, i: Path, d: Path) -> dict:
             "stats": stats.get("scalars", {})}
 
 
+def one_run(code: Path, m: Path, i: Path, d: Path) -> dict:
+    """The command once, between yardsticks timed in the same run (see the module docstring);
+    the yardstick of before (row-wise ``torch.logsumexp``) once per thread count, for
+    comparison."""
+    # the yardstick on torch's threads and on one (what measure's data side takes for a
+    # model this narrow, boundcalc.measure.threads.data_threads): the faster counts
+    plain = {n: [plain_forward(m, d, threads=n) for _ in range(2)] for n in (None, 1)}
+    load_before = os.getloadavg()
+    got = run_command(code, m, i, d)
+    load_after = os.getloadavg()
+    for n in plain:
+        plain[n].append(plain_forward(m, d, threads=n))
+    rowwise = {str(n or torch.get_num_threads()): round(plain_forward(m, d, threads=n,
+                                                                      rowwise=True), 3)
+               for n in (None, 1)}
+    medians = {str(n or torch.get_num_threads()): statistics.median(v) for n, v in plain.items()}
+    base = min(medians.values())
+    scal = got.pop("stats")
+    loss = scal.get("loss_mean")
+    return {**got, "plain_forward_s": round(base, 3),
+            "plain_forward_s_by_threads": {k: round(v, 3) for k, v in medians.items()},
+            "plain_forward_runs_s": {str(n or torch.get_num_threads()): [round(x, 3) for x in v]
+                                     for n, v in plain.items()},
+            "rowwise_forward_s_by_threads": rowwise,
+            "ratio": round(got["wall_s"] / base, 2),
+            "loss_mean": loss.get("value") if isinstance(loss, dict) else loss,
+            "load_before": [round(x, 2) for x in load_before],
+            "load_after": [round(x, 2) for x in load_after]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--code", default=str(ROOT))
     ap.add_argument("--out", default=str(HERE / "results" / "lm_memory_cpu.json"))
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the whole comparison")
     args = ap.parse_args()
+    runs = []
     with tempfile.TemporaryDirectory() as t:
         m, i, d = build(Path(t))
-        # the yardstick on torch's threads and on one (what measure's data side takes for a
-        # model this narrow, boundcalc.measure.threads.data_threads): the faster counts
-        plain = {n: [plain_forward(m, d, threads=n) for _ in range(2)] for n in (None, 1)}
-        load_before = os.getloadavg()
-        got = run_command(Path(args.code), m, i, d)
-        for n in plain:
-            plain[n].append(plain_forward(m, d, threads=n))
-    medians = {str(n or torch.get_num_threads()): statistics.median(v) for n, v in plain.items()}
-    base = min(medians.values())
-    scal = got.pop("stats")
+        for _ in range(args.repeat):
+            runs.append(one_run(Path(args.code), m, i, d))
+            print(json.dumps(runs[-1]), flush=True)
     record = {"command": "boundcalc measure m --init i --data d.pt " + " ".join(COMMAND),
               "case": f"GPT-2 width {WIDTH}, {LAYERS} layers, vocabulary {VOCAB}; {ROWS} rows x "
                       f"{TOKENS} tokens",
-              **got, "plain_forward_s": round(base, 3),
-              "plain_forward_s_by_threads": {k: round(v, 3) for k, v in medians.items()},
-              "plain_forward_runs_s": {str(n or torch.get_num_threads()): [round(x, 3) for x in v]
-                                       for n, v in plain.items()},
-              "ratio": round(got["wall_s"] / base, 2),
-              "targets": {"peak_rss_gb": 1.5, "ratio": 6.0},
-              "loss_mean": (scal.get("loss_mean") or {}).get("value")
-              if isinstance(scal.get("loss_mean"), dict) else scal.get("loss_mean"),
-              "load_before": [round(x, 2) for x in load_before],
-              "load_after": [round(x, 2) for x in os.getloadavg()],
-              "torch": torch.__version__, "threads": torch.get_num_threads()}
+              "yardstick": "forward in chunks of 8 rows + per-row mean NLL by "
+                           "boundcalc.measure.data.lm_loss.scored (blocked float64 "
+                           "log-sum-exp), median of 3, the faster of torch's threads and one",
+              "ratios": [r["ratio"] for r in runs],
+              "peak_rss_gb": max(r["peak_rss_gb"] for r in runs),
+              "targets": {"peak_rss_gb": 1.5, "ratio": 6.0}, "runs": runs,
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "cores": os.cpu_count()}
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.exists() else {}
     data[str(Path(args.code).resolve())] = record
     out.write_text(json.dumps(data, indent=1) + "\n")
-    print(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1))
 
 
 if __name__ == "__main__":

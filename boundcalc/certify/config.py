@@ -275,8 +275,10 @@ class CompareSettings(StepSettings):
 @dataclass(frozen=True)
 class HoldoutConfig(Record):
     """Settings of :func:`boundcalc.certify.holdout.holdout` (``boundcalc holdout``): the
-    test-set bound of a classifier you trained yourself on your held-out rows. The reading of
-    the rows is :class:`CertifyConfig`'s (:func:`~boundcalc.options.like`)."""
+    test-set bound of a classifier (or, in bits per token, a causal language model) you
+    trained yourself on your held-out rows. The reading of the rows is
+    :class:`CertifyConfig`'s (:func:`~boundcalc.options.like`); a language model's α is
+    measure's (:class:`MeasureOptions`)."""
 
     delta: float = spec(TEST_SET_DELTA, Spec(float, low=0, high=1, open_low=True,
                                              open_high=True, help=(
@@ -290,3 +292,6 @@ class HoldoutConfig(Record):
     label_column: str = like(CertifyConfig, "label_column", help=(
         "label column (the model's label names, or class indices)"))
     device: str = like(CertifyConfig, "device", help="auto | cpu | cuda")
+    smoothing: float = like(MeasureOptions, "smoothing", help=(
+        "α of prediction smoothing of a causal language model's per-token loss, p_α = "
+        "(1 − α)p + α/V (fix it before reading the rows; refused for a classifier)"))

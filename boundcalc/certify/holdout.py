@@ -1,5 +1,6 @@
 """A classifier you already trained, certified on your own held-out rows: the test-set bound
-(``boundcalc holdout MODEL --test-data HELDOUT``).
+(``boundcalc holdout MODEL --test-data HELDOUT``); a causal language model's held-out bits by
+the same argument with a bounded loss (:mod:`.holdout_lm`).
 
 :func:`holdout` reads the held-out rows with certify's reader
 (:func:`boundcalc.measure.data.dataset_io.read_columns`), maps each label to one of the model's
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import CheckpointError
+from ..errors import BoundcalcError, CheckpointError
 from ..words import option
 from .config import HoldoutConfig
 
@@ -74,9 +75,10 @@ def model_classes(raw: Mapping[str, Any], where: Path) -> list[str]:
     config is not a sequence classifier's."""
     arch = [str(a) for a in raw.get("architectures") or []]
     if not any(a.endswith("ForSequenceClassification") for a in arch):
-        raise CheckpointError(f"{where}: architectures {arch or 'not given'} names no "
-                              "...ForSequenceClassification model; holdout evaluates a "
-                              "trained sequence classifier (saved with save_pretrained)")
+        raise CheckpointError(f"{where}: architectures {arch or 'not given'} names neither a "
+                              "...ForSequenceClassification model nor a causal language model "
+                              "(...ForCausalLM, ...LMHeadModel); holdout evaluates a trained "
+                              "sequence classifier or causal LM (saved with save_pretrained)")
     id2label = raw.get("id2label") or {}
     n = raw.get("num_labels") or len(id2label)
     try:
@@ -140,14 +142,17 @@ def read_rows(test_data: str | Path, cfg: HoldoutConfig,
 def instantiated_latex(entry: Any, errors: int, m: int, delta: float, value: float) -> str:
     """The registry's ``test_set_kl`` with k, m and δ written in, and its value (rounded up):
     an ``align*`` environment (:mod:`boundcalc.report.latex_formula`)."""
-    from ..report.latex_formula import equation_rows, printer_for
+    return latex_of(entry, {"test_errors": str(errors), "m": str(m), "delta": f"{delta:g}"},
+                    value)
+
+
+def latex_of(entry: Any, values: Mapping[str, str], value: float) -> str:
+    """A registry entry with its symbols' ``values`` (as written) put in, and its value
+    rounded up (:func:`boundcalc.report.latex_formula.instantiated_latex`)."""
+    from ..report.latex_formula import instantiated_latex as latex
     from ..rounding import upper_text
 
-    p = printer_for(entry, {"test_errors": str(errors), "m": str(m), "delta": f"{delta:g}"})
-    main, rows = equation_rows(entry, p)
-    main += r" \le %s" % upper_text(value, 4)
-    body = main + ("\n\\intertext{where}\n" + " \\\\\n".join(rows) if rows else "")
-    return "\\begin{align*}\n%s\n\\end{align*}" % body
+    return latex(entry, dict(values), upper_text(value, 4))
 
 
 def test_set_result(errors: int, m: int, delta: float) -> Any:
@@ -164,22 +169,31 @@ def test_set_result(errors: int, m: int, delta: float) -> Any:
 
 
 def holdout(model: str | Path, test_data: str | Path, config: HoldoutConfig | None = None,
-            say: Callable[[str], None] | None = None) -> HoldoutResult:
+            say: Callable[[str], None] | None = None) -> Any:
     """The test-set bound of the sequence classifier in ``model`` (a Hugging Face folder) on
-    the held-out rows ``test_data`` (module docstring). Checks every input before the model
-    is loaded; ``say(line)`` hears when the evaluation starts."""
+    the held-out rows ``test_data`` (module docstring), a :class:`HoldoutResult`; of a causal
+    language model, the bound on its held-out bits (:func:`.holdout_lm.lm_holdout`, a
+    :class:`~.holdout_lm.LMHoldoutResult`). Checks every input before the model is loaded;
+    ``say(line)`` hears when the evaluation starts."""
     from ..measure.device import resolve_device
     from ..registry import load_registry
     from .claims import TEST_SET_ID
+    from .holdout_lm import is_causal_lm, lm_holdout
     from .train import base_folder, error_rate, has_weights, load_trained
 
     cfg = config or HoldoutConfig()
     device = resolve_device(cfg.device)
     folder, raw = base_folder(model)
     if not (Path(model).is_dir() and has_weights(folder)):
-        raise CheckpointError(f"{model}: no weights (a trained classifier is a folder with "
+        raise CheckpointError(f"{model}: no weights (a trained model is a folder with "
                               "config.json and model.safetensors or pytorch_model.bin)")
+    if is_causal_lm(raw):
+        return lm_holdout(model, folder, test_data, cfg, say)
     classes = model_classes(raw, folder / "config.json")
+    if cfg.smoothing != HoldoutConfig().smoothing:  # set: the rule of options.refuse_unused
+        raise BoundcalcError(f"{option('smoothing', cfg.smoothing)}: applies to a causal "
+                             f"language model; {model} is a sequence classifier (its 0-1 "
+                             "error needs no smoothing)")
     texts, y, bad, source = read_rows(test_data, cfg, classes)
     if say is not None:
         say(f"evaluating {model} on the {len(texts)} rows of {source} on {device.type}, δ = "

@@ -1,5 +1,6 @@
 """``boundcalc holdout``: a classifier you already trained, certified by the test-set bound on
-your own held-out rows (:mod:`boundcalc.certify.holdout`)."""
+your own held-out rows (:mod:`boundcalc.certify.holdout`); a causal language model, its held-out
+bits per token (:mod:`boundcalc.certify.holdout_lm`)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def holdout_cmd(
     itself, with probability >= 1 - delta, on the distribution the held-out rows were drawn
     from. The model is evaluated in batches (on the card when there is one); a row that cannot
     be read counts as an error. The same number as `boundcalc optimize test_set_kl --set
-    test_errors=k,m=m`.
+    test_errors=k,m=m`. A causal language model: its mean smoothed log-loss L on the m rows
+    (each row one unit) gives log2(V/alpha)*kl^-1(L, ln(1/delta)/m) bits per token
+    (test_set_smoothed_kl); an unreadable row counts at the largest loss.
     """
 
     def run() -> None:
@@ -54,7 +57,10 @@ def holdout_cmd(
         if as_json:
             emit_json(res.record())
             return
-        print_holdout(res)
+        if hasattr(res, "held_out_bits"):
+            print_lm_holdout(res)
+        else:
+            print_holdout(res)
 
     guarded(run)
 
@@ -76,3 +82,26 @@ def print_holdout(res) -> None:
         "distribution the held-out rows were drawn from")
     say(escape(res.latex))
     say(f"note: {escape(rec['note'])}")
+
+
+def print_lm_holdout(res) -> None:
+    """A language model's certified bits (rounded up) with δ, the i.i.d. unit, the held-out
+    loss it rests on, the unreadable rows and the LaTeX of the instantiated bound."""
+    from ..rounding import probability_text, upper_text
+
+    rec, r = res.record(), res.result
+    say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+    say(f"held-out loss of {escape(res.model)} on {res.m} units ({res.tokens} predicted "
+        f"{res.per}s): {res.held_out_bits:.4f} bits per {res.per} smoothed with α = "
+        f"{res.alpha:g} (unsmoothed {res.nll_bits:.4f}; top-1 error {res.top1_error:.4f}; "
+        f"uniform guess {rec['random_guess_bits']:.4f})"
+        + (f"; {len(res.unreadable)} unreadable row(s) counted at the largest loss, first: "
+           f"row {res.unreadable[0]}" if res.unreadable else "; every row read"))
+    say(f"unit (i.i.d.): {escape(rec['iid_unit'])}")
+    say(f"certified for the α-smoothed model itself: {ENTRY} ≤ {upper_text(r.value, 4)} bits "
+        f"per {res.per} with probability ≥ {probability_text(r.delta)} (δ = {r.delta:g}), on "
+        "the distribution the held-out rows were drawn from")
+    say(escape(res.latex))
+
+
+ENTRY = "test_set_smoothed_kl"

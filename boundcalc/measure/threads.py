@@ -38,10 +38,13 @@ def layer_workers(hidden: int, device: torch.device) -> int:
     return available_cores()
 
 
-def widest_layer(model: torch.nn.Module) -> int:
-    """The largest input or output width of the model's Linear, Conv2d and Embedding layers."""
+def widest_layer(model: torch.nn.Module, skip: torch.nn.Module | None = None) -> int:
+    """The largest input or output width of the model's Linear, Conv2d and Embedding layers
+    (``skip``: a layer left out)."""
     widths = [0]
     for m in model.modules():
+        if m is skip:
+            continue
         if isinstance(m, torch.nn.Linear):
             widths += [m.in_features, m.out_features]
         elif isinstance(m, torch.nn.Conv2d):
@@ -68,9 +71,23 @@ def data_threads(model: torch.nn.Module, device: torch.device,
                           f"core(s); running {cores} thread(s)", stacklevel=2)
             return cores
         return int(requested)
-    if device.type == "cpu" and widest_layer(model) <= SMALL_DATA_WIDTH:
+    if device.type == "cpu" and widest_layer(model, _vocabulary_head(model)) <= SMALL_DATA_WIDTH:
         return 1
     return None
+
+
+def _vocabulary_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """A language model's output projection onto its vocabulary (``get_output_embeddings``),
+    which :func:`data_threads` does not count as the model's width: the tiny GPT-2 of issue 51
+    (width 64, vocabulary 50,257) has one long kernel there and short ones everywhere else; on
+    two threads of a shared 2-core machine its body ran 4× slower and the blocked losses
+    (:func:`.data.lm_loss.scan`) 2–4× slower than on one (``benchmarks/bench_lm_memory.py``)."""
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        head = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):
+        return None
+    return head if isinstance(head, torch.nn.Module) else None
 
 
 @contextmanager

@@ -260,3 +260,13 @@ def entry_latex(entry: Entry) -> str:
     if rows:
         body += "\n\\intertext{where}\n" + " \\\\\n".join(rows)
     return "\\begin{align*}\n%s\n\\end{align*}" % body
+
+
+def instantiated_latex(entry: Entry, values: dict[str, str], bound_text: str) -> str:
+    """``entry`` with its symbols' ``values`` (as written) put in and ``≤ bound_text`` (its
+    value, rounded as the caller rounds it) after the expression: an ``align*`` environment,
+    the definitions after "where" (``boundcalc holdout --latex``)."""
+    main, rows = equation_rows(entry, printer_for(entry, dict(values)))
+    main += r" \le %s" % bound_text
+    body = main + ("\n\\intertext{where}\n" + " \\\\\n".join(rows) if rows else "")
+    return "\\begin{align*}\n%s\n\\end{align*}" % body

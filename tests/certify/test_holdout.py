@@ -131,3 +131,14 @@ def test_a_label_outside_the_models_classes_is_refused_naming_the_row(user, tmp_
     assert "\n" not in err and "Traceback" not in res.output
     assert "row 5 is 'space', none of the model's 2 classes (food, sport" in err, err
     assert "--label-column" in err
+
+
+def test_smoothing_is_refused_for_a_classifier(user):
+    """--smoothing is a language model's α (boundcalc holdout on a causal LM): set for a
+    classifier it is refused in one line naming the option, before the model is evaluated."""
+    res = runner.invoke(app, ["holdout", str(user["model"]), "--test-data",
+                              str(user["w"] / "held.csv"), "--smoothing", "0.1",
+                              "--device", "cpu"])
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    err = res.stderr.strip()
+    assert "\n" not in err and "--smoothing 0.1: applies to a causal language model" in err

@@ -15,7 +15,13 @@ mp.mp.dps = 50
 
 def kl_inv_50(k: int, m: int, delta: float) -> mp.mpf:
     """The largest p ∈ [k/m, 1] with kl(k/m ‖ p) ≤ ln(1/δ)/m, by 200 bisections at 50 digits."""
-    q, c = mp.mpf(k) / m, mp.log(1 / mp.mpf(delta)) / m
+    return kl_inv_rate_50(mp.mpf(k) / m, m, delta)
+
+
+def kl_inv_rate_50(q, m: int, delta: float) -> mp.mpf:
+    """kl⁻¹(q, ln(1/δ)/m) for a q ∈ [0, 1] (a count's rate, or a mean of [0, 1] losses given
+    as a float), by 200 bisections at 50 digits."""
+    q, c = mp.mpf(q), mp.log(1 / mp.mpf(delta)) / m
 
     def kl(p):
         a = q * mp.log(q / p) if q > 0 else mp.mpf(0)
@@ -74,3 +80,41 @@ def test_more_errors_than_rows_is_never_called_a_bound():
     assert r.value == 1.0 and not r.is_bound
     assert r.label == "not a bound: an assumption fails"
     assert [a["status"] for a in r.assumptions][-1] == "fails"
+
+
+# ---- test_set_smoothed_kl (test_set.md §3): a language model's held-out bits ----------------
+
+def smoothed(loss: float, m: int, alpha: float, vocab: int, delta: float = 0.05):
+    return bc.evaluate(bc.load_registry().get("test_set_smoothed_kl"),
+                       {"test_loss": loss, "m": m, "alpha": alpha, "V": vocab, "delta": delta})
+
+
+@pytest.mark.parametrize("loss,m,alpha,vocab,delta", [
+    (0.30884, 40, 0.01, 257, 0.05), (0.7025799570474114, 64, 0.01, 50257, 0.05),
+    (0.123456789, 5000, 0.001, 256, 0.01), (0.5, 100, 0.25, 2, 0.2), (1.0, 10, 0.5, 3, 0.5)])
+def test_smoothed_value_is_bits_range_times_the_kl_inverse_at_50_digits(loss, m, alpha, vocab,
+                                                                         delta):
+    r = smoothed(loss, m, alpha, vocab, delta)
+    exact = mp.log(mp.mpf(vocab) / mp.mpf(alpha), 2) * kl_inv_rate_50(loss, m, delta)
+    assert r.kind == "certified" and r.is_bound and r.output == "loss" and r.vacuous is None
+    assert mp.mpf(r.value) >= exact  # rounded outward, never below
+    assert float(mp.mpf(r.value) - exact) <= 1e-11 * float(exact)
+
+
+def test_smoothed_at_zero_loss_and_at_a_count_is_the_0_1_entry_in_bits():
+    """L = 0: log2(V/α)(1 − δ^{1/m}); L = k/m: log2(V/α) times test_set_kl at k, m (the same
+    theorem: a 0-1 loss is a [0, 1] loss)."""
+    bits = mp.log(mp.mpf(1000) / mp.mpf(0.01), 2)
+    r = smoothed(0.0, 300, 0.01, 1000)
+    exact = bits * (1 - mp.mpf(0.05) ** (mp.mpf(1) / 300))
+    assert mp.mpf(r.value) >= exact and float(mp.mpf(r.value) - exact) <= 1e-11
+    r = smoothed(29 / 500, 500, 0.01, 1000)
+    assert r.value == pytest.approx(float(bits) * value(29, 500).value, rel=1e-12)
+
+
+def test_a_smoothed_loss_outside_0_1_is_refused_by_its_domain():
+    from boundcalc.errors import DomainError
+
+    for bad in (1.5, -0.1):
+        with pytest.raises(DomainError, match="'test_loss'.*outside its domain"):
+            smoothed(bad, 10, 0.01, 1000)

@@ -8,7 +8,7 @@ produces a float64 tensor wider than one row's [T, V], or compute-dtype logits o
 The model: a 1-layer GPT-2 of width 16 with a vocabulary of 1,000 (wider than every other axis,
 so a vocabulary-wide tensor is told apart by its last size), 10 rows of 12 tokens in batches of
 5, one row padded after its seventh token; the chunk budget is set to 2 rows' logits, so each
-batch is cut into 2 + 2 + 1 rows.
+batch is cut into 2 + 2 + 1 rows, and the blocks of the float64 log-sum-exp to 5 positions.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from boundcalc.measure.data.dataset_io import Batched
 from boundcalc.measure.data.hf import TaskModel
 from tests._measure_helpers import single_thread
 
-V, T, ROWS, BATCH, CHUNK, ALPHA = 1000, 12, 10, 5, 2, 0.01
+V, T, ROWS, BATCH, CHUNK, ALPHA, BLOCK = 1000, 12, 10, 5, 2, 0.01, 5
 CPU = torch.device("cpu")
 
 
@@ -38,8 +38,10 @@ def one_thread():
 
 @pytest.fixture
 def chunked(monkeypatch):
-    """The chunk budget: CHUNK rows of float32 logits over T positions."""
+    """The chunk budget: CHUNK rows of float32 logits over T positions; blocks of BLOCK
+    positions in :func:`lm_loss.scan` (a row of 12 read as 5 + 5 + 2)."""
     monkeypatch.setattr(lm_loss, "CPU_LOGITS_BYTES", CHUNK * T * V * 4)
+    monkeypatch.setattr(lm_loss, "BLOCK_BYTES", BLOCK * V * 8)
 
 
 def _lm(seed: int = 0):
@@ -246,3 +248,60 @@ def test_a_language_model_with_an_infinite_logit_is_refused_in_the_data_pass_and
         run_pass(tm, data, CPU, alpha=ALPHA)
     with pytest.raises(BoundcalcError, match="NaN or infinite logits"):
         gibbs_estimate(tm, data, CPU, [0.0], MonteCarlo(1, 0, ALPHA, "whole"))
+
+
+def test_scan_is_torch_logsumexp_block_by_block_with_the_top1_and_the_nonfinite_count(
+        monkeypatch):
+    """:func:`lm_loss.scan` in blocks of 3 positions (7 = 3 + 3 + 1) equals
+    ``torch.logsumexp`` of the widened logits to float64 rounding, its top-1 equals argmax and
+    its count equals :func:`lm_loss.nonfinite`, on float32 and bfloat16 logits, with a row
+    whose greatest logit is +inf (unshifted, as torch does: lse +inf) and a -inf logit (lse
+    finite, the position counted)."""
+    monkeypatch.setattr(lm_loss, "BLOCK_BYTES", 3 * 50 * 8)
+    assert lm_loss.block_positions(7, 50) == 3 and lm_loss.block_positions(2, 50) == 2
+    assert lm_loss.block_positions(7, 10 ** 9) == 1
+    # on a card a whole row per block (kernel launches, not the cache, cost there)
+    assert lm_loss.block_positions(7, 50, torch.device("cuda")) == 7
+    gen = torch.Generator().manual_seed(11)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = (6 * torch.randn(4, 7, 50, generator=gen)).to(dtype)
+        x[1, 4, 9] = -math.inf
+        x[2, 6, 3] = math.inf
+        got = lm_loss.scan(x, top=True)
+        ref = torch.logsumexp(x.double(), -1)
+        fin = torch.isfinite(ref)
+        assert fin.sum() == 27 and got.lse[2, 6] == math.inf
+        np.testing.assert_allclose(got.lse[fin].numpy(), ref[fin].numpy(), rtol=1e-15)
+        assert torch.equal(got.top[fin], x.argmax(-1)[fin])
+        assert int(got.bad) == int(lm_loss.nonfinite(x)) == 2
+        assert lm_loss.scan(x).top is None
+
+
+def test_scored_aligns_a_causal_models_targets_and_counts_every_position():
+    """``scored``: log p(target) of the positions before the last (a causal model's last
+    position predicts nothing) equals the float64 log-softmax gathered at the targets; a NaN
+    at the last position is still counted."""
+    gen = torch.Generator().manual_seed(12)
+    x = 3 * torch.randn(2, 6, 40, generator=gen)
+    ids = torch.randint(0, 40, (2, 6), generator=gen)
+    lp, top, bad = lm_loss.scored(x, ids[:, 1:], causal=True, top=True)
+    ref = torch.log_softmax(x.double(), -1)[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)
+    np.testing.assert_allclose(lp.numpy(), ref.numpy(), rtol=1e-14)
+    assert torch.equal(top, x[:, :-1].argmax(-1)) and int(bad) == 0
+    x[1, 5, 0] = math.nan
+    assert int(lm_loss.scored(x, ids[:, 1:], causal=True)[2]) == 1
+
+
+def test_a_narrow_language_model_runs_its_data_side_on_one_thread():
+    """The vocabulary head is not the model's width (threads.data_threads): the width-16 GPT-2
+    with a vocabulary of 1,000 runs on one thread, as a width-16 classifier does; a body wider
+    than SMALL_DATA_WIDTH keeps torch's threads."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from boundcalc.measure.threads import SMALL_DATA_WIDTH, data_threads, widest_layer
+
+    tm, *_ = _lm()
+    assert widest_layer(tm.model) == V and data_threads(tm.model, CPU) == 1
+    wide = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=8, n_embd=SMALL_DATA_WIDTH + 8,
+                                      n_layer=1, n_head=2))
+    assert data_threads(wide, CPU) is None

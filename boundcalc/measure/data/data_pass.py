@@ -8,7 +8,8 @@ Per sample (one batch of activations in memory at a time, ``torch.no_grad``):
   bounded loss of prediction smoothing (Lotfi et al. 2023): with p̃ = (1 − α)p + α/V,
   −ln p̃_y ≤ ln(V/α), divided by ln(V/α) so that it lies in [0, 1].
   A language model runs on chunks of a batch's rows whose logits fit
-  :func:`.lm_loss.logit_rows`, its losses taken in float64 one row at a time (:mod:`.lm_loss`).
+  :func:`.lm_loss.logit_rows`, its losses taken in float64 a block of positions at a time, in
+  one read of the logits (:func:`.lm_loss.scored`).
 
 The bounded loss (0-1 error for classifiers, the smoothed NLL for language models) is the loss of
 the Monte Carlo Gibbs risk under N(w, σ²I) weight noise (:mod:`.gibbs`): k passes per σ, with
@@ -30,8 +31,7 @@ from ...errors import BoundcalcError
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
-from .lm_loss import logit_rows, row_chunks, row_mean, token_stats
-from .lm_loss import nonfinite as count_nonfinite
+from .lm_loss import logit_rows, row_chunks, row_mean, row_stats, scored
 
 GAMMA_GRID = tuple(2.0 ** k for k in range(-20, 21))  # bartlett_spectral_gamma_grid's grid
 
@@ -81,8 +81,8 @@ def _pass_rows(tm: TaskModel, host: dict[str, torch.Tensor], y: torch.Tensor | N
                maxima: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
     """The data pass on one piece of rows: per-row figures appended to ``columns`` (err, ce,
     bounded, margin), the running maxima ``(token norm, Frobenius norm, non-finite count)``
-    returned updated. A language model's losses come from :func:`.lm_loss.token_stats` (the
-    compute-dtype logits of this piece, float64 one row at a time); a classifier's logits are
+    returned updated. A language model's losses come from :func:`.lm_loss.scored` (the
+    compute-dtype logits of this piece, float64 a block at a time); a classifier's logits are
     widened to float64 whole (B × classes)."""
     err, ce, bounded, margin = columns
     tmax, fmax, nonfinite = maxima
@@ -98,16 +98,15 @@ def _pass_rows(tm: TaskModel, host: dict[str, torch.Tensor], y: torch.Tensor | N
         tmax = torch.maximum(tmax, tok.max())
         fmax = torch.maximum(fmax, tok.square().sum(-1).sqrt().max())
     logits = out.logits
-    nonfinite = nonfinite + (count_nonfinite(logits) if tm.is_lm else
-                             (~torch.isfinite(logits)).sum())
-    if tm.is_lm:
-        if tm.task == "causal_lm":
-            logits = logits[:, :-1]
-        nll, smooth, wrong = token_stats(logits, targets, keep, alpha)
+    if tm.is_lm:  # one read of the logits: the non-finite count, the losses, the top-1
+        lp, top, bad = scored(logits, targets, tm.task == "causal_lm", top=True)
+        nonfinite = nonfinite + bad
+        nll, smooth, wrong = row_stats(lp, top, targets, keep, alpha, logits.shape[-1])
         ce.append(nll)
         bounded.append(smooth)
         err.append(wrong)
     else:
+        nonfinite = nonfinite + (~torch.isfinite(logits)).sum()
         logits = logits.double()
         y = on_device(y, device)
         logp = torch.log_softmax(logits, -1)

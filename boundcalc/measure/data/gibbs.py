@@ -36,7 +36,7 @@ from .curvature import Closure, _params
 from .dataset_io import Batched
 from .hf import TaskModel
 from .inputs import Progress, lm_targets, mask_is_full, model_call, on_device, to_device
-from .lm_loss import logit_rows, nonfinite, smoothed_token_loss
+from .lm_loss import logit_rows, row_mean, scored, smoothed
 from ...options import Record, like
 from .options import MODES, MeasureOptions  # declared with the options that choose them
 
@@ -298,12 +298,11 @@ def _bounded_rows(tm: TaskModel, inputs: dict[str, torch.Tensor], y: torch.Tenso
     if tm.is_lm:
         inputs, targets, keep = lm_targets(tm, inputs)
     logits = tm.model(**model_call(inputs, full_mask)).logits
-    bad = nonfinite(logits) if tm.is_lm else (~torch.isfinite(logits)).sum()
-    if tm.is_lm:  # the compute-dtype logits, float64 one row at a time (:mod:`.lm_loss`)
-        if tm.task == "causal_lm":
-            logits = logits[:, :-1]
-        loss = smoothed_token_loss(logits, targets, keep, alpha)
+    if tm.is_lm:  # the compute-dtype logits read once, float64 a block at a time (lm_loss)
+        lp, _, bad = scored(logits, targets, tm.task == "causal_lm")
+        loss = row_mean(smoothed(lp, logits.shape[-1], alpha), keep)
     else:
+        bad = (~torch.isfinite(logits)).sum()
         loss = (logits.argmax(-1) != y).double()
     return loss.clamp(0.0, 1.0), bad
 

@@ -9,12 +9,21 @@ examples) therefore
 * runs the model on at most :func:`logit_rows` rows at a time, so that one [chunk, T, V] tensor
   in the compute dtype is held (the rows of a data batch are cut into such chunks;
   :func:`row_chunks`), and
-* takes the log-probability of each target with a log-sum-exp in float64 **one row at a time**
-  (:func:`token_logprob`): never a float64 tensor wider than one row's [T, V].
+* reads those logits in **blocks of positions** (:func:`scan`: on a CPU at most
+  :data:`BLOCK_BYTES` of float64, on a card one row; never more positions than one row
+  holds), each block once from memory: its least
+  and greatest logit (the count of non-finite positions, the shift of the log-sum-exp), its
+  top-1 prediction where asked, and the float64 log-sum-exp of the exactly widened block,
+  while it sits in the processor's cache. Never a float64 tensor wider than one row's [T, V].
 
 The values are those of the full-tensor formula ``log_softmax(logits.double())`` gathered at
 the targets, to float64 rounding (the test compares per-row losses to 1e-9 relative): the
-float64 log-sum-exp of the exactly widened logits is the same arithmetic, row by row.
+float64 log-sum-exp of the exactly widened logits is the same arithmetic as
+``torch.logsumexp`` (the greatest logit subtracted, ``exp``, the sum over the vocabulary,
+``log``, the shift added back; an infinite greatest logit is not subtracted), block by block.
+Before issue 51's second pass the rows were widened one at a time and read five times over
+(``aminmax``, ``argmax``, the widening, ``logsumexp``'s own passes): on the tiny GPT-2 of
+``benchmarks/bench_lm_memory.py`` those reads were half of ``boundcalc measure``'s time.
 :func:`token_logprob` is differentiable once (its backward forms softmax − one-hot per row in
 float64 and returns the logits' gradient in their dtype); the Hessian, which needs second
 derivatives, keeps its loss in the compute dtype over chunks of rows (:mod:`.data_pass`).
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -72,12 +82,67 @@ def split_batches(batches: list, rows: int) -> list:
     return [piece for inputs, y in batches for piece in row_chunks(inputs, y, rows)]
 
 
+# float64 bytes of one block of positions in :func:`scan`: a few blocks fit a CPU's cache
+# beside their compute-dtype logits (2 MiB: 5 positions of GPT-2's vocabulary)
+BLOCK_BYTES = 2 << 20
+
+
+@dataclass
+class Scan:
+    """What one read of a language model's logits ([B, T, V]) gives, per position: ``lse``,
+    log Σ_v exp(logits) in float64 ([B, T]); ``top``, the index of the greatest logit
+    ([B, T], or None where not asked); ``bad``, the number of positions holding a NaN or an
+    infinity (a 0-d tensor on the logits' device: read it with the pass's other figures)."""
+
+    lse: torch.Tensor
+    top: torch.Tensor | None
+    bad: torch.Tensor
+
+
+def block_positions(seq_len: int, vocab: int, device: torch.device | None = None) -> int:
+    """Positions per block of :func:`scan`: on a CPU as many as :data:`BLOCK_BYTES` of float64
+    hold, at least 1; on a card a whole row (each block is a few kernel launches, and a card's
+    memory, not its cache, is what a row's float64 [T, V] must fit: the rule of before); never
+    more than ``seq_len`` (a block never spans two rows)."""
+    if device is not None and device.type != "cpu":
+        return max(1, int(seq_len))
+    return max(1, min(int(seq_len), BLOCK_BYTES // (8 * max(1, int(vocab)))))
+
+
+def scan(logits: torch.Tensor, top: bool = False) -> Scan:
+    """One read of ``logits`` ([B, T, V], any float dtype, any strides) in blocks of
+    :func:`block_positions` positions of one row: per block its least and greatest logit
+    (``amax``/``max``, ``amin``), its top-1 index (``top``), and its float64 log-sum-exp, the
+    block widened by subtracting the greatest logit (left unshifted where that is infinite, as
+    ``torch.logsumexp`` does), exponentiated and summed in place. No float64 tensor wider
+    than one block; not differentiable (:func:`token_logprob` is)."""
+    rows, seq, vocab = logits.shape
+    dev = logits.device
+    step = block_positions(seq, vocab, dev)
+    lse = torch.empty((rows, seq), dtype=torch.float64, device=dev)
+    idx = torch.empty((rows, seq), dtype=torch.long, device=dev) if top else None
+    bad = torch.zeros((), dtype=torch.long, device=dev)
+    for r in range(rows):
+        row = logits[r]
+        for lo in range(0, seq, step):
+            block = row[lo:lo + step]
+            if idx is None:
+                most = block.amax(-1)
+            else:  # the greatest logit and its index in one read
+                most, idx[r, lo:lo + step] = block.max(-1)
+            least = block.amin(-1)  # amax and amin: a fifth of aminmax's time on a CPU
+            bad += (~(torch.isfinite(least) & torch.isfinite(most))).sum()
+            shift = most.double()
+            shift = torch.where(torch.isinf(shift), torch.zeros_like(shift), shift)
+            # widened by the subtraction itself (float32 − float64 is float64, exactly)
+            total = torch.sub(block, shift.unsqueeze(-1)).exp_().sum(-1)
+            lse[r, lo:lo + step] = total.log_().add_(shift)
+    return Scan(lse, idx, bad)
+
+
 def _lse_rows(logits: torch.Tensor) -> torch.Tensor:
-    """log Σ_v exp(logits[r, t, v]) in float64 (B × T), one row's [T, V] widened at a time."""
-    out = torch.empty(logits.shape[:-1], dtype=torch.float64, device=logits.device)
-    for r in range(logits.shape[0]):
-        out[r] = torch.logsumexp(logits[r].double(), -1)
-    return out
+    """log Σ_v exp(logits[r, t, v]) in float64 (B × T), by :func:`scan`."""
+    return scan(logits).lse
 
 
 def _picked(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -116,11 +181,11 @@ def token_logprob(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def nonfinite(logits: torch.Tensor) -> torch.Tensor:
     """The number of positions whose logits hold a NaN or an infinity (0 exactly when every
-    logit is finite), on the device: one read of the logits (each position's least and
-    greatest value, which a NaN or an infinity among them makes non-finite), where
-    ``isfinite`` over every logit reads them five times (a sixth of a language model's data
-    pass on GPT-2's vocabulary)."""
-    lo, hi = torch.aminmax(logits, dim=-1)
+    logit is finite), on the device: each position's least and greatest value (which a NaN or
+    an infinity among them makes non-finite; ``amin`` and ``amax``, each one read, together a
+    fifth of ``aminmax``'s time on a CPU), where ``isfinite`` over every logit reads them five
+    times. :func:`scan` counts the same in its own read."""
+    lo, hi = logits.amin(-1), logits.amax(-1)
     return (~(torch.isfinite(lo) & torch.isfinite(hi))).sum()
 
 
@@ -150,7 +215,30 @@ def token_stats(logits: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor,
                 alpha: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row (float64): the mean token NLL, the mean smoothed loss (:func:`smoothed`) and the
     top-1 error rate over the kept positions of aligned ``logits`` and ``targets``."""
-    lp = token_logprob(logits, targets)
-    wrong = (logits.argmax(-1) != targets).double()  # the widening to float64 is exact
-    return (row_mean(-lp, keep), row_mean(smoothed(lp, logits.shape[-1], alpha), keep),
+    sc = scan(logits, top=True)
+    return row_stats(_picked(logits, targets) - sc.lse, sc.top, targets, keep, alpha,
+                     logits.shape[-1])
+
+
+def row_stats(lp: torch.Tensor, top: torch.Tensor, targets: torch.Tensor, keep: torch.Tensor,
+              alpha: float, vocab: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row (float64), from each position's target log-probability ``lp`` and top-1 index
+    ``top``: the mean token NLL, the mean smoothed loss and the top-1 error rate over the kept
+    positions."""
+    wrong = (top != targets).double()  # the widening to float64 is exact
+    return (row_mean(-lp, keep), row_mean(smoothed(lp, vocab, alpha), keep),
             row_mean(wrong, keep))
+
+
+def scored(logits: torch.Tensor, targets: torch.Tensor, causal: bool, top: bool = False
+           ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``(log p(target), top-1 index or None, count of non-finite positions)`` from one
+    :func:`scan` of a model's logits as the model gives them (every position counted for
+    NaN and infinity, the last one too), aligned with ``targets``: a causal model's last
+    position predicts nothing and is dropped (``causal``)."""
+    sc = scan(logits, top)
+    lse, idx = sc.lse, sc.top
+    if causal:
+        logits, lse = logits[:, :-1], lse[:, :-1]
+        idx = None if idx is None else idx[:, :-1]
+    return _picked(logits, targets) - lse, idx, sc.bad
