@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"Monte Carlo draws per σ (default {LMConfig.draws})")
     ap.add_argument("--no-bound", dest="bound", action="store_false",
                     help="skip the bound-trained Gibbs posterior (and measure's tune search)")
+    ap.add_argument("--no-subspace", dest="subspace", action="store_false",
+                    help="skip the subspace Gibbs posterior around the prior")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the models of an earlier run in OUT with the same settings; "
                          "only measure and compare again")
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             if v is not None}
     if not args.bound:
         over.update(bound=False, tune=False)
+    if not args.subspace:
+        over.update(subspace=False)
     preset = GPT2 if args.gpt2 else FULL if args.full else {}
     cfg = LMConfig(seed=args.seed, device=args.device, **{**preset, **over})
     try:
@@ -114,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
                   "held-out chunks (Monte Carlo)")
     if rep.get("minimum"):
         print(f"\n{rep['minimum']['text']}")
+    if rep.get("baseline"):
+        b, m = rep["baseline"], rep.get("minimum")
+        print(b["text"])
+        if m:
+            gap = m["value"] - b["value"]
+            print(f"the least certified row {'beats' if gap < 0 else 'misses'} the baseline by "
+                  f"{abs(gap):.4f} bits per predicted byte")
     if rep["certified_other"]:
         print("\non the top-1 next-byte error (a probability, not bits):")
         for r in rep["certified_other"]:

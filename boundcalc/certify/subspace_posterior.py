@@ -6,7 +6,8 @@ risk on S with fresh per-row draws, add what ``pac_bayes_kl_gaussian_subspace_mc
 the mean's held-out error, one Monte Carlo pass of the posterior's held-out Gibbs error, and how
 often that Gibbs predictor disagrees with ``model/`` on the held-out texts (never used for any
 choice). The subspace's prior std is fixed before S (``subspace_sigma``), so nothing is
-charged for it; the subspace is the prior's (coordinates 0 = prior/), so ``model/`` is not its
+charged for it, or chosen after training on the declared grid ``subspace_sigma_grid`` (ln |grid|
+charged); with ``subspace_fit_epochs`` the coordinates are first fitted by cross-entropy; the subspace is the prior's (coordinates 0 = prior/), so ``model/`` is not its
 centre: the row certifies the subspace Gibbs posterior, a predictor of its own."""
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = 
 
     spec = SubspaceSpec(rank=cfg.subspace_rank, layers=cfg.subspace_layers,
                         sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
-                        lr=cfg.subspace_lr, seed=cfg.seed)
+                        lr=cfg.subspace_lr, seed=cfg.seed,
+                        sigma_grid=tuple(cfg.subspace_sigma_grid or ()),
+                        fit_epochs=cfg.subspace_fit_epochs, fit_lr=cfg.subspace_fit_lr)
     spec.check()  # before any model is read
     loaded = loaded or Loaded(out, device)
     dev = loaded.device

@@ -75,7 +75,8 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
         "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init",
         "duplicates", "heldout_draws", "subspace_rank", "subspace_layers", "subspace_sigma",
-        "subspace_epochs", "subspace_lr"]
+        "subspace_epochs", "subspace_lr", "subspace_sigma_grid", "subspace_fit_epochs",
+        "subspace_fit_lr"]
 
 
 @pytest.mark.parametrize("name", ["sigmas", "draws", "tune_draws", "group_draws"])

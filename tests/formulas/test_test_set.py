@@ -74,3 +74,45 @@ def test_more_errors_than_rows_is_never_called_a_bound():
     assert r.value == 1.0 and not r.is_bound
     assert r.label == "not a bound: an assumption fails"
     assert [a["status"] for a in r.assumptions][-1] == "fails"
+
+
+def kl_inv_50_mean(q: float, m: int, delta: float) -> mp.mpf:
+    """The largest p ∈ [q, 1] with kl(q ‖ p) ≤ ln(1/δ)/m for a mean loss q ∈ [0, 1] (q any
+    real, not a count over m), by 200 bisections at 50 digits."""
+    q, c = mp.mpf(q), mp.log(1 / mp.mpf(delta)) / m
+
+    def kl(p):
+        a = q * mp.log(q / p) if q > 0 else mp.mpf(0)
+        b = (1 - q) * mp.log((1 - q) / (1 - p)) if q < 1 else mp.mpf(0)
+        return a + b
+
+    lo, hi = q, mp.mpf(1)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if kl(mid) <= c else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("q,m,delta", [(0.4123456789, 1000, 0.05), (0.0, 300, 0.01),
+                                       (0.987, 50, 0.2), (0.25, 1000, 0.05)])
+def test_bounded_mean_is_the_kl_inverse_at_50_digits(q, m, delta):
+    """``test_set_kl_bounded`` (docs/sources/test_set.md §3): kl⁻¹(mean, ln(1/δ)/m) for a
+    mean of m losses in [0, 1], outward within 1e-12 of a 50-digit bisection; at a 0-1 mean
+    k/m it is ``test_set_kl``'s value, at mean 0 the closed form 1 − δ^{1/m}."""
+    r = bc.evaluate(bc.load_registry().get("test_set_kl_bounded"),
+                    {"mean_loss": q, "m": m, "delta": delta})
+    exact = kl_inv_50_mean(q, m, delta)
+    assert r.kind == "certified" and r.is_bound and r.delta == delta
+    assert mp.mpf(r.value) >= exact and float(mp.mpf(r.value) - exact) <= 1e-12
+    if q == 0.25:
+        assert r.value == pytest.approx(value(250, 1000, delta).value, rel=1e-12)
+    if q == 0.0:
+        closed = 1 - mp.mpf(delta) ** (mp.mpf(1) / m)
+        assert abs(exact - closed) < mp.mpf("1e-40")
+
+
+def test_bounded_mean_outside_0_1_is_refused():
+    for q in (1.2, -0.1):
+        with pytest.raises(bc.BoundcalcError, match="mean_loss"):
+            bc.evaluate(bc.load_registry().get("test_set_kl_bounded"),
+                        {"mean_loss": q, "m": 100, "delta": 0.05})

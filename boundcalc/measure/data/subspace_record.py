@@ -83,6 +83,9 @@ def add_subspace_posterior(stats: Any, prior: TaskModel, data: Batched, device: 
         "dim": sub.dim, "dist_sq": dist_sq, "sigma_post": fit.sigma_post,
         "sites": sites_summary(sub),
         "training": {"objective_per_epoch": fit.history, "steps": fit.steps,
+                     "cross_entropy_fit": {"epochs": spec.fit_epochs, "lr": spec.fit_lr,
+                                           "loss_per_epoch": fit.fit_history,
+                                           "dist_sq_after": fit.fit_dist_sq},
                      "seconds": round(fit.seconds, 2),
                      "loss": f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g}), every row "
                              "its own draw"},
