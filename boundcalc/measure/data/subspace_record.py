@@ -64,7 +64,7 @@ def add_subspace_posterior(stats: Any, prior: TaskModel, data: Batched, device: 
     sc = stats.scalars
     sc["gibbs_subspace_mean"] = Quantity(mean, estimated=True, ci=(mean, upper),
                                          confidence=1 - delta_mc, method=how)
-    sc["gibbs_subspace_units"] = Quantity(float(units), method="independent 0-1 Monte Carlo "
+    sc["gibbs_subspace_units"] = Quantity(float(units), method="independent [0, 1] Monte Carlo "
                                           "losses of the subspace Gibbs posterior: " + how)
     sc["subspace_dim"] = Quantity(float(sub.dim), method="coordinates of the subspace")
     sc["subspace_dist_sq"] = Quantity(dist_sq, method="‖z‖² of the trained posterior mean, "
