@@ -18,6 +18,18 @@ from typing import Any
 FOLDER = "posterior_subspace"
 
 
+def spec_of(cfg: Any) -> Any:
+    """The :class:`~boundcalc.measure.data.subspace.SubspaceSpec` of certify's settings ``cfg``
+    (every ``subspace_*`` field, and the run's seed)."""
+    from ..measure.data.subspace import SubspaceSpec
+
+    return SubspaceSpec(rank=cfg.subspace_rank, layers=cfg.subspace_layers,
+                        sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
+                        lr=cfg.subspace_lr, seed=cfg.seed,
+                        sigma_grid=tuple(cfg.subspace_sigma_grid or ()),
+                        fit_epochs=cfg.subspace_fit_epochs, fit_lr=cfg.subspace_fit_lr)
+
+
 def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = None,
                   loaded: Any = None) -> None:
     """Train, measure and save the subspace Gibbs posterior into ``stats`` (module docstring);
@@ -28,17 +40,12 @@ def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = 
 
     from ..measure.data.disagreement import predictions
     from ..measure.data.gibbs import MonteCarlo
-    from ..measure.data.subspace import SubspaceSpec
     from ..measure.data.subspace_record import RECORD, add_subspace_posterior, held_out
     from ..measure.threads import blas_threads, data_threads
     from .loaded import Loaded
     from .train import save_folder
 
-    spec = SubspaceSpec(rank=cfg.subspace_rank, layers=cfg.subspace_layers,
-                        sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
-                        lr=cfg.subspace_lr, seed=cfg.seed,
-                        sigma_grid=tuple(cfg.subspace_sigma_grid or ()),
-                        fit_epochs=cfg.subspace_fit_epochs, fit_lr=cfg.subspace_fit_lr)
+    spec = spec_of(cfg)
     spec.check()  # before any model is read
     loaded = loaded or Loaded(out, device)
     dev = loaded.device
