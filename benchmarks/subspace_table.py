@@ -58,34 +58,44 @@ def _certify_rows(run: dict, source: str) -> list[dict]:
             for r in run.get("certified", []) if r["id"] in ROUTES]
 
 
+def _bench(cert: dict, sub_cert: dict, base: str, proximal: str, bound: str,
+           subspace: str | None) -> dict:
+    """One ``bench_certify.py --base BASE`` row from certify_cpu.json (the proximal run's
+    baseline and routes, the bound-trained run's row) and subspace_certify_cpu.json."""
+    run = cert.get(proximal, {})
+    rows = _certify_rows(run, f"certify_cpu.json {proximal}")
+    rows += [r for r in _certify_rows(cert.get(bound, {}), f"certify_cpu.json {bound}")
+             if r["route"] == "bound-trained"]
+    if subspace:
+        rows += [r for r in _certify_rows(sub_cert.get(subspace, {}),
+                                          f"subspace_certify_cpu.json {subspace}")
+                 if r["route"] == "subspace"]
+    return {"benchmark": f"bench_certify.py --base {base}", "n": 1000,
+            "baseline": run.get("baseline", {}).get("value"),
+            "prior_error_on_S": run.get("prior_error_on_S"),
+            "prior_test_error": run.get("prior_test_error"),
+            "model_test_error": run.get("test_error"), "routes": rows}
+
+
+def _route(kind: str, rec: dict, source: str, kl: object = "recorded") -> dict:
+    """A route's row from a bound_posterior_cpu.json record (``kind``: groups or learned; its
+    value, KL and Gibbs error on S under the record's ``rows``, ``KL_*`` and ``E_*``)."""
+    entry = f"pac_bayes_kl_gaussian_{kind}_mc"
+    return {"route": ROUTES[entry], "id": entry, "value": rec.get("rows", {}).get(entry),
+            "floor_zero_KL": None,
+            "KL": rec.get(f"KL_{kind}") if kl == "recorded" else kl,
+            "gibbs_error_on_S": rec.get(f"E_{kind}"), "source": source}
+
+
 def benchmarks() -> list[dict]:
     """The benchmarks' rows, each figure named by the results file and key it comes from."""
     cert, bound = _load("certify_cpu.json"), _load("bound_posterior_cpu.json")
     sub_cert, sub_runs = _load("subspace_certify_cpu.json"), _load("subspace_runs_cpu.json")
     out = []
-    b2 = cert.get("bert2", {})
-    rows = _certify_rows(b2, "certify_cpu.json bert2 (proximal)")
-    rows += [r for r in _certify_rows(cert.get("bert2_bound_scale_prior", {}),
-                                      "certify_cpu.json bert2_bound_scale_prior")
-             if r["route"] == "bound-trained"]
-    rows += [r for r in _certify_rows(sub_cert.get("bert2_subspace", {}),
-                                      "subspace_certify_cpu.json bert2_subspace")
-             if r["route"] == "subspace"]
-    out.append({"benchmark": "bench_certify.py --base bert2", "n": 1000,
-                "baseline": b2.get("baseline", {}).get("value"),
-                "prior_error_on_S": b2.get("prior_error_on_S"),
-                "prior_test_error": b2.get("prior_test_error"),
-                "model_test_error": b2.get("test_error"), "routes": rows})
-    mp = cert.get("minilm_proximal", {})
-    rows = _certify_rows(mp, "certify_cpu.json minilm_proximal")
-    rows += [r for r in _certify_rows(cert.get("minilm_bound_scale_prior", {}),
-                                      "certify_cpu.json minilm_bound_scale_prior")
-             if r["route"] == "bound-trained"]
-    out.append({"benchmark": "bench_certify.py --base minilm", "n": 1000,
-                "baseline": mp.get("baseline", {}).get("value"),
-                "prior_error_on_S": mp.get("prior_error_on_S"),
-                "prior_test_error": mp.get("prior_test_error"),
-                "model_test_error": mp.get("test_error"), "routes": rows})
+    out.append(_bench(cert, sub_cert, "bert2", "bert2", "bert2_bound_scale_prior",
+                      "bert2_subspace"))
+    out.append(_bench(cert, sub_cert, "minilm", "minilm_proximal", "minilm_bound_scale_prior",
+                      None))
     for key, name in (("real_text_cefit", "real text (benchmarks/real_text.py, /work/rt/RUN)"),):
         r = sub_runs.get(key)
         if r:
@@ -107,15 +117,8 @@ def benchmarks() -> list[dict]:
                 "prior_error_on_S": (rtd.get("prior_errors_on_S") or 0) / rtd.get("n", 999),
                 "prior_test_error": None, "model_test_error": None,
                 "routes": [
-                    {"route": "proximal groups", "id": "pac_bayes_kl_gaussian_groups_mc",
-                     "value": rt.get("rows", {}).get("pac_bayes_kl_gaussian_groups_mc"),
-                     "floor_zero_KL": None, "KL": None, "gibbs_error_on_S": rt.get("E_groups"),
-                     "source": "bound_posterior_cpu.json real_text"},
-                    {"route": "bound-trained", "id": "pac_bayes_kl_gaussian_learned_mc",
-                     "value": rts.get("rows", {}).get("pac_bayes_kl_gaussian_learned_mc"),
-                     "floor_zero_KL": None, "KL": rts.get("KL_learned"),
-                     "gibbs_error_on_S": rts.get("E_learned"),
-                     "source": "bound_posterior_cpu.json real_text_scale_prior"},
+                    _route("groups", rt, "bound_posterior_cpu.json real_text", kl=None),
+                    _route("learned", rts, "bound_posterior_cpu.json real_text_scale_prior"),
                     {"route": "subspace", "id": "pac_bayes_kl_gaussian_subspace_mc",
                      "value": rtd.get("subspace_row"), "floor_zero_KL": rtd.get("floor_zero_KL"),
                      "KL": rtd.get("KL"), "gibbs_error_on_S": rtd.get("gibbs_error_on_S"),
@@ -127,16 +130,8 @@ def benchmarks() -> list[dict]:
                 "prior_error_on_S": (tce.get("baseline") or {}).get("errors", 0) / 600,
                 "prior_test_error": None, "model_test_error": tce.get("model_test_error"),
                 "routes": [
-                    {"route": "proximal groups", "id": "pac_bayes_kl_gaussian_groups_mc",
-                     "value": tc.get("rows", {}).get("pac_bayes_kl_gaussian_groups_mc"),
-                     "floor_zero_KL": None, "KL": tc.get("KL_groups"),
-                     "gibbs_error_on_S": tc.get("E_groups"),
-                     "source": "bound_posterior_cpu.json text_classifier"},
-                    {"route": "bound-trained", "id": "pac_bayes_kl_gaussian_learned_mc",
-                     "value": tcs.get("rows", {}).get("pac_bayes_kl_gaussian_learned_mc"),
-                     "floor_zero_KL": None, "KL": tcs.get("KL_learned"),
-                     "gibbs_error_on_S": tcs.get("E_learned"),
-                     "source": "bound_posterior_cpu.json text_classifier_scale_prior"}]})
+                    _route("groups", tc, "bound_posterior_cpu.json text_classifier"),
+                    _route("learned", tcs, "bound_posterior_cpu.json text_classifier_scale_prior")]})
     return out
 
 

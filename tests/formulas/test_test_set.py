@@ -13,9 +13,10 @@ import boundcalc as bc
 mp.mp.dps = 50
 
 
-def kl_inv_50(k: int, m: int, delta: float) -> mp.mpf:
-    """The largest p ∈ [k/m, 1] with kl(k/m ‖ p) ≤ ln(1/δ)/m, by 200 bisections at 50 digits."""
-    q, c = mp.mpf(k) / m, mp.log(1 / mp.mpf(delta)) / m
+def kl_inv_50_mean(q: float, m: int, delta: float) -> mp.mpf:
+    """The largest p ∈ [q, 1] with kl(q ‖ p) ≤ ln(1/δ)/m for a mean loss q ∈ [0, 1] (q any
+    real, not a count over m), by 200 bisections at 50 digits."""
+    q, c = mp.mpf(q), mp.log(1 / mp.mpf(delta)) / m
 
     def kl(p):
         a = q * mp.log(q / p) if q > 0 else mp.mpf(0)
@@ -27,6 +28,11 @@ def kl_inv_50(k: int, m: int, delta: float) -> mp.mpf:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if kl(mid) <= c else (lo, mid)
     return lo
+
+
+def kl_inv_50(k: int, m: int, delta: float) -> mp.mpf:
+    """The largest p ∈ [k/m, 1] with kl(k/m ‖ p) ≤ ln(1/δ)/m, by 200 bisections at 50 digits."""
+    return kl_inv_50_mean(mp.mpf(k) / m, m, delta)
 
 
 def binomial_inversion_50(k: int, m: int, delta: float) -> mp.mpf:
@@ -76,21 +82,6 @@ def test_more_errors_than_rows_is_never_called_a_bound():
     assert [a["status"] for a in r.assumptions][-1] == "fails"
 
 
-def kl_inv_50_mean(q: float, m: int, delta: float) -> mp.mpf:
-    """The largest p ∈ [q, 1] with kl(q ‖ p) ≤ ln(1/δ)/m for a mean loss q ∈ [0, 1] (q any
-    real, not a count over m), by 200 bisections at 50 digits."""
-    q, c = mp.mpf(q), mp.log(1 / mp.mpf(delta)) / m
-
-    def kl(p):
-        a = q * mp.log(q / p) if q > 0 else mp.mpf(0)
-        b = (1 - q) * mp.log((1 - q) / (1 - p)) if q < 1 else mp.mpf(0)
-        return a + b
-
-    lo, hi = q, mp.mpf(1)
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if kl(mid) <= c else (lo, mid)
-    return lo
 
 
 @pytest.mark.parametrize("q,m,delta", [(0.4123456789, 1000, 0.05), (0.0, 300, 0.01),
