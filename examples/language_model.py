@@ -27,6 +27,14 @@ bound-trained row: the held-out value of that same Gibbs predictor) and log2 V, 
 each certifies (compression rows whose code decodes to another model than the fine-tuned one
 are listed apart), and the least certified value with its honest δ. ``--no-bound`` skips the
 tune search and the bound-trained posterior (the rows of before).
+
+It also trains the subspace Gibbs posterior around the prior (rank-4 adapters on every Conv1D
+of the blocks, z fitted on S by the smoothed loss, then trained on the bound:
+studies/language_model_subspace.py; ``--no-subspace`` skips it), certified by
+``pac_bayes_kl_gaussian_subspace_mc``, and prints the baseline beside the rows: the prior's
+test-set bound on S (``test_set_kl_bounded`` on the same smoothed loss, in bits per predicted
+byte), what holding S out would certify with no PAC-Bayes at all, and by how much the least
+certified row beats or misses it.
 """
 
 from __future__ import annotations
