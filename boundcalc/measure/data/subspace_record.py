@@ -87,8 +87,11 @@ def add_subspace_posterior(stats: Any, prior: TaskModel, data: Batched, device: 
                                            "loss_per_epoch": fit.fit_history,
                                            "dist_sq_after": fit.fit_dist_sq},
                      "seconds": round(fit.seconds, 2),
-                     "loss": f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g}), every row "
-                             "its own draw"},
+                     "loss": (f"−ln((1−α)p_y + α/V)/ln(V/α) per predicted token, α = "
+                              f"{spec.smoothing:g} (the certified loss), every row its own draw"
+                              if prior.is_lm else
+                              f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g}), every row "
+                              "its own draw")},
         "mc": {"passes": draws, "units": units, "delta_mc": delta_mc, "seed": seed,
                "samples_per_pass": data.n, "mean": mean, "upper": upper},
     }
