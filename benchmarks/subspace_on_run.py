@@ -51,6 +51,11 @@ def main() -> int:
     ap.add_argument("--sigma", type=float, default=0.05)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--fit-epochs", type=int, default=0,
+                    help="cross-entropy epochs of z before the bound (default 0)")
+    ap.add_argument("--fit-lr", type=float, default=1e-3)
+    ap.add_argument("--sigma-grid", type=float, nargs="*", default=(),
+                    help="declared grid of s_P (ln |grid| charged); default: --sigma fixed")
     ap.add_argument("--draws", type=int, default=6)
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32)
@@ -62,7 +67,7 @@ def main() -> int:
     import torch
 
     from boundcalc.certify.claims import Count, test_set_bound
-    from boundcalc.certify.subspace_posterior import _classes
+    from boundcalc.measure.data.disagreement import predictions
     from boundcalc.measure.data.batch_rows import read_sized
     from boundcalc.measure.data.gibbs import MonteCarlo
     from boundcalc.measure.data.hf import load_task_model
@@ -76,7 +81,12 @@ def main() -> int:
     dev = torch.device("cpu")
     prior = load_task_model(args.run / "prior", dev)
     spec = SubspaceSpec(rank=args.rank, layers=args.layers, sigma_prior=args.sigma,
-                        epochs=args.epochs, lr=args.lr, seed=args.seed)
+                        epochs=args.epochs, lr=args.lr, seed=args.seed,
+                        fit_epochs=args.fit_epochs, fit_lr=args.fit_lr,
+                        sigma_grid=tuple(args.sigma_grid))
+
+    def _classes(tm, data, dev):
+        return np.concatenate([p.numpy() for p in predictions(tm, data, dev)])
 
     def read(name: str, tm) -> object:
         return read_sized(str(args.run / name), tm, dev, max_length=args.max_length,

@@ -27,6 +27,14 @@ bound-trained row: the held-out value of that same Gibbs predictor) and log2 V, 
 each certifies (compression rows whose code decodes to another model than the fine-tuned one
 are listed apart), and the least certified value with its honest δ. ``--no-bound`` skips the
 tune search and the bound-trained posterior (the rows of before).
+
+It also trains the subspace Gibbs posterior around the prior (rank-4 adapters on every Conv1D
+of the blocks, z fitted on S by the smoothed loss, then trained on the bound:
+studies/language_model_subspace.py; ``--no-subspace`` skips it), certified by
+``pac_bayes_kl_gaussian_subspace_mc``, and prints the baseline beside the rows: the prior's
+test-set bound on S (``test_set_kl_bounded`` on the same smoothed loss, in bits per predicted
+byte), what holding S out would certify with no PAC-Bayes at all, and by how much the least
+certified row beats or misses it.
 """
 
 from __future__ import annotations
@@ -68,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"Monte Carlo draws per σ (default {LMConfig.draws})")
     ap.add_argument("--no-bound", dest="bound", action="store_false",
                     help="skip the bound-trained Gibbs posterior (and measure's tune search)")
+    ap.add_argument("--no-subspace", dest="subspace", action="store_false",
+                    help="skip the subspace Gibbs posterior around the prior")
     ap.add_argument("--reuse", action="store_true",
                     help="keep the models of an earlier run in OUT with the same settings; "
                          "only measure and compare again")
@@ -83,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             if v is not None}
     if not args.bound:
         over.update(bound=False, tune=False)
+    if not args.subspace:
+        over.update(subspace=False)
     preset = GPT2 if args.gpt2 else FULL if args.full else {}
     cfg = LMConfig(seed=args.seed, device=args.device, **{**preset, **over})
     try:
@@ -114,6 +126,13 @@ def main(argv: list[str] | None = None) -> int:
                   "held-out chunks (Monte Carlo)")
     if rep.get("minimum"):
         print(f"\n{rep['minimum']['text']}")
+    if rep.get("baseline"):
+        b, m = rep["baseline"], rep.get("minimum")
+        print(b["text"])
+        if m:
+            gap = m["value"] - b["value"]
+            print(f"the least certified row {'beats' if gap < 0 else 'misses'} the baseline by "
+                  f"{abs(gap):.4f} bits per predicted byte")
     if rep["certified_other"]:
         print("\non the top-1 next-byte error (a probability, not bits):")
         for r in rep["certified_other"]:

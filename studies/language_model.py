@@ -79,11 +79,14 @@ class LMConfig:
     bound_epochs: int = 3
     bound_lr: float = 1e-3
     bound_draws: int = 16  # Monte Carlo passes over S (and over the held-out chunks)
+    # the subspace Gibbs posterior around the prior (language_model_subspace.SubspaceLM)
+    subspace: bool = True
 
 
 # settings of measure and of the bound-trained posterior: an earlier build with other values
 # of these is reused (they do not change the models)
-AFTER_BUILD = ("tune", "bound", "bound_init", "bound_epochs", "bound_lr", "bound_draws")
+AFTER_BUILD = ("tune", "bound", "bound_init", "bound_epochs", "bound_lr", "bound_draws",
+               "subspace")
 
 
 def model_config(cfg: "LMConfig") -> dict[str, Any]:
@@ -369,7 +372,8 @@ def _entry_units() -> dict[str, str]:
     for e in bc.load_registry():
         if e.output == "loss":
             out[e.id] = "bits"
-        elif any(s.stat and "gibbs_risk" in s.stat for s in e.symbols.values()):
+        elif any(s.stat and ("gibbs_risk" in s.stat or "gibbs_subspace" in s.stat)
+                 for s in e.symbols.values()):
             out[e.id] = "gibbs"
     return out
 
@@ -474,6 +478,9 @@ def heldout_gibbs(tm: Any, data: Any, device: Any, sigma: dict[str, float], draw
 
 def _gibbs_about(entry: str, certifies: dict[str, Any] | None) -> str:
     """Which random model a Gibbs row certifies (its posterior), in words."""
+    if certifies and certifies.get("about") == "subspace_posterior":
+        return ("the subspace Gibbs posterior N(z, s_Q² I) on rank-r adapters of the prior's "
+                "blocks, z and s_Q trained on S (a random model around prior/, not model/)")
     if certifies and certifies.get("about") == "bound_posterior":
         return ("the bound-trained Gibbs posterior N(μ, diag σ_Q,g²): μ and σ trained on S on "
                 "the PAC-Bayes bound (posterior_bound/ holds μ; a random model)")
@@ -501,6 +508,9 @@ def run(out: str | Path, cfg: LMConfig | None = None,
           f"{info['random_guess_bits']:.3f}")
     run_cli(measure_args(out, cfg), "measure")
     held_gibbs = bound_posterior_step(out, cfg, root) if cfg.bound else None
+    from .language_model_subspace import baseline, subspace_step
+
+    held_sub = subspace_step(out, cfg) if cfg.subspace else None
     rows = json.loads(run_cli(["compare", "--stats", str(out / "stats.json"), "--json"],
                               "compare"))
     stats = json.loads((out / "stats.json").read_text())
@@ -519,7 +529,8 @@ def run(out: str | Path, cfg: LMConfig | None = None,
                     "chunk of the bound-split files; S is drawn from it i.i.d. uniformly with "
                     "replacement; every certified value is about a chunk drawn uniformly from "
                     "that pool",
-        "certified": [], "certified_other": [], "certified_other_model": []}
+        "certified": [], "certified_other": [], "certified_other_model": [],
+        "baseline": baseline(out, cfg.smoothing, VOCAB, resolve_device(cfg.device))}
     for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
                     else math.inf):
         row = {k: r.get(k) for k in ("id", "value", "label", "delta", "parameters", "is_bound",
@@ -536,9 +547,11 @@ def run(out: str | Path, cfg: LMConfig | None = None,
             row["value_normalized"] = r["value"]
             row["value"] = r["value"] * to_bits
             row["certifies"] = _gibbs_about(r["id"], c)
-            if row["about"] == "bound_posterior" and held_gibbs is not None:
-                row["heldout_bits"] = held_gibbs["gibbs_bits"]
-                row["heldout_bits_stderr"] = held_gibbs["gibbs_bits_stderr"]
+            held_row = {"bound_posterior": held_gibbs,
+                        "subspace_posterior": held_sub}.get(row["about"])
+            if held_row is not None:
+                row["heldout_bits"] = held_row["gibbs_bits"]
+                row["heldout_bits_stderr"] = held_row["gibbs_bits_stderr"]
             row["note"] = (f"Gibbs (noisy) model's smoothed loss (α = {cfg.smoothing}) divided "
                            f"by ln(V/α), times log2(V/α) = {to_bits:.3f}: bits per predicted "
                            f"byte")

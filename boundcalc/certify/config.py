@@ -135,6 +135,19 @@ class CertifyConfig(Record):
     subspace_lr: float = spec(1e-3, Spec(
         float, needs=SUBSPACE, low=0, high=1, open_low=True, help=(
         "Adam step of the subspace posterior's coordinates")))
+    subspace_sigma_grid: tuple[float, ...] | None = spec(None, Spec(
+        float, needs=SUBSPACE, low=0, high=10, open_low=True, many=True, none=True, help=(
+        "a declared grid of prior stds s_P (repeatable): s_P chosen after training, the least "
+        "KL, and ln |grid| charged in the certificate; default: {subspace_sigma}, fixed "
+        "before S")))
+    subspace_fit_epochs: int = spec(0, Spec(
+        int, needs=SUBSPACE, low=0, high=MAX_EPOCHS, help=(
+        "epochs of a plain cross-entropy fit of the subspace coordinates at the mean (noise "
+        "off) before the training on the bound, which starts there (0: it starts at the "
+        "prior)")))
+    subspace_fit_lr: float = spec(1e-3, Spec(
+        float, needs=SUBSPACE, low=0, high=1, open_low=True, help=(
+        "Adam step of the subspace coordinates' cross-entropy fit")))
 
     def check(self) -> None:
         """The rules between fields: the bound-trained posterior's σ starts from the per-group
@@ -261,6 +274,9 @@ class MeasureSettings(StepSettings):
     subspace_sigma: float
     subspace_epochs: int
     subspace_lr: float
+    subspace_sigma_grid: tuple[float, ...] | None
+    subspace_fit_epochs: int
+    subspace_fit_lr: float
 
 
 @dataclass(frozen=True)

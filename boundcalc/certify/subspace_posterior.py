@@ -6,7 +6,8 @@ risk on S with fresh per-row draws, add what ``pac_bayes_kl_gaussian_subspace_mc
 the mean's held-out error, one Monte Carlo pass of the posterior's held-out Gibbs error, and how
 often that Gibbs predictor disagrees with ``model/`` on the held-out texts (never used for any
 choice). The subspace's prior std is fixed before S (``subspace_sigma``), so nothing is
-charged for it; the subspace is the prior's (coordinates 0 = prior/), so ``model/`` is not its
+charged for it, or chosen after training on the declared grid ``subspace_sigma_grid`` (ln |grid|
+charged); with ``subspace_fit_epochs`` the coordinates are first fitted by cross-entropy; the subspace is the prior's (coordinates 0 = prior/), so ``model/`` is not its
 centre: the row certifies the subspace Gibbs posterior, a predictor of its own."""
 
 from __future__ import annotations
@@ -15,6 +16,18 @@ from pathlib import Path
 from typing import Any
 
 FOLDER = "posterior_subspace"
+
+
+def spec_of(cfg: Any) -> Any:
+    """The :class:`~boundcalc.measure.data.subspace.SubspaceSpec` of certify's settings ``cfg``
+    (every ``subspace_*`` field, and the run's seed)."""
+    from ..measure.data.subspace import SubspaceSpec
+
+    return SubspaceSpec(rank=cfg.subspace_rank, layers=cfg.subspace_layers,
+                        sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
+                        lr=cfg.subspace_lr, seed=cfg.seed,
+                        sigma_grid=tuple(cfg.subspace_sigma_grid or ()),
+                        fit_epochs=cfg.subspace_fit_epochs, fit_lr=cfg.subspace_fit_lr)
 
 
 def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = None,
@@ -27,15 +40,12 @@ def subspace_step(stats: Any, out: Path, cfg: Any, device: Any, progress: Any = 
 
     from ..measure.data.disagreement import predictions
     from ..measure.data.gibbs import MonteCarlo
-    from ..measure.data.subspace import SubspaceSpec
     from ..measure.data.subspace_record import RECORD, add_subspace_posterior, held_out
     from ..measure.threads import blas_threads, data_threads
     from .loaded import Loaded
     from .train import save_folder
 
-    spec = SubspaceSpec(rank=cfg.subspace_rank, layers=cfg.subspace_layers,
-                        sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
-                        lr=cfg.subspace_lr, seed=cfg.seed)
+    spec = spec_of(cfg)
     spec.check()  # before any model is read
     loaded = loaded or Loaded(out, device)
     dev = loaded.device

@@ -106,10 +106,21 @@ def test_resumes_and_the_options_rerun_the_measure_step(run):
     again = certify(run["base"], w / "d.csv", w / "out", w / "t.csv", _config())
     assert set(again.steps.values()) == {"reused"}
     other = certify(run["base"], w / "d.csv", w / "out", w / "t.csv",
-                    _config(subspace_layers="head"))
+                    _config(subspace_layers="head", subspace_fit_epochs=2,
+                            subspace_fit_lr=0.1, subspace_sigma_grid=[0.05, 0.2]))
     assert other.steps["posterior"] == "reused" and other.steps["measure"] == "ran"
     stats = json.loads((w / "out" / "stats.json").read_text())
-    assert stats["scalars"]["subspace_dim"]["value"] == 2 * 32  # the head alone
+    sc, rec = stats["scalars"], stats["provenance"]["gibbs_subspace"]
+    assert sc["subspace_dim"]["value"] == 2 * 32  # the head alone
+    # the cross-entropy fit ran first (2 epochs, z moved), the grid of 2 is charged (J = 2) and
+    # s_P is its least KL, by hand from the recorded ‖z‖², d and s_Q
+    fit = rec["training"]["cross_entropy_fit"]
+    assert fit["epochs"] == 2 and len(fit["loss_per_epoch"]) == 2 and fit["dist_sq_after"] > 0
+    assert sc["subspace_prior_grid"]["value"] == 2
+    q, d, sq = rec["dist_sq"], rec["dim"], rec["sigma_post"]
+    kls = {sp: q / (2 * sp ** 2) + d * ((sq / sp) ** 2 - 1 - 2 * math.log(sq / sp)) / 2
+           for sp in (0.05, 0.2)}
+    assert sc["subspace_sigma_prior"]["value"] == min(kls, key=kls.get)
     with pytest.raises(BoundcalcError, match="subspace_layers"):
         _config(subspace_layers="ffn")
     with pytest.raises(BoundcalcError, match="subspace_sigma"):

@@ -75,7 +75,8 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
         "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
         "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init",
         "duplicates", "heldout_draws", "subspace_rank", "subspace_layers", "subspace_sigma",
-        "subspace_epochs", "subspace_lr"]
+        "subspace_epochs", "subspace_lr", "subspace_sigma_grid", "subspace_fit_epochs",
+        "subspace_fit_lr"]
 
 
 @pytest.mark.parametrize("name", ["draws", "tune_draws"])
@@ -104,3 +105,22 @@ def test_certify_measures_with_nothing_sized_by_the_machine():
         assert not any(sizing.auto(opts).values()), sizing.auto(opts)
     assert CertifyConfig(tune_rows=50).resolve(short)[0].measure_options(
         "t.jsonl").search_rows == 50
+
+
+def test_the_subspace_settings_reach_the_subspace_spec():
+    """certify's subspace_* settings are the SubspaceSpec the step trains (every field mapped,
+    the grid as a tuple; no grid: s_P fixed, J = 1)."""
+    from boundcalc.certify.subspace_posterior import spec_of
+
+    cfg = CertifyConfig(posterior="subspace", subspace_rank=3, subspace_layers="attention",
+                        subspace_sigma=0.1, subspace_epochs=5, subspace_lr=0.02,
+                        subspace_sigma_grid=[0.05, 0.1, 0.2], subspace_fit_epochs=4,
+                        subspace_fit_lr=0.003, seed=7)
+    s = spec_of(cfg)
+    assert (s.rank, s.layers, s.sigma_prior, s.epochs, s.lr, s.seed) == \
+        (3, "attention", 0.1, 5, 0.02, 7)
+    assert s.sigma_grid == (0.05, 0.1, 0.2) and s.prior_grid == 3
+    assert (s.fit_epochs, s.fit_lr) == (4, 0.003)
+    assert spec_of(CertifyConfig(posterior="subspace")).prior_grid == 1
+    with pytest.raises(BoundcalcError, match="subspace_fit_epochs"):
+        CertifyConfig(subspace_fit_epochs=2)  # needs --posterior subspace

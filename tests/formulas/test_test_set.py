@@ -118,3 +118,30 @@ def test_a_smoothed_loss_outside_0_1_is_refused_by_its_domain():
     for bad in (1.5, -0.1):
         with pytest.raises(DomainError, match="'test_loss'.*outside its domain"):
             smoothed(bad, 10, 0.01, 1000)
+
+
+
+
+@pytest.mark.parametrize("q,m,delta", [(0.4123456789, 1000, 0.05), (0.0, 300, 0.01),
+                                       (0.987, 50, 0.2), (0.25, 1000, 0.05)])
+def test_bounded_mean_is_the_kl_inverse_at_50_digits(q, m, delta):
+    """``test_set_kl_bounded`` (docs/sources/test_set.md §4): kl⁻¹(mean, ln(1/δ)/m) for a
+    mean of m losses in [0, 1], outward within 1e-12 of a 50-digit bisection; at a 0-1 mean
+    k/m it is ``test_set_kl``'s value, at mean 0 the closed form 1 − δ^{1/m}."""
+    r = bc.evaluate(bc.load_registry().get("test_set_kl_bounded"),
+                    {"mean_loss": q, "m": m, "delta": delta})
+    exact = kl_inv_rate_50(q, m, delta)
+    assert r.kind == "certified" and r.is_bound and r.delta == delta
+    assert mp.mpf(r.value) >= exact and float(mp.mpf(r.value) - exact) <= 1e-12
+    if q == 0.25:
+        assert r.value == pytest.approx(value(250, 1000, delta).value, rel=1e-12)
+    if q == 0.0:
+        closed = 1 - mp.mpf(delta) ** (mp.mpf(1) / m)
+        assert abs(exact - closed) < mp.mpf("1e-40")
+
+
+def test_bounded_mean_outside_0_1_is_refused():
+    for q in (1.2, -0.1):
+        with pytest.raises(bc.BoundcalcError, match="mean_loss"):
+            bc.evaluate(bc.load_registry().get("test_set_kl_bounded"),
+                        {"mean_loss": q, "m": 100, "delta": 0.05})

@@ -205,8 +205,14 @@ def test_refusals():
     from boundcalc.measure.data.hf import TaskModel
 
     lm = TaskModel(tp.model, "causal_lm", "GPT2LMHeadModel", 2)
-    with pytest.raises(BoundcalcError, match="classifiers only"):
+    with pytest.raises(BoundcalcError, match="needs the smoothing"):
         Subspace(lm, SubspaceSpec(), CPU)
+    with pytest.raises(BoundcalcError, match="needs the smoothing"):
+        Subspace(lm, SubspaceSpec(smoothing=0.01, layers="head"), CPU)
+    for bad, match in [(dict(smoothing=1.5), "smoothing"), (dict(fit_epochs=-1), "fit_epochs"),
+                       (dict(fit_lr=float("nan")), "fit_lr")]:
+        with pytest.raises(BoundcalcError, match=match):
+            Subspace(tp, SubspaceSpec(**bad), CPU)
 
 
 def test_the_record_pays_for_a_prior_grid_and_keeps_its_least_kl():
@@ -257,3 +263,71 @@ def test_a_module_run_twice_in_one_pass_is_refused():
         sub.start_pass(3)
         with pytest.raises(BoundcalcError, match="'lin' ran twice"):
             sub.tm.model(torch.randn(3, 4))
+
+
+@pytest.mark.parametrize("broken", [None, "untransposed"])
+def test_a_language_models_rows_are_explicit_gpt2_models_at_their_draws(broken):
+    """GPT-2's Conv1D layers (weight d_in × d_out) are adapted as W0 + c·(B·A)ᵀ; its tied head
+    stays out. Each row's smoothed log-loss (α = 0.05) from one batched pass equals the loss of
+    an explicit copy of the prior at that row's draw, computed by hand (numpy); the variant that
+    forgets the transpose (wrong shape: B·A reshaped as d_in × d_out) is caught."""
+    from tests.measure.test_bound_posterior import ALPHA, _smoothed_by_hand, _tiny_lm
+
+    _, tp, data = _tiny_lm(rows=8)
+    sub = Subspace(tp, SubspaceSpec(rank=2, sigma_prior=0.5, smoothing=ALPHA), CPU)
+    paths = {s.path for s in sub.sites}
+    assert paths == {"transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj",
+                     "transformer.h.0.mlp.c_fc", "transformer.h.0.mlp.c_proj"}
+    assert all(s.transposed for s in sub.sites) and sub.dim == 2 * (8 + 8 + 8 + 32)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for s in sub.sites:
+            s.z.copy_(0.4 * torch.randn(s.z.shape, generator=g, dtype=s.z.dtype))
+    from boundcalc.measure.data.subspace import row_losses
+
+    inputs, _ = data.batches[0]
+    sub.record = []
+    with torch.no_grad(), sub.draws(torch.Generator().manual_seed(5)):
+        batched = row_losses(sub, inputs, None, "risk").numpy()
+    eps = dict(sub.record)
+    sub.record = None
+    mismatch = 0
+    for r in range(8):
+        def w(site, r=r):
+            d = site.scale * site.basis @ (site.z + sub.sigma_post * eps[site.path][r])
+            return site.module.weight + (d.reshape(site.module.weight.shape)
+                                         if broken else d.T)
+        m = _explicit(sub, w)
+        one = {k: v[r:r + 1] for k, v in inputs.items()}
+        with torch.no_grad():
+            lg = m(**one).logits.numpy()
+        by_hand = _smoothed_by_hand(lg, one["input_ids"].numpy(), one["attention_mask"].numpy())
+        mismatch += not np.isclose(by_hand[0], batched[r], rtol=1e-9, atol=1e-12)
+    assert mismatch == (0 if broken is None else 8)
+
+
+def test_the_cross_entropy_fit_moves_z_and_lowers_the_loss_then_the_bound_starts_there():
+    """``fit_epochs``: the deterministic subspace model's cross-entropy on S falls from the
+    prior's (z = 0), z moves (‖z‖² recorded), and with no bound epochs the posterior mean is
+    exactly the fit; the fit's batch order and the bound's draws are separate seeds."""
+    from boundcalc.measure.data.subspace import pieces, row_losses
+
+    tm, tp, data = _tiny(0)
+
+    def ce(sub):
+        with torch.no_grad(), sub.draws(None, noise=False):
+            return float(sum(row_losses(sub, i, y, "fit").sum() for i, y in pieces(sub, data)))
+
+    sub = Subspace(tp, SubspaceSpec(rank=2, fit_epochs=4, fit_lr=1.0, epochs=0), CPU)
+    before = ce(sub)
+    fit = train_subspace(sub, data)
+    after = ce(sub)
+    assert fit.fit_dist_sq > 0 and len(fit.fit_history) == 4
+    assert float(sub.dist_sq()) == pytest.approx(fit.fit_dist_sq, rel=1e-12)
+    assert after < 0.95 * before  # the fit lowered S's cross-entropy (14.87 < 16.61 once)
+    # from the fit, one bound epoch: z is trained further (it starts at the fit, not at 0)
+    sub2 = Subspace(tp, SubspaceSpec(rank=2, fit_epochs=4, fit_lr=1.0, epochs=1), CPU)
+    fit2 = train_subspace(sub2, data)
+    assert fit2.fit_dist_sq == pytest.approx(fit.fit_dist_sq, rel=1e-9)  # the same fit
+    moved = float(sum((a.z - b.z).square().sum() for a, b in zip(sub.sites, sub2.sites)))
+    assert 0 < moved < fit.fit_dist_sq

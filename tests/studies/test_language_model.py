@@ -221,3 +221,46 @@ def test_bound_trained_row_recomputed_to_50_digits_in_bits(built):
         dist = sum(float((a - b).double().square().sum())
                    for a, b in zip(mean.parameters(), prior.parameters()))
     assert sum(rec["dist_sq"]) == pytest.approx(dist, rel=1e-9)
+
+
+def test_baseline_and_subspace_row_recomputed_by_hand_in_bits(built):
+    """The baseline (the prior's test-set bound on S, ``test_set_kl_bounded``) from the prior's
+    smoothed loss on S computed directly here (plain torch), and the subspace Gibbs posterior's
+    row (pac_bayes_kl_gaussian_subspace_mc) from stats.json at 50 digits, both times
+    log2(V/α): bits per predicted byte; the row certifies the subspace posterior, whose
+    held-out Gibbs bits stand beside it."""
+    import mpmath as mp
+    from transformers import GPT2LMHeadModel
+
+    out, rep = built
+    to_bits = math.log2(VOCAB / CFG.smoothing)
+    prior = GPT2LMHeadModel.from_pretrained(out / "prior").eval()
+    _, sm = _direct(prior, _units(out), [CFG.smoothing])
+    mean = float(np.mean([s[CFG.smoothing] for s in sm])) / to_bits  # in [0, 1] per chunk
+    b = rep["baseline"]
+    with mp.workdps(50):
+        exact = kl_inv_exact(mean, mp.log(1 / mp.mpf("0.05")) / CFG.n_bound, dps=50) * to_bits
+    assert b["id"] == "test_set_kl_bounded" and b["n"] == CFG.n_bound
+    assert mp.mpf(b["value"]) >= exact - 1e-9 and abs(float(mp.mpf(b["value"]) - exact)) \
+        <= 1e-6 * float(exact)
+    st = json.loads((out / "stats.json").read_text())
+    sc, rec = st["scalars"], st["provenance"]["gibbs_subspace"]
+    E, N = sc["gibbs_subspace_mean"]["value"], int(sc["gibbs_subspace_units"]["value"])
+    d, J = int(sc["subspace_dim"]["value"]), int(sc["subspace_prior_grid"]["value"])
+    assert J == 1 and N == rec["mc"]["units"] == rec["mc"]["passes"] * CFG.n_bound
+    # d by hand: one block's c_attn (32 → 96), attn.c_proj (32 → 32), c_fc (32 → 128),
+    # mlp.c_proj (128 → 32), rank 4 × d_in each; the tied head stays out
+    assert d == 4 * (32 + 32 + 32 + 128)
+    assert rec["training"]["cross_entropy_fit"]["epochs"] >= 1
+    with mp.workdps(50):
+        sq, sp = mp.mpf(sc["subspace_sigma_post"]["value"]), \
+            mp.mpf(sc["subspace_sigma_prior"]["value"])
+        KL = mp.mpf(sc["subspace_dist_sq"]["value"]) / (2 * sp ** 2) + \
+            d * ((sq / sp) ** 2 - 1 - mp.log((sq / sp) ** 2)) / 2
+        upper = kl_inv_exact(E, mp.log(2 / mp.mpf("0.01")) / N, dps=50)
+        exact = kl_inv_exact(upper, (KL + mp.log(2 * mp.sqrt(CFG.n_bound) / mp.mpf("0.05")))
+                             / CFG.n_bound, dps=50) * to_bits
+    row = next(r for r in rep["certified"] if r["id"] == "pac_bayes_kl_gaussian_subspace_mc")
+    assert mp.mpf(row["value"]) >= exact and float(mp.mpf(row["value"]) - exact) <= 1e-9 * exact
+    assert row["about"] == "subspace_posterior" and "subspace Gibbs posterior" in row["certifies"]
+    assert row["heldout_bits"] == rec["held_out"]["gibbs_bits"] and 0 < row["heldout_bits"] < 25

@@ -5,8 +5,9 @@ Pérez-Ortiz et al. 2021).
 
 The subspace (every choice declared in :class:`SubspaceSpec`, fixed before S is read):
 
-* every adapted ``nn.Linear`` m of the encoder (``layers``: ``all`` of them, the
-  ``attention`` ones only, or none for ``head``) moves as W_m = W0_m + c_m·B_m·A_m, with
+* every adapted ``nn.Linear`` m of the encoder (or GPT-2's ``Conv1D``, the same map with its
+  weight stored transposed; ``layers``: ``all`` of them, the ``attention`` ones only, or none
+  for ``head``) moves as W_m = W0_m + c_m·B_m·A_m, with
   W0_m the prior's weight, c_m its root-mean-square (read from the prior: free), B_m a fixed
   d_out × r Gaussian matrix with N(0, 1/r) entries drawn from ``basis_seed`` and the module's
   path (never from S), and A_m ∈ R^{r × d_in} the coordinates (a LoRA-shaped adapter whose
@@ -14,6 +15,12 @@ The subspace (every choice declared in :class:`SubspaceSpec`, fixed before S is 
 * the classification head (the last ``nn.Linear`` with one output per class) moves as
   W_h = W0_h + c_h·A_h, its whole weight matrix being coordinates (B = I);
 * biases, LayerNorms and embeddings stay at the prior's values.
+
+A language model (``tm.is_lm``) has no head of its own in the subspace (its output layer is tied
+to the token embeddings): its adapted modules are the encoder's, and its loss is the certified
+one, the prediction-smoothed log-loss at ``spec.smoothing`` averaged over a row's predicted
+tokens (:func:`.lm_loss.smoothed_token_loss`, in [0, 1]), in training and in the Monte Carlo;
+a classifier trains on the clipped cross-entropy and is measured on its 0-1 error.
 
 All coordinates zero is the prior model exactly. The prior is P = N(0, s_P² I_d) over the d
 coordinates, s_P fixed by a declared number before S (free) or chosen after training on a
@@ -70,7 +77,10 @@ class SubspaceSpec:
     step of z; ``lr_sigma`` the Adam step of ln s_Q (scaled by 1/√d: the KL's curvature in
     ln s_Q is 2d); ``objective`` quad or classic; ``p_min`` the bounded cross-entropy's floor;
     ``delta`` the objective's δ; ``seed`` of the training draws; ``delta_mc`` the δ′ of the
-    certificate's Monte Carlo step."""
+    certificate's Monte Carlo step; ``fit_epochs`` passes over S of a plain cross-entropy fit
+    of z at the mean (noise off, Adam ``fit_lr``; as LoRA fine-tuning does) before the training
+    on the bound, which then starts from the fitted z (0: z starts at the prior); ``smoothing``
+    α of a language model's smoothed log-loss (required for one, unused for a classifier)."""
 
     rank: int = 4
     layers: str = "all"
@@ -85,6 +95,9 @@ class SubspaceSpec:
     delta: float = 0.05
     seed: int = 0
     delta_mc: float = 0.01
+    fit_epochs: int = 0
+    fit_lr: float = 1e-3
+    smoothing: float | None = None
 
     def check(self) -> None:
         """Refuse settings outside their domains (one line naming the setting)."""
@@ -93,14 +106,19 @@ class SubspaceSpec:
             bad = f"layers {self.layers!r}; expected one of {', '.join(SUBSPACE_LAYERS)}"
         elif self.objective not in OBJECTIVES:
             bad = f"objective {self.objective!r}; expected one of {', '.join(OBJECTIVES)}"
-        elif self.rank < 1 or self.epochs < 0:
-            bad = f"rank must be >= 1 and epochs >= 0 (got {self.rank}, {self.epochs})"
+        elif self.rank < 1 or self.epochs < 0 or self.fit_epochs < 0:
+            bad = (f"rank must be >= 1, epochs and fit_epochs >= 0 (got {self.rank}, "
+                   f"{self.epochs}, {self.fit_epochs})")
         elif not all(math.isfinite(s) and s > 0 for s in (self.sigma_prior, *self.sigma_grid)):
             bad = "sigma_prior and every point of sigma_grid must be finite and > 0"
-        elif not all(math.isfinite(v) and v >= 0 for v in (self.lr, self.lr_sigma)):
-            bad = f"lr and lr_sigma must be finite and >= 0 (got {self.lr}, {self.lr_sigma})"
+        elif not all(math.isfinite(v) and v >= 0 for v in (self.lr, self.lr_sigma,
+                                                           self.fit_lr)):
+            bad = (f"lr, lr_sigma and fit_lr must be finite and >= 0 (got {self.lr}, "
+                   f"{self.lr_sigma}, {self.fit_lr})")
         elif not (0 < self.p_min < 1 and 0 < self.delta < 1 and 0 < self.delta_mc < 1):
             bad = "p_min, delta and delta_mc must lie in (0, 1)"
+        elif self.smoothing is not None and not 0 < self.smoothing < 1:
+            bad = f"smoothing must lie in (0, 1) (got {self.smoothing})"
         elif len(set(self.sigma_grid)) != len(self.sigma_grid):
             bad = "sigma_grid repeats a value"
         if bad:
@@ -126,17 +144,35 @@ def kl_subspace(dist_sq: Any, dim: int, sigma_post: Any, sigma_prior: Any) -> An
 @dataclass
 class Site:
     """One adapted module: its path, the module, the weight scale c, the frozen basis B
-    (d_out × r; None for the head, B = I) and the coordinates Z (r × d_in or d_out × d_in)."""
+    (d_out × r; None for the head, B = I), the coordinates Z (r × d_in or d_out × d_in), d_in,
+    and whether the module stores its weight transposed (GPT-2's ``Conv1D``: d_in × d_out)."""
 
     path: str
-    module: nn.Linear
+    module: nn.Module
     scale: float
     basis: torch.Tensor | None
     z: torch.Tensor
+    d_in: int
+    transposed: bool = False
 
     def delta_weight(self, a: torch.Tensor) -> torch.Tensor:
-        """c·B·A (c·A for the head): the weight change at coordinates ``a``."""
-        return self.scale * (a if self.basis is None else self.basis @ a)
+        """c·B·A (c·A for the head): the weight change at coordinates ``a``, in the shape the
+        module stores its weight (transposed for a ``Conv1D``)."""
+        d = self.scale * (a if self.basis is None else self.basis @ a)
+        return d.T if self.transposed else d
+
+
+def linear_shape(mod: nn.Module) -> tuple[int, int, bool] | None:
+    """(d_in, d_out, transposed) of a module computing x·Wᵀ + b (``nn.Linear``) or x·W + b
+    (a ``Conv1D`` of GPT-2: a weight of d_in × d_out and an ``nf`` attribute); None for any
+    other module."""
+    if isinstance(mod, nn.Linear):
+        return mod.in_features, mod.out_features, False
+    w = getattr(mod, "weight", None)
+    if type(mod).__name__ == "Conv1D" and isinstance(w, torch.Tensor) and w.dim() == 2 \
+            and getattr(mod, "nf", None) == w.shape[1]:
+        return int(w.shape[0]), int(w.shape[1]), True
+    return None
 
 
 def head_path(model: nn.Module, n_outputs: int) -> str:
@@ -158,37 +194,46 @@ def _basis_seed(seed: int, path: str) -> int:
 class Subspace:
     """The coordinates of ``tm``'s subspace around its current weights (the prior's: load the
     prior into ``tm``), their posterior std s_Q (``log_sigma``, a float64 leaf) and the
-    per-row draws (:meth:`draws`). Refused for a language model and for a model without a
-    Linear head."""
+    per-row draws (:meth:`draws`). Refused for a classifier without a Linear head, for a
+    language model without ``spec.smoothing`` or with ``layers="head"`` (its head is tied to
+    its embeddings and stays out), and for a model with no module to adapt."""
 
     def __init__(self, tm: TaskModel, spec: SubspaceSpec, device: torch.device) -> None:
         spec.check()
-        if tm.is_lm:
-            raise BoundcalcError("subspace posterior: classifiers only (a language model's "
-                                 "head is tied to its embeddings)")
+        if tm.is_lm and (spec.smoothing is None or spec.layers == "head"):
+            raise BoundcalcError("subspace posterior: a language model needs the smoothing α "
+                                 "of its certified loss and layers all or attention (its head "
+                                 "is tied to its embeddings)")
         self.tm, self.spec, self.device = tm, spec, device
         model = tm.model
-        head = head_path(model, tm.n_outputs)
+        head = None if tm.is_lm else head_path(model, tm.n_outputs)
+        tied = model.get_output_embeddings() if tm.is_lm else None
         self.sites: list[Site] = []
         for path, mod in model.named_modules():
-            if not isinstance(mod, nn.Linear):
+            shape = linear_shape(mod)
+            if shape is None or mod is tied:
                 continue
+            d_in, d_out, transposed = shape
             is_head = path == head
             if not is_head and (spec.layers == "head" or (
-                    spec.layers == "attention" and "attention" not in path)):
+                    spec.layers == "attention" and "attention" not in path
+                    and ".attn." not in f".{path}.")):
                 continue
             w = mod.weight.detach()
             scale = float(w.double().square().mean().sqrt()) or 1.0
             basis = None
-            rows = mod.out_features
+            rows = d_out
             if not is_head:
                 g = torch.Generator().manual_seed(_basis_seed(spec.basis_seed, path))
-                basis = (torch.randn((mod.out_features, spec.rank), generator=g,
+                basis = (torch.randn((d_out, spec.rank), generator=g,
                                      dtype=torch.float64) / math.sqrt(spec.rank))
                 basis = basis.to(device=device, dtype=w.dtype)
                 rows = spec.rank
-            z = torch.zeros((rows, mod.in_features), dtype=w.dtype, device=device)
-            self.sites.append(Site(path, mod, scale, basis, z))
+            z = torch.zeros((rows, d_in), dtype=w.dtype, device=device)
+            self.sites.append(Site(path, mod, scale, basis, z, d_in, transposed))
+        if not self.sites:
+            raise BoundcalcError(f"subspace posterior: {type(model).__name__} has no module "
+                                 f"to adapt with layers {spec.layers!r}")
         self.dim = sum(s.z.numel() for s in self.sites)
         self.log_sigma = torch.tensor(math.log(spec.sigma_prior), dtype=torch.float64,
                                       device=device)
@@ -243,7 +288,7 @@ class Subspace:
             if x.shape[0] != R:
                 raise BoundcalcError(f"subspace posterior: module '{site.path}' saw "
                                      f"{x.shape[0]} rows, expected {R}")
-            X = x.reshape(R, -1, mod.in_features).to(site.z.dtype)
+            X = x.reshape(R, -1, site.d_in).to(site.z.dtype)
             h = X @ site.z.T  # (R, T, k)
             if self.noise:
                 eps = torch.randn((R, *site.z.shape), generator=self.gen, device=x.device,
@@ -273,6 +318,76 @@ class SubspaceFit:
     history: list[float] = field(default_factory=list)
     steps: int = 0
     seconds: float = 0.0
+    fit_history: list[float] = field(default_factory=list)
+    fit_dist_sq: float = 0.0
+
+
+def pieces(sub: Subspace, data: Batched) -> list:
+    """The (inputs, labels) pieces of ``data`` that each run as one forward pass: a language
+    model's batches cut to its logits budget (:func:`.lm_loss.logit_rows`), a classifier's as
+    they are."""
+    if not sub.tm.is_lm:
+        return data.batches
+    from .lm_loss import logit_rows, split_batches
+
+    return split_batches(data.batches, logit_rows(sub.tm, data.seq_len, sub.device))
+
+
+def row_losses(sub: Subspace, inputs: Any, y: Any, mode: str) -> torch.Tensor:
+    """Per row of one piece, at the current draws (inside :meth:`Subspace.draws`): a language
+    model's smoothed log-loss at ``spec.smoothing`` in every ``mode``; a classifier's
+    cross-entropy (``fit``), clipped cross-entropy in [0, 1] (``bound``) or 0-1 error
+    (``risk``)."""
+    from .bound_posterior import bounded_cross_entropy
+
+    tm, dev = sub.tm, sub.device
+    inputs = to_device(dict(inputs), dev)
+    if tm.is_lm:
+        from .inputs import lm_targets
+        from .lm_loss import smoothed_token_loss
+
+        inputs, targets, keep = lm_targets(tm, inputs)
+        sub.start_pass(int(targets.shape[0]))
+        logits = tm.model(**inputs).logits
+        if tm.task == "causal_lm":
+            logits = logits[:, :-1]
+        return smoothed_token_loss(logits, targets, keep, float(sub.spec.smoothing))
+    y = y.to(dev)
+    sub.start_pass(int(y.shape[0]))
+    logits = tm.model(**inputs).logits
+    if mode == "fit":
+        return torch.nn.functional.cross_entropy(logits.float(), y, reduction="none")
+    if mode == "bound":
+        return bounded_cross_entropy(logits, y, sub.spec.p_min)
+    return (logits.argmax(-1) != y).double()
+
+
+def fit_cross_entropy(sub: Subspace, data: Batched, fit: SubspaceFit,
+                      progress: Progress | None = None) -> None:
+    """``spec.fit_epochs`` passes of Adam (``spec.fit_lr``) on the mean cross-entropy of the
+    model at the coordinates z (noise off: the deterministic subspace model, a LoRA-style
+    fine-tune whose down factors are random and frozen), on ``data`` (S); z is left at the fit
+    and ‖z‖² after it in ``fit.fit_dist_sq``, the mean loss per epoch in ``fit.fit_history``.
+    The batch order is its own (seed ``spec.seed`` + 50,000), no draw of Q is spent."""
+    spec = sub.spec
+    leaves = [s.z.requires_grad_(True) for s in sub.sites]
+    opt = torch.optim.Adam(leaves, lr=spec.fit_lr)
+    order = np.random.default_rng(spec.seed + 50_000)
+    parts = pieces(sub, data)
+    with sub.draws(None, noise=False):
+        for e in range(spec.fit_epochs):
+            acc = 0.0
+            for i, b in enumerate(order.permutation(len(parts))):
+                losses = row_losses(sub, *parts[int(b)], "fit")
+                opt.zero_grad(set_to_none=True)
+                losses.mean().backward()
+                opt.step()
+                acc += float(losses.detach().sum())
+                if progress:
+                    progress(e * len(parts) + i + 1, spec.fit_epochs * len(parts),
+                             "fitting the subspace coordinates by cross-entropy")
+            fit.fit_history.append(acc / data.n)
+    fit.fit_dist_sq = float(sub.dist_sq().detach())
 
 
 def train_subspace(sub: Subspace, data: Batched, progress: Progress | None = None
@@ -280,14 +395,18 @@ def train_subspace(sub: Subspace, data: Batched, progress: Progress | None = Non
     """Train z (Adam, ``spec.lr``) and ln s_Q (Adam, ``spec.lr_sigma``/√d) on ``data`` (S)
     by the pathwise gradient of the PAC-Bayes objective at the prior std ``spec.sigma_prior``:
     every row of every batch its own draw of Q; the model's own weights are frozen and it is
-    left in eval mode (dropout off, as in the certificate)."""
-    from .bound_posterior import bounded_cross_entropy, objective
+    left in eval mode (dropout off, as in the certificate). With ``spec.fit_epochs`` > 0, z
+    starts at the cross-entropy fit (:func:`fit_cross_entropy`), else at 0."""
+    from .bound_posterior import objective
 
     spec, dev = sub.spec, sub.device
     t0 = time.monotonic()
     model = sub.tm.model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    fit = SubspaceFit(sub.sigma_post)
+    if spec.fit_epochs:
+        fit_cross_entropy(sub, data, fit, progress)
     leaves = [s.z.requires_grad_(True) for s in sub.sites]
     sub.log_sigma.requires_grad_(True)
     opt = torch.optim.Adam(leaves, lr=spec.lr) if spec.lr > 0 else None
@@ -295,17 +414,13 @@ def train_subspace(sub: Subspace, data: Batched, progress: Progress | None = Non
         if spec.lr_sigma > 0 else None
     gen = torch.Generator(device=dev).manual_seed(spec.seed + 60_000)
     order = np.random.default_rng(spec.seed + 70_000)
-    fit = SubspaceFit(sub.sigma_post)
-    total = spec.epochs * len(data.batches)
+    parts = pieces(sub, data)
+    total = spec.epochs * len(parts)
     with sub.draws(gen):
         for _ in range(spec.epochs):
             acc = torch.zeros((), dtype=torch.float64, device=dev)
-            for b in order.permutation(len(data.batches)):
-                inputs, y = data.batches[int(b)]
-                y = y.to(dev)
-                sub.start_pass(int(y.shape[0]))
-                logits = model(**to_device(dict(inputs), dev)).logits
-                loss = bounded_cross_entropy(logits, y, spec.p_min).mean()
+            for b in order.permutation(len(parts)):
+                loss = row_losses(sub, *parts[int(b)], "bound").mean()
                 obj = objective(loss.double(), sub.kl(spec.sigma_prior), data.n, spec.delta,
                                 spec.objective)
                 for o in (opt, opt_s):
@@ -319,7 +434,7 @@ def train_subspace(sub: Subspace, data: Batched, progress: Progress | None = Non
                 fit.steps += 1
                 if progress:
                     progress(fit.steps, total, "training the subspace posterior")
-            fit.history.append(float(acc) / len(data.batches))
+            fit.history.append(float(acc) / len(parts))
     for s in sub.sites:
         s.z.requires_grad_(False)
     sub.log_sigma.requires_grad_(False)
@@ -330,21 +445,20 @@ def train_subspace(sub: Subspace, data: Batched, progress: Progress | None = Non
 
 def gibbs_errors(sub: Subspace, data: Batched, passes: int, seed: int,
                  progress: Progress | None = None) -> np.ndarray:
-    """The 0-1 error of every row of ``data`` in each of ``passes`` passes, every row of every
+    """The loss of every row of ``data`` (a classifier's 0-1 error, a language model's smoothed
+    log-loss in [0, 1]: :func:`row_losses`) in each of ``passes`` passes, every row of every
     pass at its own fresh draw of Q (generator seeded ``seed``): an array (passes, n)."""
     dev = sub.device
     gen = torch.Generator(device=dev).manual_seed(seed)
     out = []
+    parts = pieces(sub, data)
     with torch.no_grad(), sub.draws(gen):
         for k in range(passes):
             errs = []
-            for i, (inputs, y) in enumerate(data.batches):
-                y = y.to(dev)
-                sub.start_pass(int(y.shape[0]))
-                logits = sub.tm.model(**to_device(dict(inputs), dev)).logits
-                errs.append((logits.argmax(-1) != y).double())
+            for i, (inputs, y) in enumerate(parts):
+                errs.append(row_losses(sub, inputs, y, "risk").double())
                 if progress:
-                    progress(k * len(data.batches) + i + 1, passes * len(data.batches),
+                    progress(k * len(parts) + i + 1, passes * len(parts),
                              "Monte Carlo Gibbs risk of the subspace posterior")
             out.append(torch.cat(errs).cpu().numpy())
     return np.stack(out)

@@ -64,7 +64,7 @@ def add_subspace_posterior(stats: Any, prior: TaskModel, data: Batched, device: 
     sc = stats.scalars
     sc["gibbs_subspace_mean"] = Quantity(mean, estimated=True, ci=(mean, upper),
                                          confidence=1 - delta_mc, method=how)
-    sc["gibbs_subspace_units"] = Quantity(float(units), method="independent 0-1 Monte Carlo "
+    sc["gibbs_subspace_units"] = Quantity(float(units), method="independent [0, 1] Monte Carlo "
                                           "losses of the subspace Gibbs posterior: " + how)
     sc["subspace_dim"] = Quantity(float(sub.dim), method="coordinates of the subspace")
     sc["subspace_dist_sq"] = Quantity(dist_sq, method="‖z‖² of the trained posterior mean, "
@@ -83,9 +83,15 @@ def add_subspace_posterior(stats: Any, prior: TaskModel, data: Batched, device: 
         "dim": sub.dim, "dist_sq": dist_sq, "sigma_post": fit.sigma_post,
         "sites": sites_summary(sub),
         "training": {"objective_per_epoch": fit.history, "steps": fit.steps,
+                     "cross_entropy_fit": {"epochs": spec.fit_epochs, "lr": spec.fit_lr,
+                                           "loss_per_epoch": fit.fit_history,
+                                           "dist_sq_after": fit.fit_dist_sq},
                      "seconds": round(fit.seconds, 2),
-                     "loss": f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g}), every row "
-                             "its own draw"},
+                     "loss": (f"−ln((1−α)p_y + α/V)/ln(V/α) per predicted token, α = "
+                              f"{spec.smoothing:g} (the certified loss), every row its own draw"
+                              if prior.is_lm else
+                              f"−ln max(p_y, {spec.p_min:g}) / ln(1/{spec.p_min:g}), every row "
+                              "its own draw")},
         "mc": {"passes": draws, "units": units, "delta_mc": delta_mc, "seed": seed,
                "samples_per_pass": data.n, "mean": mean, "upper": upper},
     }
