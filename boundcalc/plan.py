@@ -69,7 +69,8 @@ class Counts:
     pass is evaluated on a subsample (``--gibbs-samples``), else None (every row);
     ``group_draws``, ``tune_draws``: the per-group σ measurement (``--group-draws`` passes over
     DATA at the chosen vector; σ vectors tried with ``--tune-draws`` passes each over the tune
-    rows); 0 when there is none; ``isotropic_search``: the isotropic σ is also bisected with
+    rows); 0 when there is none; ``per_group``: the search tries per-group shapes (else the
+    isotropic σ only); ``isotropic_search``: the isotropic σ is also bisected with
     the model's weights on the tune rows (a prior without a task head of its own)."""
 
     sigmas: int
@@ -82,6 +83,7 @@ class Counts:
     group_draws: int = 0
     tune_draws: int = 0
     isotropic_search: bool = False
+    per_group: bool = True
 
 
 @dataclass(frozen=True)

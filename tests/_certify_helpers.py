@@ -64,7 +64,8 @@ def bert_config_folder(out: Path, hidden: int = 64, layers: int = 2, heads: int 
 
 # the small settings of the certify route tests (a 1-layer BERT config on 240 synthetic rows)
 SMALL_CERTIFY = dict(prior_epochs=6, prior_lr=3e-3, post_lr=1e-3, batch_size=16, max_length=24,
-                     sigmas=(0.01,), draws=1, tune_rows=48, tune_draws=1, group_draws=2)
+                     sigmas=(0.01,), draws=1, tune_rows=48, tune_draws=1, group_draws=2,
+                     tune_shape="per-group")
 
 
 def small_certify_run(w: Path, config) -> dict:

@@ -83,6 +83,10 @@ class CertifyConfig(Record):
                                    help=(
         "Monte Carlo passes over S at the per-group σ (default: by the plan rule: 6 full, 4 "
         "reduced, 2 lean)"))
+    tune_shape: str | None = like(MeasureOptions, "tune_shape", None, none=True, needs=SEARCH,
+                                  help=(
+        "the σ shapes the search tries: per-group or isotropic (default: by the plan rule: "
+        "per-group full and reduced, isotropic lean)"))
     compress: bool = spec(False, Spec(bool, help=(
         "also the compression bounds (k-means code of w − w_prior on levels 1 and 16)")))
     # measure's --levels, by reference (one type: comma-separated level counts)
@@ -175,7 +179,7 @@ class CertifyConfig(Record):
         level, works = choose(facts, self.draws, self.prior_fraction)
         kept = [f for f in RULED if getattr(self, f) is not None]
         fill = {f: getattr(level, f) for f in RULED if getattr(self, f) is None
-                and not (f == "group_draws" and self.tune_rows == 0)}  # no search: no row
+                and not (f in ("group_draws", "tune_shape") and self.tune_rows == 0)}
         out = replace(self, **fill)
         if out.sigmas is None and self.draws != _default("draws"):
             raise BoundcalcError(
@@ -193,6 +197,7 @@ class CertifyConfig(Record):
                               seed=self.seed,
                               tune_data=tune, tune_draws=self.tune_draws,
                               group_draws=self.group_draws,
+                              tune_shape=self.tune_shape or "per-group",
                               # every tune row: certify sizes nothing by this machine's speed
                               search_rows=self.tune_rows if tune else None)
 
@@ -259,6 +264,7 @@ class MeasureSettings(StepSettings):
     draws: int
     tune_draws: int
     group_draws: int | None
+    tune_shape: str | None
     max_length: int
     batch_size: int | None
     compress: bool

@@ -4,7 +4,7 @@ same on every machine (issue 54 item 4).
 The measure step's cost beyond the trainings is its passes over S with a posterior draw per
 row (the isotropic rows: ``draws`` passes per σ; the per-group row: ``group_draws`` passes)
 and the σ search (at most :func:`~boundcalc.measure.data.tune.search_evaluations` passes over
-``tune_rows`` rows of the prior's data). Each pass costs in proportion to the weights a row
+``tune_rows`` rows of the prior's data, fewer with the isotropic shape only). Each pass costs in proportion to the weights a row
 meets times its tokens, so the work of a plan is counted in **weight·token products**
 
     W = weights · tokens per row · (SAMPLE_COST · passes over S · |S| + evaluations · tune rows)
@@ -19,10 +19,12 @@ Carlo term and the σ search are: each Monte Carlo bound holds for any count fix
 draws, and the search never sees S. A count given by the caller is kept as given.
 
 :data:`BUDGET` was set from one measurement: the README's real-text run (the bundled
-MiniLM-L6, 2,000 docstring openings of 64 tokens) took 14 min 48 s on 2 CPU cores with the
-full plan (W ≈ 2.6·10¹³); the lean plan (W ≈ 5·10¹²) brings it within 10 minutes, while the
-synthetic benchmarks (short rows: W ≤ 3·10¹² for MiniLM, far less for the 2-layer BERT) keep
-the full plan and their figures.
+MiniLM-L6, 2,000 docstring openings of 57 tokens on average) took 14 min 48 s on 2 CPU cores
+with the full plan (W ≈ 2.5·10¹³) and 11 min 15 s with a lean plan that still searched
+per-group shapes (the search chose the isotropic one; W ≈ 6.0·10¹²); the lean plan (W ≈
+3.2·10¹²) searches the isotropic shape only. The synthetic benchmarks (12 tokens a row: W ≈
+5.3·10¹² for MiniLM's full plan, 2.9·10¹⁰ for the 2-layer BERT's) keep the full plan and their
+figures.
 """
 
 from __future__ import annotations
@@ -37,19 +39,20 @@ BUDGET = 1.0e13  # weight·token products of the Monte Carlo passes and the σ s
 
 @dataclass(frozen=True)
 class Level:
-    """One plan: the isotropic σ measured (None: none), the passes over S at the per-group σ
-    and the rows of the prior's data the σ search reads."""
+    """One plan: the isotropic σ measured (None: none), the passes over S at the per-group σ,
+    the rows of the prior's data the σ search reads and the shapes it tries."""
 
     name: str
     sigmas: tuple[float, ...] | None
     group_draws: int
     tune_rows: int
+    tune_shape: str
 
 
-LEVELS = (Level("full", (0.003, 0.01), 6, 192),
-          Level("reduced", (0.01,), 4, 128),
-          Level("lean", None, 2, 64))
-RULED = ("sigmas", "group_draws", "tune_rows")  # the fields the rule fills when left None
+LEVELS = (Level("full", (0.003, 0.01), 6, 192, "per-group"),
+          Level("reduced", (0.01,), 4, 128, "per-group"),
+          Level("lean", None, 2, 64, "isotropic"))
+RULED = ("sigmas", "group_draws", "tune_rows", "tune_shape")  # filled by the rule when None
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ def work(level: Level, f: Facts, draws: int, prior_fraction: float) -> float:
 
     n_s = f.rows * (1 - prior_fraction)
     passes = (len(level.sigmas) if level.sigmas else 0) * draws + level.group_draws
-    search = search_evaluations(f.groups) * min(level.tune_rows, f.rows * prior_fraction)
+    search = (search_evaluations(f.groups, level.tune_shape == "per-group")
+              * min(level.tune_rows, f.rows * prior_fraction))
     return f.weights * f.tokens_per_row * (SAMPLE_COST * passes * n_s + search)
 
 
@@ -109,7 +113,7 @@ def record(level: Level, works: dict[str, float], f: Facts, kept: Sequence[str])
             "weights": f.weights, "groups": f.groups, "rows": f.rows,
             "tokens_per_row": round(f.tokens_per_row, 2),
             "counts": {"sigmas": level.sigmas, "group_draws": level.group_draws,
-                       "tune_rows": level.tune_rows},
+                       "tune_rows": level.tune_rows, "tune_shape": level.tune_shape},
             "given_by_caller": list(kept),
             "rule": "the richest plan of full, reduced, lean whose work is within the budget "
                     "(boundcalc/certify/plan_rule.py)"}

@@ -23,7 +23,8 @@ def plan_text(cfg: CertifyConfig, sizes: dict[str, int], test_rows: int | None,
         "measure" + (_rule_words(rule) if rule else "") + ": one pass over S"
         + (f", {len(cfg.sigmas)} isotropic σ × {cfg.draws} Monte Carlo pass(es) over S"
            if cfg.sigmas else "")
-        + (f", σ search on {sizes['tune']} rows of the prior's data, "
+        + (f", σ search ({cfg.tune_shape or 'per-group'} shape) on {sizes['tune']} rows of "
+           "the prior's data, "
            f"{cfg.group_draws} pass(es) over S at the per-group σ" if sizes["tune"] else ""),
         "compare: " + (f"{test_rows} held-out rows: model/ and the prior, "
                        f"{cfg.heldout_draws} pass(es) per certified row's Gibbs predictor, one "

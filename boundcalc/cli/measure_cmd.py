@@ -18,7 +18,8 @@ from .record_options import takes
 
 # options that do nothing without another one: refused when given alone
 NEEDS = {"--compress": ("max_changed", "quantizer", "levels_grid", "codebook_bits", "prefix"),
-         "--tune-data or --sigma-groups": ("tune_draws", "group_draws", "tune_slack"),
+         "--tune-data or --sigma-groups": ("tune_draws", "group_draws", "tune_slack",
+                                           "tune_shape"),
          "--tune-data": ("allow_overlap", "search_rows"),
          "--data": ("init_data",)}
 

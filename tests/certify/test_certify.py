@@ -141,7 +141,8 @@ def test_cli_prints_the_minimum_its_predictor_and_what_is_claimed(run):
             str(w / "t.csv"), "-o", str(w / "out_cli"), "--text-column", "sentence",
             "--label-column", "topic", "--epochs", "6", "--lr", "3e-3", "--post-lr", "1e-3",
             "--batch-size", "16", "--max-length", "24", "--sigma", "0.01", "--draws", "1",
-            "--tune-rows", "48", "--tune-draws", "1", "--group-draws", "2"]
+            "--tune-rows", "48", "--tune-draws", "1", "--group-draws", "2",
+            "--tune-shape", "per-group"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
@@ -174,8 +175,8 @@ def test_cli_prints_the_minimum_its_predictor_and_what_is_claimed(run):
                      "initialisation; posterior: 1 epoch(s) on S (120 rows)")
     assert err.index("split: 240 rows") < plan < err.index("fine-tuning"), err[:900]
     assert ("measure: one pass over S, 1 isotropic σ × 1 Monte Carlo pass(es) over S, σ search "
-            "on 48 rows of the prior's data, 2 pass(es) over S at the per-group σ; compare: 100 "
-            "held-out rows") in err
+            "(per-group shape) on 48 rows of the prior's data, 2 pass(es) over S at the "
+            "per-group σ; compare: 100 held-out rows") in err
 
 
 def test_cli_refuses_a_wrong_column_naming_the_flag(run, tmp_path):

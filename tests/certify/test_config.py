@@ -72,7 +72,8 @@ def test_the_settings_are_frozen_and_keep_their_recorded_form():
     assert list(asdict(CertifyConfig())) == [
         "prior_fraction", "seed", "prior_epochs", "prior_lr", "post_epochs", "post_lr",
         "proximal", "batch_size", "max_length", "text_column", "label_column", "device",
-        "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "compress", "levels",
+        "sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "tune_shape", "compress",
+        "levels",
         "tokenizer", "posterior", "bound_epochs", "bound_lr", "bound_sigma", "bound_init",
         "duplicates", "heldout_draws", "subspace_rank", "subspace_layers", "subspace_sigma",
         "subspace_epochs", "subspace_lr", "subspace_sigma_grid", "subspace_fit_epochs",

@@ -47,7 +47,7 @@ def test_facts_by_hand():
 def test_work_by_hand_and_the_level_it_picks():
     f = pr.Facts(weights=10_765_056, groups=16, rows=2000, tokens_per_row=57.05)  # real text
     lean = pr.LEVELS[-1]
-    by_hand = 10_765_056 * 57.05 * (2.0 * 2 * 1000 + search_evaluations(16) * 64)
+    by_hand = 10_765_056 * 57.05 * (2.0 * 2 * 1000 + search_evaluations(16, False) * 64)
     assert pr.work(lean, f, draws=3, prior_fraction=0.5) == pytest.approx(by_hand, rel=1e-12)
     full = pr.LEVELS[0]
     by_hand = 10_765_056 * 57.05 * (2.0 * (2 * 3 + 6) * 1000 + search_evaluations(16) * 192)
@@ -63,10 +63,12 @@ def test_work_by_hand_and_the_level_it_picks():
 def test_resolve_fills_only_what_is_left_and_records_it():
     long = pr.Facts(weights=10_765_056, groups=16, rows=2000, tokens_per_row=57.05)
     cfg, rec = CertifyConfig().resolve(long)
-    assert (cfg.sigmas, cfg.group_draws, cfg.tune_rows) == (None, 2, 64)
+    assert (cfg.sigmas, cfg.group_draws, cfg.tune_rows, cfg.tune_shape) == \
+        (None, 2, 64, "isotropic")
     assert rec["level"] == "lean" and rec["given_by_caller"] == []
     opts = cfg.measure_options("tune.jsonl")
     assert opts.draws == 0 and opts.sigmas is None and not any(sizing.auto(opts).values())
+    assert opts.tune_shape == "isotropic"
     cfg, rec = CertifyConfig(group_draws=5).resolve(long)
     assert (cfg.group_draws, cfg.tune_rows, rec["given_by_caller"]) == (5, 64, ["group_draws"])
     cfg, _ = CertifyConfig(sigmas=(0.01,), draws=2).resolve(long)
@@ -74,7 +76,8 @@ def test_resolve_fills_only_what_is_left_and_records_it():
     assert (opts.sigmas, opts.draws) == ((0.01,), 2)
     short = pr.Facts(weights=70_000, groups=8, rows=2000, tokens_per_row=12)
     cfg, rec = CertifyConfig().resolve(short)
-    assert (cfg.sigmas, cfg.group_draws, cfg.tune_rows) == ((0.003, 0.01), 6, 192)
+    assert (cfg.sigmas, cfg.group_draws, cfg.tune_rows, cfg.tune_shape) == \
+        ((0.003, 0.01), 6, 192, "per-group")
 
 
 def test_draws_without_an_isotropic_sigma_is_refused_in_one_line():
@@ -92,8 +95,10 @@ def test_the_plan_line_names_the_rule_and_its_counts():
     cfg, rec = CertifyConfig().resolve(long)
     sizes = {"prior": 999, "S": 999, "tune": 64}
     line = plan_text(cfg, sizes, 600, True, (1e-4, 3e-5, 2), rec)
-    assert "measure (the lean plan of the rule: 6.0e+12 weight·token products" in line
-    assert "isotropic" not in line and "2 pass(es) over S at the per-group σ" in line
-    cfg, rec = CertifyConfig(sigmas=(0.01,), group_draws=2, tune_rows=64).resolve(long)
+    assert "measure (the lean plan of the rule: 3.2e+12 weight·token products" in line
+    assert "σ search (isotropic shape) on 64 rows" in line
+    assert "isotropic σ ×" not in line and "2 pass(es) over S at the per-group σ" in line
+    cfg, rec = CertifyConfig(sigmas=(0.01,), group_draws=2, tune_rows=64,
+                             tune_shape="per-group").resolve(long)
     line = plan_text(cfg, sizes, 600, True, (1e-4, 3e-5, 2), rec)
     assert "the rule" not in line and "1 isotropic σ × 3 Monte Carlo pass(es) over S" in line

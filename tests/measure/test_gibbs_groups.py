@@ -61,6 +61,30 @@ def test_shape_search_keeps_the_target_and_widens_tolerant_groups():
     assert tune_mod.dr_sigma(shape.j_isotropic) <= s_iso * (1 + 1e-9)
 
 
+def test_isotropic_shape_only_stops_after_the_isotropic_bisection():
+    """tune_shape 'isotropic': the search returns the isotropic σ of the same bisection the
+    per-group search starts with, in at most ISOTROPIC_EVALUATIONS evaluations (the per-group
+    search of the same risk takes more and widens the tolerant group)."""
+    tau = {"a": 0.01, "b": 0.04}
+    groups = {"a.w": "a", "b.w": "b", "b.v": "b"}
+    calls = []
+
+    def risk(sig):
+        calls.append(1)
+        return 0.02 + sum((sig[n] / tau[g]) ** 2 for n, g in groups.items()) / 3
+
+    iso = tune_mod.choose_shape(risk, groups, {"a": 100, "b": 1000}, 0.02, 0.05,
+                                per_group=False)
+    n_iso = len(calls)
+    full = tune_mod.choose_shape(risk, groups, {"a": 100, "b": 1000}, 0.02, 0.05)
+    assert iso.kind == "isotropic" and iso.j == [iso.j_isotropic] * 2
+    assert iso.j_isotropic == full.j_isotropic
+    assert n_iso == len(iso.trace) <= tune_mod.ISOTROPIC_EVALUATIONS
+    assert len(calls) - n_iso > n_iso and full.kind == "per-group"
+    assert tune_mod.search_evaluations(16, False) == \
+        tune_mod.ISOTROPIC_EVALUATIONS + tune_mod.scale_evaluations() == 19
+
+
 @pytest.mark.parametrize("tau", [0.03, 0.05, 0.07, 0.15, 0.2, 0.3, 0.5, 1.0])  # best at 1 … 12
 def test_scale_search_finds_the_grid_minimum_in_nine_tries(tau):
     """choose_scale tries every 4th grid point, then halves around the best: on a bound with

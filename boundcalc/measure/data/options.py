@@ -34,6 +34,8 @@ OBJECTIVES = ("quad", "classic")  # the bound-trained posterior's training objec
 ALIASES = {"alpha": "smoothing"}
 
 
+TUNE_SHAPES = ("per-group", "isotropic")  # the σ shapes the search tries (tune.choose_shape)
+
 @dataclass(frozen=True)
 class MeasureOptions(Record):
     """The data side's options (defaults: the CLI's); checked when built.
@@ -53,7 +55,7 @@ class MeasureOptions(Record):
     pass), ``smoothing`` (α of prediction smoothing for language models), ``seed``. Curvature:
     ``hessian_probes`` (0 or ≥ 2), ``hessian_samples``, ``perturbation_draws`` (P̂; 0: skip).
     Per-group σ (:mod:`.tune`): ``sigma_groups`` (implied by ``tune_data``), ``tune_data`` (a
-    split disjoint from DATA), ``tune_draws``, ``tune_slack``, ``group_draws`` (default
+    split disjoint from DATA), ``tune_draws``, ``tune_slack``, ``tune_shape``, ``group_draws`` (default
     ``draws``), ``allow_overlap``. ``init_data``: the data ``init`` was trained on. The machine:
     ``threads``, ``precision`` (fp32 | tf32 | bf16; default by device).
 
@@ -118,6 +120,10 @@ class MeasureOptions(Record):
         "the choice noisier, never less honest)")))
     tune_slack: float = spec(0.05, Spec(float, low=0, high=1, open_high=True, help=(
         "the search keeps the searched weights' Gibbs risk ≤ their error + this")))
+    tune_shape: str = spec("per-group", Spec(str, choices=TUNE_SHAPES, help=(
+        "the σ shapes the search tries: per-group (the isotropic σ, then each group's noise "
+        "tolerance and a joint offset: about 4 more evaluations per group) or isotropic (the "
+        "isotropic σ only, then the scale)")))
     group_draws: int | None = spec(None, Spec(int, low=0, none=True, help=(
         "Monte Carlo passes over DATA at the chosen per-group σ vector, drawn as {gibbs_mode} "
         "says (default: {draws})")))

@@ -119,7 +119,8 @@ class GroupSearch(DataStage):
     and ``tune_draws`` plain passes over the rows it reads."""
 
     name = "σ search"
-    options = ("sigma_groups", "tune_data", "tune_draws", "tune_slack", "search_rows",
+    options = ("sigma_groups", "tune_data", "tune_draws", "tune_slack", "tune_shape",
+               "search_rows",
                "allow_overlap", "seed", "smoothing")
 
     def work(self, c: Counts, s: Sizes) -> Work | None:
@@ -127,7 +128,7 @@ class GroupSearch(DataStage):
 
         if c.tune_draws <= 0:
             return None
-        evals = search_evaluations(s.groups) * c.tune_draws
+        evals = search_evaluations(s.groups, c.per_group) * c.tune_draws
         rows = _search_rows(s)
         return Work(f"σ search, ≤ {evals} evaluations", evals, rows, "plain", evals,
                     f"{option('tune_draws', c.tune_draws)} (≤ {evals} evaluations, {rows:,} "
@@ -321,7 +322,8 @@ def counts(opts: MeasureOptions, isotropic_search: bool = False) -> Counts:
                   hessian_probes=opts.hessian_probes, hessian_samples=opts.hessian_samples,
                   perturbation_draws=opts.perturbation_draws,
                   gibbs_samples=opts.gibbs_samples, batch_size=opts.batch_size or DEFAULT_ROWS,
-                  isotropic_search=isotropic_search and opts.groups, **groups)
+                  isotropic_search=isotropic_search and opts.groups,
+                  per_group=opts.tune_shape == "per-group", **groups)
 
 
 def works(c: Counts, s: Sizes, stages: Sequence[DataStage] = STAGES) -> list[Work]:

@@ -223,9 +223,12 @@ def _mapping(groups: Mapping[str, str], sig: Mapping[str, float]) -> dict[str, f
     return {n: sig[g] for n, g in groups.items()}
 
 
-def search_evaluations(n_groups: int) -> int:
-    """An upper bound on the risk evaluations of :func:`choose_shape` (its three bisections)
-    plus :func:`choose_scale` (:func:`scale_evaluations`) for ``n_groups`` groups."""
+def search_evaluations(n_groups: int, per_group: bool = True) -> int:
+    """An upper bound on the risk evaluations of :func:`choose_shape` (its three bisections;
+    the first alone without ``per_group``) plus :func:`choose_scale`
+    (:func:`scale_evaluations`) for ``n_groups`` groups."""
+    if not per_group:
+        return ISOTROPIC_EVALUATIONS + scale_evaluations()
     return (ISOTROPIC_EVALUATIONS + n_groups * _bisections(REACH, GROUP_TOL)
             + _bisections(REACH, OFFSET_TOL) + scale_evaluations())
 
@@ -262,7 +265,7 @@ ISOTROPIC_EVALUATIONS = 1 + _bisections(J_MAX, ISO_TOL)
 
 
 def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int], base: float,
-                 slack: float) -> Shape:
+                 slack: float, per_group: bool = True) -> Shape:
     """Search ρ on the Dziugaite–Roy grid using only ``risk`` (the tune-data Gibbs risk of
     the weights it closes over; nothing else is seen).
 
@@ -274,7 +277,8 @@ def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int]
        the joint risk to ≤ target, by bisection to within :data:`OFFSET_TOL` (some groups
        may end below the isotropic σ).
     Of (1) and (3) the one with the smaller Σ_g d_g/ρ_g² (the KL if every coordinate moved
-    equally far, a guess that needs no distance) is kept. Common random numbers (``risk`` is
+    equally far, a guess that needs no distance) is kept. Without ``per_group`` only (1)
+    runs: the isotropic shape, in at most :data:`ISOTROPIC_EVALUATIONS` evaluations. Common random numbers (``risk`` is
     called with one seed) make the comparisons between σ vectors smooth.
     """
     names = sorted(sizes, key=lambda g: (-sizes[g], g))
@@ -290,6 +294,9 @@ def choose_shape(risk: Risk, groups: Mapping[str, str], sizes: Mapping[str, int]
         return bisect_ok(ok, lo, hi, at, tol)
 
     j_iso = isotropic_j(ok, names)
+    if not per_group:
+        return Shape(groups=names, j=[int(j_iso)] * len(names), j_isotropic=j_iso,
+                     target=target, base=base, kind="isotropic", trace=trace)
     tol: dict[str, int] = {}
     for g in names:
         def alone(j: int, g: str = g) -> dict[str, int]:
@@ -451,7 +458,8 @@ def search_groups(tm: TaskModel, data: Batched, device: torch.device, options: M
                          " on S (charged)")
     # evaluations the search makes at most (bisections of choose_shape, then the scale grid):
     # the total of its progress, so that a long search is seen moving
-    planned = search_evaluations(len(set(groups.values())))
+    per_group = options.tune_shape == "per-group"
+    planned = search_evaluations(len(set(groups.values())), per_group)
     count = [0]
 
     def tick() -> None:
@@ -471,7 +479,7 @@ def search_groups(tm: TaskModel, data: Batched, device: torch.device, options: M
                            MonteCarlo(tune_draws, search_seed, alpha, mode="whole"),
                            stop_above=base + slack)
 
-    shape = choose_shape(shape_risk, groups, sizes, base, slack)
+    shape = choose_shape(shape_risk, groups, sizes, base, slack, per_group)
     scale_data = tune if searched else data
 
     def scale_risk(sig: Mapping[str, float]) -> float:
