@@ -149,7 +149,8 @@ def size(opts: MeasureOptions, n: int, tune_rows: int | None, n_groups: int,
     left = [k for k, v in auto(opts).items() if v]
     record = {"auto": left, "target_seconds": target, "estimate_seconds": seconds,
               "fits": seconds <= target, "tried": len(tried),
-              "sigma_points": len(c.sigmas), "draws": c.draws, "tune_draws": c.tune_draws,
+              "sigma_points": len(c.sigmas) if c.sigmas else 0, "draws": c.draws,
+              "tune_draws": c.tune_draws,
               "hessian_probes": c.hessian_probes, "search_rows": c.search_rows,
               "rule": ("σ chosen on the tune data, one σ measured on S" if on_tune(opts) else
                        "the default σ grid and draws cut until the plan fits the target")}
