@@ -30,7 +30,7 @@ figures.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 SAMPLE_COST = 2.0  # a pass with its own draw per row ≈ two plain passes (MiniLM, 2 cores:
 #                    benchmarks/results/real_text_cuts_cpu.json)
@@ -66,21 +66,18 @@ class Facts:
     tokens_per_row: float
 
 
-def facts(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int) -> Facts:
+def facts(model: Any, ids: Iterable[Sequence[int]]) -> Facts:
     """:class:`Facts` of ``model`` (the base's classifier; the meta device will do: only
-    shapes are read) and ``texts`` (tokenized as training truncates them)."""
+    shapes are read) and ``ids``, each row's token ids as the model reads them (truncated
+    as training truncates: :func:`.preflight.token_ids`)."""
     import torch
 
     from ..measure.data.tune import sigma_groups
 
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    tokens = 0
-    for lo in range(0, len(texts), 1024):
-        ids = tokenizer(list(texts[lo:lo + 1024]), truncation=True,
-                        max_length=max_length)["input_ids"]
-        tokens += sum(len(r) for r in ids)
-    return Facts(int(weights), len(set(sigma_groups(model).values())), len(texts),
-                 tokens / max(len(texts), 1))
+    lengths = [len(r) for r in ids]
+    return Facts(int(weights), len(set(sigma_groups(model).values())), len(lengths),
+                 sum(lengths) / max(len(lengths), 1))
 
 
 def work(level: Level, f: Facts, draws: int, prior_fraction: float) -> float:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -74,7 +74,7 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
     check_label_conflicts(train, test, tok, cfg.max_length)
     from .plan_rule import facts
 
-    return facts(model, tok, train.texts, cfg.max_length)
+    return facts(model, token_ids(train.texts, tok, cfg.max_length))
 
 
 # the entry whose confidence term and δ the floor of S is read from (certify's PAC-Bayes rows)
@@ -203,14 +203,11 @@ def row_keys(texts: Sequence[str], labels: Sequence[Any], tokenizer: Any,
     from .split import _canon
 
     out = []
-    for lo in range(0, len(texts), ROWS_PER_CALL):
-        ids = tokenizer(list(texts[lo:lo + ROWS_PER_CALL]), truncation=True,
-                        max_length=max_length)["input_ids"]
-        for row, y in zip(ids, labels[lo:lo + ROWS_PER_CALL]):
-            y = _canon(y)
-            h = hashlib.sha256(np.asarray(row, dtype=np.int64).tobytes())
-            h.update(f"|{type(y).__name__}:{y}".encode())
-            out.append(h.digest())
+    for row, y in zip(token_ids(texts, tokenizer, max_length), labels):
+        y = _canon(y)
+        h = hashlib.sha256(np.asarray(row, dtype=np.int64).tobytes())
+        h.update(f"|{type(y).__name__}:{y}".encode())
+        out.append(h.digest())
     return out
 
 
@@ -264,12 +261,16 @@ def _first(exc: BaseException) -> str:
 def text_keys(texts: Sequence[str], tokenizer: Any, max_length: int) -> list[bytes]:
     """One digest per text as the model reads it (its token ids within the first
     ``max_length``), whatever its label."""
-    out = []
+    return [hashlib.sha256(np.asarray(r, dtype=np.int64).tobytes()).digest()
+            for r in token_ids(texts, tokenizer, max_length)]
+
+
+def token_ids(texts: Sequence[str], tokenizer: Any, max_length: int) -> Iterator[list[int]]:
+    """Each text's token ids within the first ``max_length`` (truncated as training
+    truncates), tokenized :data:`ROWS_PER_CALL` texts per call."""
     for lo in range(0, len(texts), ROWS_PER_CALL):
-        ids = tokenizer(list(texts[lo:lo + ROWS_PER_CALL]), truncation=True,
-                        max_length=max_length)["input_ids"]
-        out += [hashlib.sha256(np.asarray(r, dtype=np.int64).tobytes()).digest() for r in ids]
-    return out
+        yield from tokenizer(list(texts[lo:lo + ROWS_PER_CALL]), truncation=True,
+                             max_length=max_length)["input_ids"]
 
 
 def check_label_conflicts(train: Any, test: Any, tokenizer: Any, max_length: int) -> None:
