@@ -4,12 +4,12 @@ grid, and both proxies against width and depth (the paper's figs. 1, 2, 3 and 5)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:  # the study's records, read here and never built
-    from .bert_scaling import Breakdown, ScalePoint
+# Breakdown and ScalePoint in the annotations are studies/bert_scaling.py's records, read here
+# and never built (not imported: the study imports this module)
 
 MTYPES = ("QK", "V", "M_in", "M_out")
 COLOURS = {"QK": "tomato", "V": "royalblue", "M_in": "darkolivegreen", "M_out": "darkseagreen"}

@@ -510,7 +510,7 @@ def run(out: str | Path, cfg: LMConfig | None = None,
     held_gibbs = bound_posterior_step(out, cfg, root) if cfg.bound else None
     from .language_model_subspace import baseline, subspace_step
 
-    held_sub = subspace_step(out, cfg) if cfg.subspace else None
+    held_sub = subspace_step(out, cfg, VOCAB) if cfg.subspace else None
     rows = json.loads(run_cli(["compare", "--stats", str(out / "stats.json"), "--json"],
                               "compare"))
     stats = json.loads((out / "stats.json").read_text())

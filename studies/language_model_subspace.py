@@ -72,10 +72,12 @@ def _chunk(out: Path) -> int:
     return int(json.loads((out / "splits.json").read_text())["config"]["chunk"])
 
 
-def subspace_step(out: Path, cfg: Any, settings: SubspaceLM | None = None) -> dict[str, Any]:
+def subspace_step(out: Path, cfg: Any, vocab: int,
+                  settings: SubspaceLM | None = None) -> dict[str, Any]:
     """Train and measure the subspace Gibbs posterior around ``out/prior`` on ``out/S.jsonl``
-    (module docstring), add its scalars and record to ``out/stats.json`` and return the
-    held-out estimate (bits per predicted byte of one Monte Carlo pass)."""
+    (module docstring) of a model with ``vocab`` tokens, add its scalars and record to
+    ``out/stats.json`` and return the held-out estimate (bits per predicted byte of one Monte
+    Carlo pass)."""
     from boundcalc.measure.data.batch_rows import read_sized
     from boundcalc.measure.data.gibbs import MonteCarlo
     from boundcalc.measure.data.hf import load_task_model
@@ -85,7 +87,6 @@ def subspace_step(out: Path, cfg: Any, settings: SubspaceLM | None = None) -> di
     from boundcalc.measure.threads import blas_threads, data_threads
     from boundcalc.stats import load_stats
 
-    from .language_model import VOCAB
     from .stdlib_text import stage
 
     st = settings or SubspaceLM()
@@ -107,7 +108,7 @@ def subspace_step(out: Path, cfg: Any, settings: SubspaceLM | None = None) -> di
                                           MonteCarlo(st.draws, cfg.seed + 80_000, cfg.smoothing),
                                           prior_source=str(out / "prior"))
         held = gibbs_errors(sub, read("heldout.jsonl"), 1, cfg.seed + 90_000)[0]
-    to_bits = math.log2(VOCAB / cfg.smoothing)
+    to_bits = math.log2(vocab / cfg.smoothing)
     est = {"chunks": int(held.size), "gibbs_bits": float(held.mean()) * to_bits,
            "gibbs_bits_stderr": float(held.std(ddof=1) / math.sqrt(held.size)) * to_bits,
            "note": "one Monte Carlo pass (one draw per held-out chunk) of the subspace Gibbs "
