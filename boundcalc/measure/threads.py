@@ -76,6 +76,24 @@ def data_threads(model: torch.nn.Module, device: torch.device,
     return None
 
 
+def timed_choice(model: torch.nn.Module, device: torch.device) -> tuple[int, ...] | None:
+    """The thread counts to time on the data itself, where no rule of thumb holds (else None):
+    a language model narrower than :data:`SMALL_DATA_WIDTH` once its vocabulary head is left
+    out, on a CPU with more than one core. Its one long kernel (the head and the blocked loss
+    over the vocabulary) runs 1.7× faster on two threads of an idle 2-core machine (the tiny
+    GPT-2 of issue 51: 3.5 s against 5.9 s for its 64 rows) and 2–4× *slower* when another
+    process holds a core; which of the two holds is a fact of the machine now, so
+    ``measure`` times both (:func:`.data.work_plan.faster_threads`) and keeps the faster.
+    :func:`data_threads` still answers one thread for it (the certify steps that do not time)."""
+    cores = available_cores()
+    if device.type != "cpu" or cores < 2:
+        return None
+    head = _vocabulary_head(model)
+    if head is None or widest_layer(model, head) > SMALL_DATA_WIDTH:
+        return None
+    return (1, cores)
+
+
 def _vocabulary_head(model: torch.nn.Module) -> torch.nn.Module | None:
     """A language model's output projection onto its vocabulary (``get_output_embeddings``),
     which :func:`data_threads` does not count as the model's width: the tiny GPT-2 of issue 51

@@ -305,3 +305,80 @@ def test_a_narrow_language_model_runs_its_data_side_on_one_thread():
     wide = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=8, n_embd=SMALL_DATA_WIDTH + 8,
                                       n_layer=1, n_head=2))
     assert data_threads(wide, CPU) is None
+
+
+def test_a_narrow_language_model_has_its_threads_timed_on_a_cpu_with_cores_to_spare(
+        monkeypatch):
+    """threads.timed_choice: the width-16 GPT-2 (vocabulary head aside) is timed on one thread
+    and on every core when this process may use two or more; not with one core, not on a card,
+    not a body wider than SMALL_DATA_WIDTH, not a classifier (no vocabulary head: one thread,
+    data_threads's rule)."""
+    from transformers import BertConfig, BertForSequenceClassification, GPT2Config, \
+        GPT2LMHeadModel
+
+    from boundcalc.measure import threads
+    from boundcalc.measure.threads import SMALL_DATA_WIDTH, timed_choice
+
+    tm, *_ = _lm()
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    assert timed_choice(tm.model, CPU) == (1, 2)
+    assert timed_choice(tm.model, torch.device("meta")) is None
+    wide = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=8, n_embd=SMALL_DATA_WIDTH + 8,
+                                      n_layer=1, n_head=2))
+    assert timed_choice(wide, CPU) is None
+    cls = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=16,
+                                                   num_hidden_layers=1, num_attention_heads=2,
+                                                   intermediate_size=32))
+    assert timed_choice(cls, CPU) is None
+    monkeypatch.setattr(threads, "available_cores", lambda: 1)
+    assert timed_choice(tm.model, CPU) is None
+
+
+def test_faster_threads_times_each_count_on_four_rows_and_the_losses_do_not_depend_on_it(
+        chunked):
+    """work_plan.faster_threads runs, per thread count, a one-row warm-up and four timed rows
+    (chunks of 2 + 2), under that count; it returns the faster count, both speeds and the rows
+    timed; the data pass gives the same per-row figures on one thread and on two."""
+    from boundcalc.measure.data.data_pass import run_pass
+    from boundcalc.measure.data.work_plan import CALIBRATION_MIN_ROWS, faster_threads
+    from boundcalc.measure.threads import blas_threads
+
+    tm, data, *_ = _lm()
+    seen = []
+    tm.model.register_forward_pre_hook(
+        lambda mod, a, kw: seen.append((torch.get_num_threads(), kw["input_ids"].shape[0])),
+        with_kwargs=True)
+    best, seconds, rows = faster_threads(tm, data, CPU, (1, 2))
+    assert CALIBRATION_MIN_ROWS == rows == 4
+    assert seen == [(1, 1), (1, 2), (1, 2), (2, 1), (2, 2), (2, 2)]
+    assert set(seconds) == {1, 2} and all(s > 0 for s in seconds.values())
+    assert seconds[best] == min(seconds.values())
+    with blas_threads(1):
+        one = run_pass(tm, data, CPU, alpha=ALPHA)
+    with blas_threads(2):
+        two = run_pass(tm, data, CPU, alpha=ALPHA)
+    for a, b in ((one.ce, two.ce), (one.bounded, two.bounded), (one.err01, two.err01)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_calibration_rows_are_half_a_second_of_rows_between_four_and_the_batch():
+    """By hand: a 0.1 s warm-up row -> 5 rows (0.5 s); 1 ms -> the batch of 32; 10 s -> 4; a
+    batch of 3 -> 3."""
+    from boundcalc.measure.data.work_plan import calibration_rows
+
+    assert calibration_rows(0.1, 32) == 5
+    assert calibration_rows(0.001, 32) == 32
+    assert calibration_rows(10.0, 32) == 4
+    assert calibration_rows(0.1, 3) == 3
+
+
+def test_the_calibration_reuses_a_plain_speed_already_timed(chunked):
+    """calibrate(plain=(s, rows)): the data pass is not timed again (no forward at all when no
+    noisy step is asked), the speed and rows given are the calibration's."""
+    from boundcalc.measure.data.work_plan import calibrate
+
+    tm, data, *_ = _lm()
+    seen = []
+    tm.model.register_forward_pre_hook(lambda mod, a, kw: seen.append(1), with_kwargs=True)
+    got = calibrate(tm, data, CPU, noisy=False, plain=(0.25, 4))
+    assert seen == [] and got == {"plain": 0.25, "noisy": 0.25, "rows": 4}

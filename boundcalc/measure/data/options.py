@@ -136,8 +136,10 @@ class MeasureOptions(Record):
         "DATA")))
     threads: int | None = spec(None, Spec(int, low=1, none=True, help=(
         "torch threads for the data side with {data} (default: one for a model no wider than "
-        "512 on a CPU, where a thread pool costs more than it gives, else torch's default); "
-        "sums may differ in the last bits with it")))
+        "512 on a CPU, where a thread pool costs more than it gives; a language model that "
+        "narrow but for its vocabulary head: one thread or every core, whichever runs its "
+        "first rows faster here now; else torch's default); sums may differ in the last bits "
+        "with it")))
     precision: str | None = spec(None, Spec(str, choices=PRECISIONS, none=True, help=(
         "fp32 | tf32 | bf16: the arithmetic of the data pass and the Monte Carlo passes "
         "(default fp32 on a CPU, tf32 on CUDA; recorded in the stats file)")))

@@ -35,7 +35,7 @@ from .gibbs import resolve_mode
 from ... import plan
 from ..device import (default_precision, precision as data_precision, precision_record,
                       resolve_device, work_budget_for)
-from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads
+from ..threads import SMALL_DATA_WIDTH, blas_threads, data_threads, timed_choice
 from .hf import load_task_model
 from .options import MeasureOptions
 from .stages import DataRun, DataStage, listed, measure_plan
@@ -144,15 +144,26 @@ def measure_task(model: str, data: str, init: str | None = None,
         report, stop = (progress if callable(progress) else None), (lambda: None)
     threads = opts.threads
     n_threads = data_threads(tm.model, dev, threads)
-    stats.provenance["threads"] = {"data_side": n_threads or torch.get_num_threads(),
-                                   "rule": (f"requested ({keyword('threads')})" + (
-                                       f", capped at the {n_threads} core(s) this process may "
-                                       "use" if n_threads != threads else ""))
-                                   if threads is not None else
-                                   "one for a model no wider than "
-                                   f"{SMALL_DATA_WIDTH} on a CPU, else torch's default"}
     prec = opts.precision or default_precision(dev)
     stats.provenance["precision"] = precision_record(prec, dev)
+    rule = (f"requested ({keyword('threads')})" + (
+        f", capped at the {n_threads} core(s) this process may use"
+        if n_threads != threads else "")) if threads is not None else (
+        f"one for a model no wider than {SMALL_DATA_WIDTH} on a CPU, else torch's default")
+    timed = None  # (seconds per row, rows) of the data pass at the threads chosen by timing
+    choice = timed_choice(tm.model, dev) if threads is None else None
+    if choice:
+        from .work_plan import faster_threads
+
+        with data_precision(prec, dev):
+            n_threads, per_row, timed_rows = faster_threads(tm, batched, dev, choice)
+        timed = (per_row[n_threads], timed_rows)
+        rule = ("timed on the first rows of DATA (a language model narrower than "
+                f"{SMALL_DATA_WIDTH} but for its vocabulary head): " + ", ".join(
+                    f"{k} thread{'s' * (k > 1)} {v:.3g} s per row" for k, v in per_row.items())
+                + "; the faster")
+    stats.provenance["threads"] = {"data_side": n_threads or torch.get_num_threads(),
+                                   "rule": rule}
     try:
         with blas_threads(n_threads):
             with data_precision(prec, dev):
@@ -164,7 +175,7 @@ def measure_task(model: str, data: str, init: str | None = None,
                     tune = read(opts.tune_data, rows) if tune is not None else None
                 on_tune = sizing.on_tune(opts)  # the isotropic σ chosen on the tune rows
                 opts = _say_plan(stats, tm, batched, dev, opts, tune, say, prior_record,
-                                 started, every)
+                                 started, every, timed)
             run = DataRun(tm, batched, dev, opts, data, init,
                           tune=sizing.search_split(tune, opts),  # the rows the searches read
                           prior=prior, prior_record=prior_record, shared=shared,
@@ -209,7 +220,8 @@ class _Laps:
 
 def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
               prior_record: dict[str, Any] | None, started: float,
-              every: Sequence[DataStage]) -> MeasureOptions:
+              every: Sequence[DataStage],
+              timed: tuple[float, int] | None = None) -> MeasureOptions:
     """The data side's passes and, where more than the data pass runs, their time here from
     a one-batch calibration (:mod:`.work_plan`), with the seconds spent since ``started``
     (the call's start: loading, the weights side, reading, the calibration) counted in: said,
@@ -234,7 +246,8 @@ def _say_plan(stats: Stats, tm, batched, dev, opts: MeasureOptions, tune, say,
         # the row-wise hooks are timed; a whole-model draw per pass (tied weights) costs a
         # plain forward per row
         speed = work_plan.calibrate(tm, batched, dev, noisy=engine == "hooks" and any(
-            st.kind == "noisy" for st in plan_), draw=any(st.draws for st in plan_))
+            st.kind == "noisy" for st in plan_), draw=any(st.draws for st in plan_),
+            plain=timed)
         speed["spent"] = time.monotonic() - started
         if left:
             sized = sizing.size(opts, batched.n, tune_rows, n_groups, speed, mode == "sample",

@@ -26,6 +26,7 @@ estimate exceeds the time budget (:func:`boundcalc.limits.time_budget`, the opti
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -61,45 +62,103 @@ def stages(opts: Any, n: int, sigma_points: int | None = None, tune_rows: int | 
                  STAGES if listed is None else listed)
 
 
+CALIBRATION_SECONDS = 0.5  # on a CPU, each kind of row is timed on about this long of rows
+CALIBRATION_MIN_ROWS = 4  # ... and on at least this many (the tiny GPT-2 of issue 51, 0.1 s a
+# row: 5 rows instead of its first batch of 32, 2.4 s of a 31 s command saved; MiniLM-L6,
+# 0.012 s a row: its whole first batch, as before)
+
+
+def calibration_rows(warm_seconds: float, batch: int) -> int:
+    """Rows a CPU calibration times after a one-row warm-up that took ``warm_seconds``: about
+    :data:`CALIBRATION_SECONDS` worth (the warm-up's first-call costs make it an over-estimate
+    of a row, so rather fewer), at least :data:`CALIBRATION_MIN_ROWS`, at most ``batch``."""
+    want = CALIBRATION_SECONDS / max(warm_seconds, 1e-9)
+    return max(1, min(batch, max(CALIBRATION_MIN_ROWS, math.ceil(want))))
+
+
 def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
-              draw: bool = False) -> dict[str, Any]:
+              draw: bool = False, plain: tuple[float, int] | None = None) -> dict[str, Any]:
     """Seconds per row of the data pass and (``noisy``) of a Monte Carlo step with a posterior
-    draw per row, timed on the first batch after one untimed warm-up of each (the code the
-    work runs, loss and log-softmax included: :mod:`.batch_rows`), and (``draw``) the
-    seconds of one whole-model draw and its restore (:class:`.gibbs.Perturber`, as the σ
-    searches draw). A Hessian-vector product is not timed: on a few rows its fixed costs
-    dwarf it (MiniLM-L6: 2.5 s per row from 8 rows, 0.69 s per row in the trace itself), and
-    on a batch it costs seconds; the estimate counts :data:`HVP_COST` plain forwards."""
+    draw per row, each timed after one untimed warm-up (the code the work runs, loss and
+    log-softmax included: :mod:`.batch_rows`), and (``draw``) the seconds of one whole-model
+    draw and its restore (:class:`.gibbs.Perturber`, as the σ searches draw). On a card the
+    warm-up and the timing run the first batch (kernel choices and the allocator's blocks
+    follow the shapes); on a CPU the warm-up is one row and the timing
+    :func:`calibration_rows` rows of the first batch (first-call costs do not grow with the
+    rows, and a batch of a large-vocabulary language model costs as much as half its data
+    pass: issue 51). ``plain``: (seconds per row, rows) of the data pass already timed here at
+    these threads (:func:`faster_threads`), not timed again. ``rows`` in the result: the
+    rows timed. A Hessian-vector product is not timed: on a few rows its fixed costs dwarf it
+    (MiniLM-L6: 2.5 s per row from 8 rows, 0.69 s per row in the trace itself), and on a batch
+    it costs seconds; the estimate counts :data:`HVP_COST` plain forwards."""
     from .batch_rows import first_monte_carlo_step, first_data_pass
 
-    rows = int(next(iter(batched.batches[0][0].values())).shape[0])
-    # the warm-up: on a card the batch itself (kernel choices and the allocator's blocks follow
-    # the shapes); on a CPU one row (first-call costs do not grow with the rows, and a batch of
-    # a large-vocabulary language model costs as much as half its data pass: issue 51)
-    warm = batched if device.type == "cuda" else _first_row(batched)
+    batch = _batch_rows(batched)
+    rows = [plain[1]] if plain is not None else []  # the rows every kind is timed on
 
     def timed(run) -> float:
-        run(tm, warm, device)  # warm-up: first-call allocations and kernel choices
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        run(tm, batched, device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return (time.perf_counter() - t0) / rows
+        run(tm, batched if device.type == "cuda" else _first_rows(batched, 1), device)
+        _sync(device)  # the warm-up: first-call allocations and kernel choices
+        if not rows:
+            rows.append(batch if device.type == "cuda"
+                        else calibration_rows(time.perf_counter() - t0, batch))
+        part = _first_rows(batched, rows[0])
+        t0 = time.perf_counter()
+        run(tm, part, device)
+        _sync(device)
+        return (time.perf_counter() - t0) / rows[0]
 
-    out: dict[str, Any] = {"rows": rows, "plain": timed(first_data_pass)}
+    out: dict[str, Any] = {"plain": plain[0] if plain is not None else timed(first_data_pass)}
     out["noisy"] = timed(first_monte_carlo_step) if noisy else out["plain"]
+    out["rows"] = rows[0]
     if draw:
-        out["draw"] = rows * timed(_whole_model_draw)
+        out["draw"] = rows[0] * timed(_whole_model_draw)
     return out
 
 
-def _first_row(batched: Any) -> Any:
-    """``batched`` cut to the first row of its first batch."""
+def faster_threads(tm: Any, batched: Any, device: torch.device,
+                   choice: tuple[int, ...]) -> tuple[int, dict[int, float], int]:
+    """The thread count of ``choice`` (:func:`boundcalc.measure.threads.timed_choice`) under
+    which the data pass runs fastest here now, the seconds per row under each, and the rows
+    timed: each
+    timed on :data:`CALIBRATION_MIN_ROWS` rows of the first batch after a one-row warm-up
+    (the faster's seconds are the calibration's plain speed, :func:`calibrate`'s ``plain``).
+    A fact of this machine at this moment, like the calibration; the values measured do not
+    depend on it (the same per-row losses on one thread and on two: the tests)."""
+    from ..threads import blas_threads
+    from .batch_rows import first_data_pass
+
+    n = min(CALIBRATION_MIN_ROWS, _batch_rows(batched))
+    warm, part = _first_rows(batched, 1), _first_rows(batched, n)
+    seconds: dict[int, float] = {}
+    for threads in choice:
+        with blas_threads(threads):
+            first_data_pass(tm, warm, device)
+            t0 = time.perf_counter()
+            first_data_pass(tm, part, device)
+            seconds[threads] = (time.perf_counter() - t0) / n
+    return min(seconds, key=seconds.__getitem__), seconds, n
+
+
+def _batch_rows(batched: Any) -> int:
+    return int(next(iter(batched.batches[0][0].values())).shape[0])
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _first_rows(batched: Any, n: int) -> Any:
+    """``batched`` cut to the first ``n`` rows of its first batch (itself when that is the
+    whole of it)."""
     inputs, y = batched.batches[0]
-    return replace(batched, batches=[({k: v[:1] for k, v in inputs.items()},
-                                      None if y is None else y[:1])], n=1)
+    if n >= _batch_rows(batched) and len(batched.batches) == 1:
+        return batched
+    return replace(batched, batches=[({k: v[:n] for k, v in inputs.items()},
+                                      None if y is None else y[:n])],
+                   n=min(n, _batch_rows(batched)))
 
 
 def _whole_model_draw(tm: Any, batched: Any, device: torch.device) -> None:
