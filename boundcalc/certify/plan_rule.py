@@ -30,7 +30,7 @@ figures.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 SAMPLE_COST = 2.0  # a pass with its own draw per row ≈ two plain passes (MiniLM, 2 cores:
 #                    benchmarks/results/real_text_cuts_cpu.json)
@@ -66,16 +66,16 @@ class Facts:
     tokens_per_row: float
 
 
-def facts(model: Any, ids: Iterable[Sequence[int]]) -> Facts:
+def facts(model: Any, lengths: Sequence[int]) -> Facts:
     """:class:`Facts` of ``model`` (the base's classifier; the meta device will do: only
-    shapes are read) and ``ids``, each row's token ids as the model reads them (truncated
-    as training truncates: :func:`.preflight.token_ids`)."""
+    shapes are read) and ``lengths``, each row's count of token ids as the model reads it
+    (truncated as training truncates: :func:`.preflight.token_ids`)."""
     import torch
 
     from ..measure.data.tune import sigma_groups
 
     weights = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    lengths = [len(r) for r in ids]
+    lengths = [int(n) for n in lengths]
     return Facts(int(weights), len(set(sigma_groups(model).values())), len(lengths),
                  sum(lengths) / max(len(lengths), 1))
 

@@ -15,7 +15,8 @@ the culprit, with an exit code of :mod:`boundcalc.errors`.
    safetensors file, a pickle that needs code: refused, nothing executed; safetensors read
    first when both are there) and finite (a NaN names the base's file, not model/);
 3. **the size of S** (:func:`check_bound_sample`): a split whose S cannot give a
-   non-vacuous number at any complexity is refused;
+   non-vacuous number at any complexity is refused (with ``duplicates drop``, S of the
+   distinct rows the split keeps);
 4. **labels**: every label of DATA and of the held-out set is one class by the rule
    ``measure`` reads by (:func:`boundcalc.measure.data.labels.check_class_labels`);
 5. **overlaps**, by content as the model reads a row (its token ids within the first
@@ -29,12 +30,16 @@ the culprit, with an exit code of :mod:`boundcalc.errors`.
    are refused as copies are (the prior's data or model/'s training would hold the text of a
    row it is measured on).
 
+DATA is tokenized once (:class:`RowsRead`: each row's digests and token count) for items 3, 5
+and 6 and the plan rule's facts.
+
 Contract: :func:`preflight` returns only when every check passed; it writes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -68,26 +73,57 @@ def preflight(base: str | Path, data: str | Path, test_data: str | Path | None,
     train = read_labelled(data, cfg.text_column, cfg.label_column)
     test = (read_labelled(test_data, cfg.text_column, cfg.label_column)
             if test_data is not None else None)
-    check_bound_sample(train.labels, cfg)
+    read = RowsRead.of(train.texts, train.labels, tok, cfg.max_length)  # DATA tokenized once
+    check_bound_sample(train.labels, cfg, read.distinct if cfg.duplicates == "drop" else None)
     check_rows(train.texts, train.labels, train.source, tok, cfg.max_length,
-               test and (test.texts, test.labels, test.source), cfg.duplicates)
-    check_label_conflicts(train, test, tok, cfg.max_length)
+               test and (test.texts, test.labels, test.source), cfg.duplicates, read.row_keys)
+    check_label_conflicts(train, test, tok, cfg.max_length, read.text_keys)
     from .plan_rule import facts
 
-    return facts(model, token_ids(train.texts, tok, cfg.max_length))
+    return facts(model, read.lengths)
+
+
+@dataclass(frozen=True)
+class RowsRead:
+    """DATA's rows as the model reads them, from one tokenization (:func:`token_ids`), kept as
+    digests and lengths only (a row's ids are dropped once hashed: memory per row does not grow
+    with its tokens): per row its :func:`row_keys` digest (tokens and class), its
+    :func:`text_keys` digest (tokens) and its token count; ``distinct``: the rows
+    ``duplicates drop`` keeps (one per row key, :func:`.duplicates.keep_distinct`)."""
+
+    row_keys: list[bytes]
+    text_keys: list[bytes]
+    lengths: list[int]
+
+    @property
+    def distinct(self) -> int:
+        return len(set(self.row_keys))
+
+    @classmethod
+    def of(cls, texts: Sequence[str], labels: Sequence[Any], tokenizer: Any,
+           max_length: int) -> "RowsRead":
+        rows, txt, lengths = [], [], []
+        for ids, y in zip(token_ids(texts, tokenizer, max_length), labels):
+            h = hashlib.sha256(np.asarray(ids, dtype=np.int64).tobytes())
+            txt.append(h.digest())
+            rows.append(_with_label(h, y).digest())
+            lengths.append(len(ids))
+        return cls(rows, txt, lengths)
 
 
 # the entry whose confidence term and δ the floor of S is read from (certify's PAC-Bayes rows)
 FLOOR_ENTRY = "pac_bayes_kl_gaussian_mc"
 
 
-def check_bound_sample(labels: Sequence[Any], cfg: Any) -> None:
+def check_bound_sample(labels: Sequence[Any], cfg: Any, rows: int | None = None) -> None:
     """Refuse a split whose bound sample S cannot give a non-vacuous number at any complexity:
     its zero-complexity floor kl⁻¹(0, ln(2√n/δ)/n) (the PAC-Bayes-kl budget of
     ``formulas/pac_bayes.toml`` at zero KL and zero empirical error, at the entry's δ, before
     any grid or Monte Carlo cost, so the least it could ever certify) at or above the vacuity
     level of guessing among DATA's K classes, 1 − 1/K (no lower than the level a run reports,
-    the least trivial error), naming ``prior_fraction`` and the size of S."""
+    the least trivial error), naming ``prior_fraction`` and the size of S. ``rows``: the rows
+    of DATA the split divides when that is fewer than the labels (``duplicates drop``: the
+    distinct rows, :attr:`RowsRead.distinct`); default every row."""
     import math
 
     from ..engine.kernels import kl_inv_upper
@@ -95,14 +131,17 @@ def check_bound_sample(labels: Sequence[Any], cfg: Any) -> None:
     from ..registry import load_registry
     from .split import _canon, seeded_split
 
-    n = len(seeded_split(len(labels), cfg.prior_fraction, cfg.seed)[1])
+    split = len(labels) if rows is None else int(rows)
+    n = len(seeded_split(split, cfg.prior_fraction, cfg.seed)[1])
     k = max(len({repr(_canon(y)) for y in labels}), 2)
     delta = float(load_registry().get(FLOOR_ENTRY).symbols["delta"].default)
     floor, level = kl_inv_upper(0.0, math.log(2 * math.sqrt(n) / delta) / n), 1 - 1 / k
     if floor >= level:
+        dropped = (f" (its {len(labels)} less {len(labels) - split} repeats "
+                   f"{option('duplicates', 'drop')} drops)" if split < len(labels) else "")
         raise DataError(
             f"{option('prior_fraction', cfg.prior_fraction)} leaves the bound sample S "
-            f"{n} of DATA's {len(labels)} rows: at n = {n} no PAC-Bayes bound can be "
+            f"{n} of DATA's {split} rows{dropped}: at n = {n} no PAC-Bayes bound can be "
             f"non-vacuous (its floor at zero error and zero complexity, kl⁻¹(0, ln(2√n/δ)/n) = "
             f"{floor:.3g} at δ = {delta:g}, is at or above {level:.3g}, the error of guessing "
             f"among {k} classes); lower {option('prior_fraction')} or give more rows")
@@ -200,24 +239,27 @@ def row_keys(texts: Sequence[str], labels: Sequence[Any], tokenizer: Any,
     """One digest per row as the model reads it: its token ids within the first
     ``max_length`` (truncated as training truncates) and its class (an integer-valued float
     is that integer; ``1`` and ``"1"`` are different classes)."""
+    return [_with_label(hashlib.sha256(np.asarray(row, dtype=np.int64).tobytes()), y).digest()
+            for row, y in zip(token_ids(texts, tokenizer, max_length), labels)]
+
+
+def _with_label(h: Any, y: Any) -> Any:
+    """A copy of the token digest ``h`` with the class ``y`` added (:func:`row_keys`' rule)."""
     from .split import _canon
 
-    out = []
-    for row, y in zip(token_ids(texts, tokenizer, max_length), labels):
-        y = _canon(y)
-        h = hashlib.sha256(np.asarray(row, dtype=np.int64).tobytes())
-        h.update(f"|{type(y).__name__}:{y}".encode())
-        out.append(h.digest())
-    return out
+    y = _canon(y)
+    h = h.copy()
+    h.update(f"|{type(y).__name__}:{y}".encode())
+    return h
 
 
 def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokenizer: Any,
                max_length: int, test: tuple[Sequence[str], Sequence[Any], str] | None,
-               duplicates: str = "refuse") -> None:
+               duplicates: str = "refuse", keys: Sequence[bytes] | None = None) -> None:
     """Refuse a row of DATA that repeats an earlier one, and a row of the held-out set
-    ``test`` (texts, labels, source) that is a row of DATA, by :func:`row_keys`; each
-    refusal names the ``duplicates`` option. With ``duplicates`` ``"drop"`` neither is
-    refused (the split drops them, :mod:`.duplicates`)."""
+    ``test`` (texts, labels, source) that is a row of DATA, by :func:`row_keys` (``keys``:
+    DATA's, already computed); each refusal names the ``duplicates`` option. With
+    ``duplicates`` ``"drop"`` neither is refused (the split drops them, :mod:`.duplicates`)."""
     from ..measure.data.dataset_io import DataError
 
     if duplicates == "drop":
@@ -229,7 +271,8 @@ def check_rows(texts: Sequence[str], labels: Sequence[Any], source: str, tokeniz
             "same label")
     first: dict[bytes, int] = {}
     repeats = []
-    for i, k in enumerate(row_keys(texts, labels, tokenizer, max_length)):
+    for i, k in enumerate(row_keys(texts, labels, tokenizer, max_length)
+                          if keys is None else keys):
         j = first.setdefault(k, i)
         if j != i:
             repeats.append((i, j))
@@ -273,16 +316,19 @@ def token_ids(texts: Sequence[str], tokenizer: Any, max_length: int) -> Iterator
                              max_length=max_length)["input_ids"]
 
 
-def check_label_conflicts(train: Any, test: Any, tokenizer: Any, max_length: int) -> None:
+def check_label_conflicts(train: Any, test: Any, tokenizer: Any, max_length: int,
+                          keys: Sequence[bytes] | None = None) -> None:
     """Refuse a text of DATA that an earlier row of DATA has under another label, and a text of
     the held-out set ``test`` (None: none) that DATA has under another label (module
-    docstring, item 6); ``train``/``test``: ``texts``, ``labels``, ``source``."""
+    docstring, item 6); ``train``/``test``: ``texts``, ``labels``, ``source``; ``keys``:
+    DATA's :func:`text_keys`, already computed."""
     from ..measure.data.dataset_io import DataError
     from .split import _canon
 
     same = f"the same tokens within the first {option('max_length', max_length)}"
     first: dict[bytes, int] = {}
-    for i, k in enumerate(text_keys(train.texts, tokenizer, max_length)):
+    for i, k in enumerate(text_keys(train.texts, tokenizer, max_length)
+                          if keys is None else keys):
         j = first.setdefault(k, i)
         if j != i and _canon(train.labels[i]) != _canon(train.labels[j]):
             raise DataError(

@@ -38,7 +38,7 @@ def test_facts_by_hand():
     (h·i each), the pooler (h²) and the classifier (h·k); tokens truncated at max_length."""
     model = _bert(hidden=16, layers=3, inter=40, classes=4)
     texts = ["a b c", "a " * 30, "x"]
-    f = pr.facts(model, token_ids(texts, _Tok(), max_length=10))
+    f = pr.facts(model, [len(r) for r in token_ids(texts, _Tok(), max_length=10)])
     assert f.weights == 3 * (4 * 16 * 16 + 2 * 16 * 40) + 16 * 16 + 16 * 4
     assert f.tokens_per_row == pytest.approx((5 + 10 + 3) / 3)
     assert f.rows == 3

@@ -7,9 +7,11 @@ the API (item 8): tests/certify/test_callback.py."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -308,3 +310,56 @@ def test_the_label_rule_by_hand_and_in_measure():
 
     with pytest.raises(DataError, match=r"d.jsonl: labels 'label' row 1 is an object"):
         _labels([0, {"a": 1}, 1], 3, None, "d.jsonl", "label")
+
+
+# ---- (3) the size of S with duplicates drop; DATA read once ---------------------------------
+
+def test_with_duplicates_drop_the_size_of_S_counts_the_rows_the_split_keeps(w, tmp_path):
+    """The floor check reads the rows the split divides: with duplicates drop, DATA's distinct
+    rows. 40 distinct rows written 3 times: at a prior fraction where S of all 120 rows would
+    pass (floor by hand 1 − (δ/(2√n))^(1/n) < 1 − 1/K) and S of the 40 kept would not, the run
+    is refused before anything trains, naming the 40 rows and the 80 repeats dropped; with the
+    default policy the repeats themselves are refused (check_rows)."""
+    from boundcalc.certify.preflight import check_bound_sample
+    from boundcalc.certify.split import seeded_split
+
+    rows = synthetic_rows(40, 2)
+    labels = [y for _, y in rows]
+    level = 1 - 1 / len(set(labels))
+
+    def floor(n):
+        return 1 - (0.05 / (2 * math.sqrt(n))) ** (1 / n)
+
+    def s_size(n, f):
+        return len(seeded_split(n, f, 0)[1])
+
+    frac = next(f for f in np.arange(0.5, 0.99, 0.005)
+                if floor(s_size(40, f)) >= level > floor(s_size(120, f)))
+    n_kept = s_size(40, frac)
+    cfg = _config(prior_fraction=float(frac), seed=0, duplicates="drop")
+    check_bound_sample(labels * 3, cfg)  # every row counted: S would pass
+    with pytest.raises(DataError, match=f"S {n_kept} of DATA's 40 rows \\(its 120 less 80 "):
+        check_bound_sample(labels * 3, cfg, rows=40)
+    write_csv(tmp_path / "thrice.csv", rows * 3)
+    msg = refused(w / "base", tmp_path / "thrice.csv", tmp_path / "o", None, DataError,
+                  prior_fraction=float(frac), seed=0, duplicates="drop")
+    assert f"leaves the bound sample S {n_kept} of DATA's 40 rows (its 120 less 80 repeats" \
+        in msg, msg
+
+
+def test_rows_read_once_give_the_keys_and_lengths_of_each_check(w):
+    """RowsRead: one tokenization gives row_keys' and text_keys' digests and each row's token
+    count (truncated at max_length), and the distinct rows duplicates drop keeps."""
+    from boundcalc.certify.preflight import RowsRead, row_keys, text_keys
+    from boundcalc.measure.data.hf import load_tokenizer
+
+    tok = load_tokenizer(w / "base")
+    rows = synthetic_rows(12, 3)
+    texts = [t for t, _ in rows] + [rows[0][0], rows[1][0].upper()]
+    labels = [y for _, y in rows] + [rows[0][1], "other"]
+    read = RowsRead.of(texts, labels, tok, 8)
+    assert read.row_keys == row_keys(texts, labels, tok, 8)
+    assert read.text_keys == text_keys(texts, tok, 8)
+    assert read.lengths == [len(tok(t, truncation=True, max_length=8)["input_ids"])
+                            for t in texts]
+    assert read.distinct == 13  # row 12 repeats row 0; row 13 is row 1's text, another label
