@@ -9,7 +9,9 @@ Data: ``--rows`` labelled rows of the synthetic topic task of ``tests/_certify_h
 seed. Results (wall seconds, load averages before/after, the certified rows, compare's minimum
 at δ/k with the Gibbs predictor it certifies and that predictor's held-out error, model/'s
 test-set row, the prior's test-set bound on S as the baseline, the total probability of what
-is claimed) are written to ``benchmarks/results/certify_<device>.json`` under the base's name.
+is claimed, and each Gibbs route's row taken apart by :func:`studies.route_terms.route_terms`:
+its Gibbs error on S, N, KL in nats, floor at KL 0) are written to
+``benchmarks/results/certify_<device>.json`` under the base's name, with the date (UTC).
 """
 
 from __future__ import annotations
@@ -103,8 +105,12 @@ def main() -> int:
     doc = json.loads(path.read_text()) if path.exists() else {}
     prov = json.loads((run / "stats.json").read_text())["provenance"]
     learned, subspace = prov.get("gibbs_learned"), prov.get("gibbs_subspace")
+    from studies.route_terms import route_terms
+
     doc[name] = {
         "command": " ".join(["boundcalc"] + cmd[3:]), "rows": args.rows, "noise": args.noise,
+        "bench_command": "python benchmarks/bench_certify.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rerun_all_reused_s": round(resume, 1),
         "rerun_exit": again.returncode, "load_before": load0, "load_after": load1,
         "cores": os.cpu_count(), "device": torch.cuda.get_device_name(0) if device == "cuda"
@@ -121,7 +127,8 @@ def main() -> int:
         "certified": [{**{k: r[k] for k in ("id", "value", "vacuous", "floor", "dominates",
                                             "delta")},
                        "gibbs_test_error": (r["gibbs_test_error"] or {}).get("value")}
-                      for r in report["certified"] if r["is_bound"]]}
+                      for r in report["certified"] if r["is_bound"]],
+        "routes": route_terms(run / "stats.json")}
     if learned:  # the bound-trained Gibbs posterior (--posterior bound)
         doc[name]["bound_posterior"] = {k: learned.get(k) for k in (
             "training", "held_out", "scale", "sigma_post", "sigma_prior_trained_with", "mc")}
