@@ -39,6 +39,7 @@ def main() -> int:
     ap.add_argument("--name", required=True, help="the results' key")
     ap.add_argument("--reuse", action="store_true", help="pass --reuse to the example")
     args = ap.parse_args()
+    from benchmarks.common import keep_result
     from studies.route_terms import route_terms
 
     cmd = [sys.executable, str(ROOT / "examples" / "text_classifier.py"), "--out",
@@ -71,9 +72,7 @@ def main() -> int:
                                                   "value", "floor_zero_KL", "KL") if k in post},
            "stdout_tail": res.stdout[-2500:]}
     path = ROOT / "benchmarks" / "results" / "text_classifier_routes_cpu.json"
-    doc = json.loads(path.read_text()) if path.exists() else {}
-    doc[args.name] = rec
-    path.write_text(json.dumps(doc, indent=1))
+    keep_result(path, args.name, rec)
     print(f"{args.name}: {wall:.1f} s wall (load {before[0]:.1f} → {rec['load_after'][0]:.1f}); "
           f"wrote {path}")
     return 0

@@ -410,20 +410,28 @@ def bound_step(out: Path, cfg: ClassifierConfig) -> Path:
     """The bound-trained Gibbs posterior around ``model/`` (:mod:`.bound_step`, settings of
     ``cfg`` fixed before S is read; Monte Carlo seed ``cfg.seed + 60_000``, never a seed of a
     development run), written with the measurement into ``OUT/stats_bound.json``."""
-    import shutil
-
     from boundcalc.measure.data.bound_posterior import BoundTraining
     from .bound_step import bound_posterior
 
     spec = BoundTraining(sigma=cfg.bound_sigma, init=cfg.bound_init, means=cfg.bound_means,
                          epochs=cfg.bound_epochs, lr_sigma=cfg.bound_lr_sigma, seed=cfg.seed)
-    stage(f"training the bound-trained posterior on S (σ: {spec.sigma}, lr {spec.lr_sigma:g}; μ "
-          f"from {spec.init}, means: {spec.means}; {spec.epochs} epoch(s)), then "
-          f"{cfg.bound_draws} Monte Carlo passes")
-    target = out / "stats_bound.json"
+    said = (f"training the bound-trained posterior on S (σ: {spec.sigma}, lr "
+            f"{spec.lr_sigma:g}; μ from {spec.init}, means: {spec.means}; {spec.epochs} "
+            f"epoch(s)), then {cfg.bound_draws} Monte Carlo passes")
+    return _beside_measurement(out, "stats_bound.json", said, lambda target: bound_posterior(
+        out, out / "heldout.jsonl", spec, draws=cfg.bound_draws, seed=cfg.seed + 60_000,
+        max_length=cfg.max_length, stats=target))
+
+
+def _beside_measurement(out: Path, name: str, said: str, step: Any) -> Path:
+    """``OUT/name``: a copy of ``OUT/stats.json`` that ``step(path)`` adds a posterior to
+    (the measurement itself stays as measure wrote it), after the stage line ``said``."""
+    import shutil
+
+    stage(said)
+    target = out / name
     shutil.copyfile(out / "stats.json", target)
-    bound_posterior(out, out / "heldout.jsonl", spec, draws=cfg.bound_draws,
-                    seed=cfg.seed + 60_000, max_length=cfg.max_length, stats=target)
+    step(target)
     return target
 
 
@@ -431,8 +439,6 @@ def subspace_step(out: Path, cfg: ClassifierConfig) -> Path:
     """The subspace Gibbs posterior around ``prior/`` (:func:`.bound_step.subspace_posterior`,
     the ``subspace_*`` settings of ``cfg`` fixed before S is read; Monte Carlo seed ``cfg.seed
     + 80_000`` as certify's), written with the measurement into ``OUT/stats_subspace.json``."""
-    import shutil
-
     from boundcalc.measure.data.subspace import SubspaceSpec
     from .bound_step import subspace_posterior
 
@@ -440,14 +446,12 @@ def subspace_step(out: Path, cfg: ClassifierConfig) -> Path:
                         sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
                         lr=cfg.subspace_lr, seed=cfg.seed)
     spec.check()
-    stage(f"training the subspace posterior on S (rank {spec.rank} adapters, layers "
-          f"{spec.layers}, s_P {spec.sigma_prior:g}; {spec.epochs} epoch(s) on the bound), then "
-          f"{cfg.subspace_draws} Monte Carlo passes")
-    target = out / "stats_subspace.json"
-    shutil.copyfile(out / "stats.json", target)
-    subspace_posterior(out, out / "heldout.jsonl", spec, draws=cfg.subspace_draws,
-                       seed=cfg.seed + 80_000, max_length=cfg.max_length, stats=target)
-    return target
+    said = (f"training the subspace posterior on S (rank {spec.rank} adapters, layers "
+            f"{spec.layers}, s_P {spec.sigma_prior:g}; {spec.epochs} epoch(s) on the bound), "
+            f"then {cfg.subspace_draws} Monte Carlo passes")
+    return _beside_measurement(out, "stats_subspace.json", said, lambda t: subspace_posterior(
+        out, out / "heldout.jsonl", spec, draws=cfg.subspace_draws, seed=cfg.seed + 80_000,
+        max_length=cfg.max_length, stats=t))
 
 
 def subspace_summary(stats: dict[str, Any], rec: dict[str, Any], n: int) -> dict[str, Any]:
