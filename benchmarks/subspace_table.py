@@ -182,13 +182,20 @@ def _subspace_run(rec: dict, source: str) -> dict[str, Any]:
 def _real_text() -> list[dict[str, Any]]:
     """The real-text rows (older records: not rerun in this session)."""
     runs, bound = _load("subspace_runs_cpu.json"), _load("bound_posterior_cpu.json")
+    run4 = _load("routes_of_runs_cpu.json").get("real_text_run4")
     out = []
     r = runs.get("real_text_cefit")
-    if r:
+    if r:  # the same S, prior/ and model/ as certify's folder RUN4 (its proximal row)
+        rows = [_subspace_run(r, "subspace_runs_cpu.json real_text_cefit")]
+        if run4:
+            rows.insert(0, {**_new_route(run4, "proximal",
+                                         "routes_of_runs_cpu.json real_text_run4"),
+                            "date": "2026-11-29", "age": "current code, earlier run"})
         out.append({"benchmark": "real text (benchmarks/real_text.py, /work/rt/RUN)",
                     "n": r["n"], "baseline": r["baseline"],
                     "prior_error_on_S": r["prior_errors_on_S"] / r["n"],
-                    "routes": [_subspace_run(r, "subspace_runs_cpu.json real_text_cefit")]})
+                    "prior_test_error": (run4 or {}).get("prior_test_error"),
+                    "model_test_error": (run4 or {}).get("test_error"), "routes": rows})
     rtd = runs.get("real_text_default")
     if rtd:
         rows = [_subspace_run(rtd, "subspace_runs_cpu.json real_text_default")]
