@@ -185,7 +185,8 @@ def _subspace_run(rec: dict, source: str) -> dict[str, Any]:
 def _real_text() -> list[dict[str, Any]]:
     """The real-text rows (older records: not rerun in this session)."""
     runs, bound = _load("subspace_runs_cpu.json"), _load("bound_posterior_cpu.json")
-    run4 = _load("routes_of_runs_cpu.json").get("real_text_run4")
+    of_runs = _load("routes_of_runs_cpu.json")
+    run4, run4b = of_runs.get("real_text_run4"), of_runs.get("real_text_run4_bound")
     out = []
     r = runs.get("real_text_cefit")
     if r:  # the same S, prior/ and model/ as certify's folder RUN4 (its proximal row)
@@ -194,6 +195,10 @@ def _real_text() -> list[dict[str, Any]]:
             rows.insert(0, {**_new_route(run4, "proximal",
                                          "routes_of_runs_cpu.json real_text_run4"),
                             "date": "2026-11-29", "age": "current code, earlier run"})
+        if run4b:  # the bound-trained posterior on that folder, this session
+            rows.insert(1, {**_new_route(run4b, "bound",
+                                         "routes_of_runs_cpu.json real_text_run4_bound"),
+                            "date": "2026-11-29", "age": "new"})
         out.append({"benchmark": "real text (benchmarks/real_text.py, /work/rt/RUN)",
                     "n": r["n"], "baseline": r["baseline"],
                     "prior_error_on_S": r["prior_errors_on_S"] / r["n"],
