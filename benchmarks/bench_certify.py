@@ -9,7 +9,9 @@ Data: ``--rows`` labelled rows of the synthetic topic task of ``tests/_certify_h
 seed. Results (wall seconds, load averages before/after, the certified rows, compare's minimum
 at δ/k with the Gibbs predictor it certifies and that predictor's held-out error, model/'s
 test-set row, the prior's test-set bound on S as the baseline, the total probability of what
-is claimed) are written to ``benchmarks/results/certify_<device>.json`` under the base's name.
+is claimed, and each Gibbs route's row taken apart by :func:`studies.route_terms.route_terms`:
+its Gibbs error on S, N, KL in nats, floor at KL 0) are written to
+``benchmarks/results/certify_<device>.json`` under the base's name, with the date (UTC).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def main() -> int:
     ap.add_argument("--results", default="certify", help="the results file's stem: "
                     "benchmarks/results/<results>_<device>.json (default certify)")
     ap.add_argument("--name", help="the results' key (default: the base's name)")
+    ap.add_argument("--once", action="store_true",
+                    help="skip the second run on the finished folder (rerun_all_reused_s null)")
     ap.add_argument("extra", nargs="*", help="more certify flags (after --)")
     args = ap.parse_args()
     from tests._certify_helpers import bert_config_folder, synthetic_rows, write_csv
@@ -93,20 +97,26 @@ def main() -> int:
     if res.returncode:
         return res.returncode
     t1 = time.monotonic()
-    again = subprocess.run(cmd, env=env, text=True, capture_output=True)
-    resume = time.monotonic() - t1
+    again = None if args.once else subprocess.run(cmd, env=env, text=True, capture_output=True)
+    resume = None if args.once else time.monotonic() - t1
     report = json.loads((run / "report.json").read_text())
     import torch
 
     device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
     path = ROOT / "benchmarks" / "results" / f"{args.results}_{device}.json"
-    doc = json.loads(path.read_text()) if path.exists() else {}
     prov = json.loads((run / "stats.json").read_text())["provenance"]
     learned, subspace = prov.get("gibbs_learned"), prov.get("gibbs_subspace")
-    doc[name] = {
+    from benchmarks.common import keep_result
+    from studies.route_terms import route_terms
+
+    rec = {
         "command": " ".join(["boundcalc"] + cmd[3:]), "rows": args.rows, "noise": args.noise,
-        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rerun_all_reused_s": round(resume, 1),
-        "rerun_exit": again.returncode, "load_before": load0, "load_after": load1,
+        "bench_command": "python benchmarks/bench_certify.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+        "rerun_all_reused_s": None if resume is None else round(resume, 1),
+        "rerun_exit": None if again is None else again.returncode,
+        "load_before": load0, "load_after": load1,
         "cores": os.cpu_count(), "device": torch.cuda.get_device_name(0) if device == "cuda"
         else "cpu", "sizes": report["sizes"], "test_error": report["test_error"],
         "prior_test_error": report["prior_test_error"],
@@ -121,16 +131,17 @@ def main() -> int:
         "certified": [{**{k: r[k] for k in ("id", "value", "vacuous", "floor", "dominates",
                                             "delta")},
                        "gibbs_test_error": (r["gibbs_test_error"] or {}).get("value")}
-                      for r in report["certified"] if r["is_bound"]]}
+                      for r in report["certified"] if r["is_bound"]],
+        "routes": route_terms(run / "stats.json")}
     if learned:  # the bound-trained Gibbs posterior (--posterior bound)
-        doc[name]["bound_posterior"] = {k: learned.get(k) for k in (
+        rec["bound_posterior"] = {k: learned.get(k) for k in (
             "training", "held_out", "scale", "sigma_post", "sigma_prior_trained_with", "mc")}
     if subspace:  # the subspace Gibbs posterior (--posterior subspace)
-        doc[name]["subspace_posterior"] = {k: subspace.get(k) for k in (
+        rec["subspace_posterior"] = {k: subspace.get(k) for k in (
             "spec", "dim", "dist_sq", "sigma_post", "prior_sigma", "training", "held_out", "mc")}
-    path.write_text(json.dumps(doc, indent=1))
+    keep_result(path, name, rec)
     print(f"{name}: {wall:.1f} s wall, {cpu:.1f} s CPU (load {load0[0]:.1f} → {load1[0]:.1f}); re-run "
-          f"{resume:.1f} s; wrote {path}")
+          f"{'skipped' if resume is None else f'{resume:.1f} s'}; wrote {path}")
     return 0
 
 

@@ -9,6 +9,7 @@ both sides the CPU time is the least load-sensitive figure.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import statistics
@@ -16,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -110,6 +112,14 @@ def ratio_record(rid: str, title: str, ours: Timing, base: Timing, baseline: str
                **details}
     return Record(rid, title, f">= {need:g}x faster", ours.best, base.best, baseline, r,
                   bool(r >= need), device, details=details)
+
+
+def keep_result(path: Path, name: str, rec: dict[str, Any]) -> None:
+    """Put ``rec`` under ``name`` in the results file ``path`` (a JSON object of named records;
+    the other records stay as they are)."""
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    doc[name] = rec
+    path.write_text(json.dumps(doc, indent=1))
 
 
 def loadavg() -> list[float]:

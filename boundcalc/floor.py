@@ -98,16 +98,20 @@ def kl_shape(entry: Entry) -> dict[str, Any] | None:
     complexity = [a for a in addends if conf not in _symbols(a)]
     if not conf_parts:
         return None
-    names = {a: a.value for a in complexity if a.op == "Symbol"}
+    names = {i: a.value for i, a in enumerate(complexity) if a.op == "Symbol"}
     for t in entry.terms:  # name each complexity addend after the entry's own term, if one
         d = entry.definitions.get(t)
-        if d is not None:
+        if d is not None:  # the term itself, or a sum whose every addend is in the budget
             tree = as_tree(d.expr)
-            names.update({a: t for a in complexity if tree == a})
+            parts = list(tree.args) if tree.op == "Add" else [tree]
+            hits = [i for i, a in enumerate(complexity) if tree == a or a in parts]
+            if tree in complexity or len(hits) == len(parts):
+                names.update({i: t for i in hits})
     conf_text = " + ".join(sympy_text(a) for a in conf_parts)
+    # an addend no term names keeps its own text (two unnamed addends never share one name)
     return {"risk": risk.value, "mc": mc, "n": inv_n[0].args[0].value, "delta": conf,
             "confidence": conf_parts, "confidence_text": conf_text, "complexity": complexity,
-            "complexity_names": [names.get(a, "complexity") for a in complexity]}
+            "complexity_names": [names.get(i, sympy_text(a)) for i, a in enumerate(complexity)]}
 
 
 def zero_complexity_floor(prep: Evaluator, values: Mapping[str, float],
@@ -139,7 +143,9 @@ def zero_complexity_floor(prep: Evaluator, values: Mapping[str, float],
     if not (0 <= risk <= 1 and n > 0 and all(map(math.isfinite, [conf, conf_eff, *complexity]))):
         return None
     cost = max(conf_eff - conf, 0.0)
-    nats = {name: c for name, c in zip(shape["complexity_names"], complexity)}
+    nats: dict[str, float] = {}
+    for name, c in zip(shape["complexity_names"], complexity):  # a term's addends summed
+        nats[name] = nats.get(name, 0.0) + c
     budget = sum(complexity) + conf + cost
 
     def inv(q: float, b: float) -> float:

@@ -4,6 +4,7 @@ certified numbers for its error.
     python examples/text_classifier.py --out out/text_classifier      # minutes on 2 CPU cores
     python examples/text_classifier.py --out out/tc_full --full       # more draws, for a GPU
     python examples/text_classifier.py --out out/text_classifier --posterior bound
+    python examples/text_classifier.py --out out/text_classifier --posterior subspace
 
 Builds the data from this interpreter's own standard library (docstrings of the 10 largest
 packages, split by file into prior / bound pool / held-out; S drawn i.i.d. from the pool),
@@ -24,7 +25,12 @@ fine-tuned weights, or the fine-tuned weights; then the least certified value wi
 δ. With ``--posterior bound`` it also trains the bound-trained Gibbs posterior on S (PAC-Bayes
 with backprop: the head's means trained on the bound from the prior's, σ the prior's;
 ``studies/bound_step.py``) and certifies it with ``pac_bayes_kl_gaussian_learned_mc``, beside
-the held-out error of that Gibbs predictor. Every run prints the yardstick: the prior's
+the held-out error of that Gibbs predictor. With ``--posterior subspace`` it trains the subspace
+Gibbs posterior around the prior as ``certify --posterior subspace`` does (rank-4 adapters on
+every encoder Linear plus the head, s_P declared, 3 epochs on the bound;
+``studies/bound_step.py``), certifies it with ``pac_bayes_kl_gaussian_subspace_mc`` and prints
+that row taken apart: its value, its floor at KL 0, its KL, its Gibbs error on S, and the held-out
+error of its mean and of its Gibbs predictor. Every run prints the yardstick: the prior's
 test-set bound on S (the prior never saw S). OUT/report.json has them all.
 """
 
@@ -54,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="keep the models of an earlier run in OUT with the same settings; "
                          "only measure and compare again (a measurement with the same "
                          "arguments is reused too)")
-    ap.add_argument("--posterior", choices=("proximal", "bound"), default="proximal",
-                    help="bound: also train and certify the bound-trained Gibbs posterior")
+    ap.add_argument("--posterior", choices=("proximal", "bound", "subspace"),
+                    default="proximal",
+                    help="bound: also train and certify the bound-trained Gibbs posterior; "
+                         "subspace: the subspace Gibbs posterior around the prior")
     args = ap.parse_args(argv)
     from studies.example_args import refused
 
@@ -94,13 +102,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"(N = {g['N']:.0f} losses, {g['mode']} mode)")
     bp = rep.get("bound_posterior") or {}
     ho = bp.get("held_out") or {}
-    gibbs_te = (f"{ho['gibbs_error_estimate']:.4f} (Gibbs, 1 pass)"
-                if "gibbs_error_estimate" in ho else "—")
+    gibbs_te = _gibbs_held_out(bp)
     for title, key, held in (
             ("about the fine-tuned model (a bound only where the label says 'certified bound')",
              "certified", f"{te:.4f} ± {se:.4f}"),
             ("certified, about the bound-trained Gibbs posterior (another predictor: its "
              "held-out error beside it)", "certified_bound_posterior", gibbs_te),
+            ("certified, about the subspace Gibbs posterior around the prior (another "
+             "predictor: its held-out error beside it)", "certified_subspace_posterior",
+             _gibbs_held_out(rep.get("subspace_posterior"))),
             ("certified, but about ANOTHER model (listed apart)", "certified_other_model",
              f"{te:.4f} ± {se:.4f}")):
         if not rep.get(key):
@@ -116,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the bound-trained posterior's mean errs {ho['mean_error']:.4f} on the "
               f"{ho['rows']} held-out docstrings; its Gibbs predictor "
               f"{ho['gibbs_error_estimate']:.4f} (one Monte Carlo pass, each row its own draw)")
+    sp = rep.get("subspace_posterior")
+    if sp:
+        print(subspace_line(sp))
     b = rep.get("baseline")
     if b:
         print(f"\nyardstick (shown, not claimed): the prior's test-set bound on S "
@@ -125,6 +138,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{rep['minimum_text']}")
     print(f"\nreport: {args.out / 'report.json'}")
     return 0
+
+
+def _gibbs_held_out(posterior: dict | None) -> str:
+    """A trained posterior's held-out Gibbs error (one Monte Carlo pass), or —."""
+    ho = (posterior or {}).get("held_out") or {}
+    return (f"{ho['gibbs_error_estimate']:.4f} (Gibbs, 1 pass)"
+            if "gibbs_error_estimate" in ho else "—")
+
+
+def subspace_line(sp: dict) -> str:
+    """The subspace row taken apart, in one paragraph (``report.json``'s
+    ``subspace_posterior``): value rounded up, floor rounded down."""
+    from boundcalc.rounding import lower_text, upper_text
+
+    ho = sp.get("held_out") or {}
+    held = (f"; held out ({ho['rows']} docstrings) its mean errs {ho['mean_error']:.4f}, its "
+            f"Gibbs predictor {ho['gibbs_error_estimate']:.4f} (one pass) and disagrees with "
+            f"model/ on {ho['disagreement_rate']:.3f} of them" if ho else "")
+    return (f"the subspace posterior: certified {upper_text(sp['value'], 4)}, its floor at KL 0 "
+            f"{lower_text(sp['floor_zero_KL'], 4)}; KL {sp['KL']:.3g} nats over d = "
+            f"{sp['dim']} coordinates (‖z‖² {sp['dist_sq']:.3g}, s_Q {sp['sigma_post']:.3g}, "
+            f"s_P {sp['sigma_prior']:g}); Gibbs error on S {sp['gibbs_error_on_S']:.4f} "
+            f"(N = {sp['units']:.0f}){held}")
 
 
 if __name__ == "__main__":

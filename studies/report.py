@@ -81,9 +81,9 @@ def add_study_options(parser: Any, name: str, full_help: str) -> None:
 def certified_model(entry_id: str, row: dict[str, Any] | None = None) -> str:
     """Which model a certified row is about, from the statistics its registry entry reads:
     the model a compression code decodes to (as ``compare`` names it: the row's
-    ``certifies``), the bound-trained Gibbs posterior (its mean trained on S on the bound), a
-    Gaussian Gibbs posterior around the fine-tuned weights, or the fine-tuned weights
-    themselves."""
+    ``certifies``), the bound-trained Gibbs posterior (its mean trained on S on the bound), the
+    subspace Gibbs posterior around the prior, a Gaussian Gibbs posterior around the fine-tuned
+    weights, or the fine-tuned weights themselves."""
     from boundcalc.registry.registry import load_registry
 
     try:
@@ -94,6 +94,10 @@ def certified_model(entry_id: str, row: dict[str, Any] | None = None) -> str:
            for s in stats):
         c = (row or {}).get("certifies")
         return ("the quantized model: " + c["text"]) if c else "the quantized model"
+    if "scalars.gibbs_subspace_mean" in stats:
+        return ("the subspace Gibbs posterior N(z, s_Q² I) on the coordinates of a random "
+                "subspace around the prior (z and s_Q trained on S on the bound; its mean saved "
+                "as posterior_subspace/), not model/ itself")
     if "curves.gibbs_risk_learned" in stats:
         return ("the bound-trained Gibbs posterior N(μ, diag σ_Q,g²) (μ and σ trained on S on "
                 "the bound; μ saved as posterior_bound/), not model/ itself")
@@ -110,16 +114,19 @@ def certified_rows(rows: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any
     """compare --json's certified rows for a report: ``certified`` (about the user's model,
     by value), ``certified_other_model`` (compression rows whose code decodes to another
     model: listed apart), ``certified_bound_posterior`` (rows on the bound-trained Gibbs
+    posterior: apart too), ``certified_subspace_posterior`` (rows on the subspace Gibbs
     posterior: apart too), each with what it certifies; ``minimum`` (the least certified value
     with its honest δ) and ``minimum_text`` (how it is quoted, one line)."""
     out: dict[str, Any] = {"certified": [], "certified_other_model": [],
-                           "certified_bound_posterior": []}
+                           "certified_bound_posterior": [],
+                           "certified_subspace_posterior": []}
     for r in sorted(rows["certified"], key=lambda r: r["value"] if r["value"] is not None
                     else math.inf):
         row = {k: r.get(k) for k in keys}
         row["certifies"] = certified_model(r["id"], r)
         row["about"] = (r.get("certifies") or {}).get("about", "measured")
-        key = {"measured": "certified", "bound_posterior": "certified_bound_posterior"}
+        key = {"measured": "certified", "bound_posterior": "certified_bound_posterior",
+               "subspace_posterior": "certified_subspace_posterior"}
         out[key.get(row["about"], "certified_other_model")].append(row)
     out["minimum"] = rows.get("minimum")
     out["minimum_text"] = rows.get("minimum_text")

@@ -69,7 +69,8 @@ class ClassifierConfig:
     compress: bool = True
     extra_flags: tuple[str, ...] = field(default_factory=tuple)
     # the posterior certified besides the Gibbs posteriors around model/: "bound" also trains
-    # the bound-trained Gibbs posterior on S (studies/bound_step.py; settings fixed before S)
+    # the bound-trained Gibbs posterior on S, "subspace" the subspace Gibbs posterior around
+    # prior/ (studies/bound_step.py; settings fixed before S)
     posterior: str = "proximal"
     bound_sigma: str = "scale"  # BoundTraining.sigma: σ_Q = σ_P, no variance term in the KL
     # σ not trained (BoundTraining.lr_sigma = 0): on this example the learned scale snapped back
@@ -83,13 +84,24 @@ class ClassifierConfig:
     # term kl⁻¹(Ê, ln(2/δ′)/N) adds about 0.019 at Ê ≈ 0.42, against 0.033 with the 4·600 of
     # the isotropic row); each pass costs about one pass of the isotropic row
     bound_draws: int = 12
+    # posterior "subspace": the subspace Gibbs posterior around prior/ as certify --posterior
+    # subspace trains it (boundcalc.measure.data.subspace; certify's defaults, fixed before S:
+    # rank-4 adapters on every encoder Linear plus the head, s_P = 0.05 declared, 3 epochs on
+    # the bound), certified by pac_bayes_kl_gaussian_subspace_mc with subspace_draws passes
+    subspace_rank: int = 4
+    subspace_layers: str = "all"
+    subspace_sigma: float = 0.05
+    subspace_epochs: int = 3
+    subspace_lr: float = 1e-3
+    subspace_draws: int = 12
 
 
 # the fields measure_args reads: changing them keeps the models and splits of a build
 MEASURE_FIELDS = ("sigmas", "draws", "tune_rows", "tune_draws", "group_draws", "levels",
                   "quantizer", "compress", "extra_flags", "posterior", "bound_sigma",
                   "bound_init", "bound_means", "bound_epochs", "bound_draws",
-                  "bound_lr_sigma")
+                  "bound_lr_sigma", "subspace_rank", "subspace_layers", "subspace_sigma",
+                  "subspace_epochs", "subspace_lr", "subspace_draws")
 MEASURED = "measure_args.json"  # the arguments of the measure that wrote OUT/stats.json
 
 
@@ -398,21 +410,70 @@ def bound_step(out: Path, cfg: ClassifierConfig) -> Path:
     """The bound-trained Gibbs posterior around ``model/`` (:mod:`.bound_step`, settings of
     ``cfg`` fixed before S is read; Monte Carlo seed ``cfg.seed + 60_000``, never a seed of a
     development run), written with the measurement into ``OUT/stats_bound.json``."""
-    import shutil
-
     from boundcalc.measure.data.bound_posterior import BoundTraining
     from .bound_step import bound_posterior
 
     spec = BoundTraining(sigma=cfg.bound_sigma, init=cfg.bound_init, means=cfg.bound_means,
                          epochs=cfg.bound_epochs, lr_sigma=cfg.bound_lr_sigma, seed=cfg.seed)
-    stage(f"training the bound-trained posterior on S (σ: {spec.sigma}, lr {spec.lr_sigma:g}; μ "
-          f"from {spec.init}, means: {spec.means}; {spec.epochs} epoch(s)), then "
-          f"{cfg.bound_draws} Monte Carlo passes")
-    target = out / "stats_bound.json"
+    said = (f"training the bound-trained posterior on S (σ: {spec.sigma}, lr "
+            f"{spec.lr_sigma:g}; μ from {spec.init}, means: {spec.means}; {spec.epochs} "
+            f"epoch(s)), then {cfg.bound_draws} Monte Carlo passes")
+    return _beside_measurement(out, "stats_bound.json", said, lambda target: bound_posterior(
+        out, out / "heldout.jsonl", spec, draws=cfg.bound_draws, seed=cfg.seed + 60_000,
+        max_length=cfg.max_length, stats=target))
+
+
+def _beside_measurement(out: Path, name: str, said: str, step: Any) -> Path:
+    """``OUT/name``: a copy of ``OUT/stats.json`` that ``step(path)`` adds a posterior to
+    (the measurement itself stays as measure wrote it), after the stage line ``said``."""
+    import shutil
+
+    stage(said)
+    target = out / name
     shutil.copyfile(out / "stats.json", target)
-    bound_posterior(out, out / "heldout.jsonl", spec, draws=cfg.bound_draws,
-                    seed=cfg.seed + 60_000, max_length=cfg.max_length, stats=target)
+    step(target)
     return target
+
+
+def subspace_step(out: Path, cfg: ClassifierConfig) -> Path:
+    """The subspace Gibbs posterior around ``prior/`` (:func:`.bound_step.subspace_posterior`,
+    the ``subspace_*`` settings of ``cfg`` fixed before S is read; Monte Carlo seed ``cfg.seed
+    + 80_000`` as certify's), written with the measurement into ``OUT/stats_subspace.json``."""
+    from boundcalc.measure.data.subspace import SubspaceSpec
+    from .bound_step import subspace_posterior
+
+    spec = SubspaceSpec(rank=cfg.subspace_rank, layers=cfg.subspace_layers,
+                        sigma_prior=cfg.subspace_sigma, epochs=cfg.subspace_epochs,
+                        lr=cfg.subspace_lr, seed=cfg.seed)
+    spec.check()
+    said = (f"training the subspace posterior on S (rank {spec.rank} adapters, layers "
+            f"{spec.layers}, s_P {spec.sigma_prior:g}; {spec.epochs} epoch(s) on the bound), "
+            f"then {cfg.subspace_draws} Monte Carlo passes")
+    return _beside_measurement(out, "stats_subspace.json", said, lambda t: subspace_posterior(
+        out, out / "heldout.jsonl", spec, draws=cfg.subspace_draws, seed=cfg.seed + 80_000,
+        max_length=cfg.max_length, stats=t))
+
+
+def subspace_summary(stats: dict[str, Any], rec: dict[str, Any], n: int) -> dict[str, Any]:
+    """The subspace row taken apart (:mod:`.route_terms`, the registry's own evaluation of
+    ``pac_bayes_kl_gaussian_subspace_mc``): its value, its floor at KL 0 (the Monte Carlo step
+    and ln J kept), its KL in nats, its Gibbs error on S with N, and the posterior's settings
+    and held-out estimates from ``rec`` (``provenance.gibbs_subspace``)."""
+    from boundcalc.measure.data.subspace import kl_subspace
+    from .route_terms import floor_zero_kl, route_value
+
+    sc = {k: q["value"] for k, q in stats["scalars"].items()}
+    entry = "pac_bayes_kl_gaussian_subspace_mc"
+    e, units, grid = sc["gibbs_subspace_mean"], sc["gibbs_subspace_units"], \
+        int(sc["subspace_prior_grid"])
+    kl = float(kl_subspace(sc["subspace_dist_sq"], int(sc["subspace_dim"]),
+                           sc["subspace_sigma_post"], sc["subspace_sigma_prior"]))
+    return {"value": route_value(entry, e, units, kl, n, grid),
+            "floor_zero_KL": floor_zero_kl(entry, e, units, n, grid), "KL": kl,
+            "gibbs_error_on_S": e, "units": units, "dim": int(sc["subspace_dim"]),
+            "dist_sq": sc["subspace_dist_sq"], "sigma_post": sc["subspace_sigma_post"],
+            "sigma_prior": sc["subspace_sigma_prior"], "prior_grid": grid,
+            **{k: rec.get(k) for k in ("held_out", "training", "spec", "mean_model")}}
 
 
 def run(out: str | Path, cfg: ClassifierConfig | None = None,
@@ -420,7 +481,8 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
     """Build (or, with ``reuse``, read ``build.json`` of an earlier build with the same
     configuration), then ``boundcalc measure`` (with ``reuse``, not again when ``OUT/stats.json``
     was written by a measure with the same arguments, :data:`MEASURED`), with ``posterior =
-    "bound"`` the bound-trained posterior (:func:`bound_step`), and ``boundcalc compare``;
+    "bound"`` the bound-trained posterior (:func:`bound_step`), with ``"subspace"`` the
+    subspace posterior (:func:`subspace_step`), and ``boundcalc compare``;
     writes ``report.json`` with the yardstick (the prior's test-set bound on S) beside the
     certified rows."""
     cfg = cfg or ClassifierConfig()
@@ -442,7 +504,8 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
     else:
         run_cli(margs, "measure")
         write_json(out / MEASURED, margs)
-    stats_file = bound_step(out, cfg) if cfg.posterior == "bound" else out / "stats.json"
+    stats_file = {"bound": bound_step, "subspace": subspace_step}.get(
+        cfg.posterior, lambda *_: out / "stats.json")(out, cfg)
     rows = json.loads(run_cli(["compare", "--stats", str(stats_file), "--json"], "compare"))
     stats = json.loads(stats_file.read_text())
     report: dict[str, Any] = {
@@ -482,6 +545,9 @@ def run(out: str | Path, cfg: ClassifierConfig | None = None,
         report.setdefault("gibbs", {})["gibbs_risk_learned"] = {
             "at": c["at"], "mean": c["value"], "upper": [u for _, u in c["ci"]],
             "N": c["n_samples"], "mode": learned["mc"]["mode"]}
+    sub = stats.get("provenance", {}).get("gibbs_subspace")
+    if sub:
+        report["subspace_posterior"] = subspace_summary(stats, sub, cfg.n_bound)
     report.update(certified_rows(rows, ("id", "value", "label", "delta", "parameters",
                                         "is_bound", "floor", "vacuous", "vacuous_against")))
     write_json(out / "report.json", report)

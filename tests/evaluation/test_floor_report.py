@@ -84,6 +84,26 @@ def test_monte_carlo_entry_floor_uses_the_measured_mean_and_the_breakdown_adds_u
     assert f["dominant"] == max(f["effects"], key=f["effects"].get)
 
 
+def test_subspace_breakdown_names_the_whole_kl_and_the_grid_apart():
+    """The subspace row's budget has three complexity addends: the two of KL_subspace (the
+    variance and the mean parts) and ln J. The breakdown sums the first two under KL_subspace
+    and keeps ln J apart (before, all three shared one name and only ln J was shown)."""
+    entry = bc.load_registry().get("pac_bayes_kl_gaussian_subspace_mc")
+    E, k, n, dim, dist, sq, sp, J = 0.03, 6000.0, 1000.0, 100, 0.01, 0.04, 0.05, 6
+    r = bc.evaluate(entry, {"E_hat": E, "k": k, "n": n, "dim": dim, "dist_sq": dist,
+                            "sigma_post": sq, "sigma_prior": sp, "prior_grid": J})
+    f = r.floor
+    rho2 = (sq / sp) ** 2
+    kl = dist / (2 * sp ** 2) + dim * (rho2 - 1 - math.log(rho2)) / 2  # by hand: 6.3144 nats
+    assert f["budget_nats"]["KL_subspace"] == pytest.approx(kl, rel=1e-9)
+    assert f["budget_nats"]["log(prior_grid)"] == pytest.approx(math.log(J), rel=1e-12)
+    conf = math.log(2 * math.sqrt(n) / 0.05)
+    upper = _kl_inv(E, math.log(2 / 0.01) / k)
+    assert r.value == pytest.approx(_kl_inv(upper, (kl + math.log(J) + conf) / n), rel=1e-7)
+    assert f["effects"]["KL_subspace"] == pytest.approx(
+        r.value - _kl_inv(upper, (math.log(J) + conf) / n), rel=1e-5)
+
+
 # ---- vacuity against the trivial predictor, --test-error ------------------------------------
 
 def _two_class_stats(tmp_path: Path, emp_risk: float) -> Path:

@@ -205,3 +205,46 @@ def test_bound_posterior_step_and_the_yardstick(built):
     assert (b["errors"], b["m"]) == (wrong, CFG.n_bound)
     hand = float(kl_inv_exact(wrong / CFG.n_bound, math.log(1 / 0.05) / CFG.n_bound))
     assert b["value"] == pytest.approx(hand, rel=1e-9) and b["value"] >= hand
+
+
+def test_subspace_posterior_step_and_its_row_taken_apart(built):
+    """--posterior subspace on the finished folder: the measurement is reused, the subspace row
+    is listed apart, and the row taken apart (value, floor at KL 0, KL) is recomputed here from
+    the scalars measure wrote: the KL of N(z, s_Q² I_d) against N(0, s_P² I_d) by hand, the
+    value and the floor by 50-digit kl inverses."""
+    import dataclasses
+
+    out, _ = built
+    before = (out / "stats.json").read_bytes()
+    cfg = dataclasses.replace(CFG, posterior="subspace", subspace_epochs=1, subspace_draws=1)
+    with single_thread():
+        rep = run(out, cfg, reuse=True)
+    assert (out / "stats.json").read_bytes() == before  # reused, not measured again
+    rows = rep["certified_subspace_posterior"]
+    assert [r["id"] for r in rows] == ["pac_bayes_kl_gaussian_subspace_mc"]
+    assert "subspace Gibbs posterior" in rows[0]["certifies"]
+    assert not rep["certified_bound_posterior"]
+    sc = {k: q["value"] for k, q in
+          json.loads((out / "stats_subspace.json").read_text())["scalars"].items()}
+    d, dist, sq, sp = sc["subspace_dim"], sc["subspace_dist_sq"], sc["subspace_sigma_post"], \
+        sc["subspace_sigma_prior"]
+    assert (sp, sc["subspace_prior_grid"]) == (0.05, 1)  # declared before S: nothing charged
+    kl = dist / (2 * sp ** 2) + d * ((sq / sp) ** 2 - 1 - 2 * math.log(sq / sp)) / 2
+    e, units, n = sc["gibbs_subspace_mean"], sc["gibbs_subspace_units"], CFG.n_bound
+    assert units == n  # one pass, every row its own draw
+
+    def hand(k: float, s_q: float) -> float:
+        up = kl_inv_exact(e, math.log(2 / 0.01) / units)
+        return float(kl_inv_exact(up, (k + math.log(2 * math.sqrt(n) / 0.05)) / n))
+
+    s = rep["subspace_posterior"]
+    assert s["KL"] == pytest.approx(kl, rel=1e-9, abs=1e-12) and s["KL"] >= 0
+    assert s["value"] == pytest.approx(hand(kl, sq), rel=1e-7)
+    assert rows[0]["value"] == pytest.approx(s["value"], rel=1e-9)
+    assert s["floor_zero_KL"] == pytest.approx(hand(0.0, sp), rel=1e-7)
+    assert s["floor_zero_KL"] <= s["value"] + 1e-12
+    assert s["gibbs_error_on_S"] == e and s["dim"] == d
+    ho = s["held_out"]
+    n_test = len((out / "heldout.jsonl").read_text().splitlines())
+    assert ho["rows"] == n_test and 0 <= ho["disagreement_rate"] <= 1
+    assert (out / "posterior_subspace" / "config.json").is_file()
