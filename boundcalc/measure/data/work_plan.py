@@ -93,27 +93,13 @@ def calibrate(tm: Any, batched: Any, device: torch.device, noisy: bool,
     it costs seconds; the estimate counts :data:`HVP_COST` plain forwards."""
     from .batch_rows import first_monte_carlo_step, first_data_pass
 
-    batch = _batch_rows(batched)
-    rows = [plain[1]] if plain is not None else []  # the rows every kind is timed on
-
-    def timed(run) -> float:
-        t0 = time.perf_counter()
-        run(tm, batched if device.type == "cuda" else _first_rows(batched, 1), device)
-        _sync(device)  # the warm-up: first-call allocations and kernel choices
-        if not rows:
-            rows.append(batch if device.type == "cuda"
-                        else calibration_rows(time.perf_counter() - t0, batch))
-        part = _first_rows(batched, rows[0])
-        t0 = time.perf_counter()
-        run(tm, part, device)
-        _sync(device)
-        return (time.perf_counter() - t0) / rows[0]
-
-    out: dict[str, Any] = {"plain": plain[0] if plain is not None else timed(first_data_pass)}
-    out["noisy"] = timed(first_monte_carlo_step) if noisy else out["plain"]
-    out["rows"] = rows[0]
+    per_row, rows = plain if plain is not None else _timed_rows(tm, first_data_pass, batched,
+                                                                device)
+    out: dict[str, Any] = {"plain": per_row, "rows": rows}
+    out["noisy"] = (_timed_rows(tm, first_monte_carlo_step, batched, device, rows)[0]
+                    if noisy else per_row)
     if draw:
-        out["draw"] = rows[0] * timed(_whole_model_draw)
+        out["draw"] = rows * _timed_rows(tm, _whole_model_draw, batched, device, rows)[0]
     return out
 
 
@@ -121,24 +107,40 @@ def faster_threads(tm: Any, batched: Any, device: torch.device,
                    choice: tuple[int, ...]) -> tuple[int, dict[int, float], int]:
     """The thread count of ``choice`` (:func:`boundcalc.measure.threads.timed_choice`) under
     which the data pass runs fastest here now, the seconds per row under each, and the rows
-    timed: each
-    timed on :data:`CALIBRATION_MIN_ROWS` rows of the first batch after a one-row warm-up
-    (the faster's seconds are the calibration's plain speed, :func:`calibrate`'s ``plain``).
-    A fact of this machine at this moment, like the calibration; the values measured do not
-    depend on it (the same per-row losses on one thread and on two: the tests)."""
+    timed: each timed on :data:`CALIBRATION_MIN_ROWS` rows of the first batch after a one-row
+    warm-up (the faster's seconds are the calibration's plain speed, :func:`calibrate`'s
+    ``plain``). A fact of this machine at this moment, like the calibration; the values
+    measured do not depend on it (the same per-row losses on one thread and on two: the
+    tests)."""
     from ..threads import blas_threads
     from .batch_rows import first_data_pass
 
     n = min(CALIBRATION_MIN_ROWS, _batch_rows(batched))
-    warm, part = _first_rows(batched, 1), _first_rows(batched, n)
     seconds: dict[int, float] = {}
     for threads in choice:
         with blas_threads(threads):
-            first_data_pass(tm, warm, device)
-            t0 = time.perf_counter()
-            first_data_pass(tm, part, device)
-            seconds[threads] = (time.perf_counter() - t0) / n
+            seconds[threads] = _timed_rows(tm, first_data_pass, batched, device, n)[0]
     return min(seconds, key=seconds.__getitem__), seconds, n
+
+
+def _timed_rows(tm: Any, run: Any, batched: Any, device: torch.device,
+                rows: int | None = None) -> tuple[float, int]:
+    """Seconds per row of ``run(tm, part, device)`` on the first ``rows`` rows of the first
+    batch, after one untimed warm-up (first-call allocations and kernel choices: on a card the
+    first batch, on a CPU one row), and the rows timed; ``rows`` None: the first batch on a
+    card, :func:`calibration_rows` from the warm-up's seconds on a CPU."""
+    cuda = device.type == "cuda"
+    t0 = time.perf_counter()
+    run(tm, batched if cuda else _first_rows(batched, 1), device)
+    _sync(device)
+    if rows is None:
+        batch = _batch_rows(batched)
+        rows = batch if cuda else calibration_rows(time.perf_counter() - t0, batch)
+    part = _first_rows(batched, rows)
+    t0 = time.perf_counter()
+    run(tm, part, device)
+    _sync(device)
+    return (time.perf_counter() - t0) / rows, rows
 
 
 def _batch_rows(batched: Any) -> int:
