@@ -40,6 +40,16 @@ from .stdlib_text import (SPLITS, docstrings, iid_draws, package_of, run_cli, sp
                           stage, stdlib_files, stdlib_root, write_json)
 
 
+
+def _certify_default(name: str) -> Any:
+    """``CertifyConfig``'s declared default of ``name`` (the subspace settings are certify's,
+    declared there once)."""
+    from dataclasses import fields
+
+    from boundcalc.certify.config import CertifyConfig
+
+    return next(f.default for f in fields(CertifyConfig) if f.name == name)
+
 @dataclass
 class ClassifierConfig:
     """Sizes and training settings; the defaults run in minutes on 2 CPU cores."""
@@ -88,11 +98,11 @@ class ClassifierConfig:
     # subspace trains it (boundcalc.measure.data.subspace; certify's defaults, fixed before S:
     # rank-4 adapters on every encoder Linear plus the head, s_P = 0.05 declared, 3 epochs on
     # the bound), certified by pac_bayes_kl_gaussian_subspace_mc with subspace_draws passes
-    subspace_rank: int = 4
-    subspace_layers: str = "all"
-    subspace_sigma: float = 0.05
-    subspace_epochs: int = 3
-    subspace_lr: float = 1e-3
+    subspace_rank: int = _certify_default("subspace_rank")
+    subspace_layers: str = _certify_default("subspace_layers")
+    subspace_sigma: float = _certify_default("subspace_sigma")
+    subspace_epochs: int = _certify_default("subspace_epochs")
+    subspace_lr: float = _certify_default("subspace_lr")
     subspace_draws: int = 12
 
 
